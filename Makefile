@@ -1,0 +1,56 @@
+# One-command entry points. `make run` starts the service on the in-memory store with
+# examples/; `make test` installs what the tests need and runs all of them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+NODE_MODULES := node_modules/.package-lock.json
+CONFIG ?= examples
+
+.PHONY: help install build run test typecheck validate bench accuracy ghz clean redis-server
+
+help:
+	@echo "make run        start the service (memory store, config from examples/)"
+	@echo "make test       install dependencies and run every test"
+	@echo "make validate CONFIG=path   check a config file or directory"
+	@echo "make bench      throughput/latency benchmarks   make accuracy   algorithm accuracy"
+	@echo "make ghz        load test with ghz (install ghz first, see README)"
+
+$(NODE_MODULES): package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $@
+
+install: $(NODE_MODULES)
+
+build: install
+	npx tsc -p tsconfig.json
+
+run: build
+	CONFIG_PATH=$${CONFIG_PATH:-$(CONFIG)} BACKEND_TYPE=$${BACKEND_TYPE:-memory} LOG_LEVEL=$${LOG_LEVEL:-info} \
+	  exec node dist/src/main.js
+
+# Tests start their own redis-server processes; install the binary when it is missing.
+redis-server:
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
+	  echo "installing redis-server"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq redis-server; fi; }
+
+typecheck: install
+	npx tsc -p tsconfig.json --noEmit
+
+test: install redis-server typecheck
+	npx jest --ci
+
+validate: build
+	node dist/src/cli.js validate $(CONFIG)
+
+bench: build
+	node dist/bench/run.js
+
+accuracy: build
+	node dist/bench/accuracy.js
+
+ghz: build
+	bash test/load/run-ghz.sh
+
+clean:
+	rm -rf dist coverage

@@ -1,0 +1,40 @@
+import type { Algorithm, Entry } from './types';
+
+/**
+ * Counter identities. The encoding is injective: every component is escaped so that the
+ * separators ('|', '=') never occur inside one, hence distinct (domain, entries, window, algorithm)
+ * tuples can never share a counter — `(a_b, c)` and `(a, b_c)` stay apart, as do values holding
+ * ':', '_', '{', '}', '|' or any other character. The result never contains '{' or '}', so the
+ * Redis store can wrap it in a hash tag that keeps both windows of a descriptor in one slot.
+ */
+
+// '%' is the escape character itself; '|' and '=' separate; braces are reserved for hash tags;
+// control characters are escaped to keep keys printable in redis-cli.
+const SPECIAL = /[%|={}\u0000-\u001f\u007f]/g;
+const HAS_SPECIAL = /[%|={}\u0000-\u001f\u007f]/;
+
+function escapeChar(c: string): string {
+  return '%' + c.charCodeAt(0).toString(16).padStart(2, '0').toUpperCase();
+}
+
+/** Escapes one key component; identity for the common case of plain text. */
+export function escapeComponent(s: string): string {
+  return HAS_SPECIAL.test(s) ? s.replace(SPECIAL, escapeChar) : s;
+}
+
+const ALGORITHM_TAG: Readonly<Record<Algorithm, string>> = { sliding_window: 'sw', sliding_log: 'sl', fixed_window: 'fw' };
+
+/**
+ * The prefix shared by all counters of one (domain, algorithm, window): computed once per rule at
+ * config load, so a request only appends its entries.
+ */
+export function counterKeyPrefix(domain: string, algorithm: Algorithm, windowMs: number): string {
+  return `${escapeComponent(domain)}|${ALGORITHM_TAG[algorithm]}${windowMs}`;
+}
+
+/** Full counter identity: prefix + each entry as `|key=value`. */
+export function counterKey(prefix: string, entries: readonly Entry[]): string {
+  let key = prefix;
+  for (const e of entries) key += `|${escapeComponent(e.key)}=${escapeComponent(e.value)}`;
+  return key;
+}

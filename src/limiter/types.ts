@@ -1,0 +1,92 @@
+/**
+ * The limiter's own vocabulary. Nothing here knows about protobuf, gRPC or Redis:
+ * the edges (src/server, src/store) convert to and from these types.
+ */
+
+/** Time units of the config format and of the wire protocol. */
+export type Unit = 'second' | 'minute' | 'hour' | 'day' | 'week' | 'month' | 'year';
+
+export const UNITS: readonly Unit[] = ['second', 'minute', 'hour', 'day', 'week', 'month', 'year'];
+
+/** Length of one unit in milliseconds (month = 30 days, year = 365 days, as the reference server). */
+export const UNIT_MS: Readonly<Record<Unit, number>> = Object.freeze({
+  second: 1_000,
+  minute: 60_000,
+  hour: 3_600_000,
+  day: 86_400_000,
+  week: 604_800_000,
+  month: 2_592_000_000,
+  year: 31_536_000_000,
+});
+
+export type Algorithm = 'sliding_window' | 'sliding_log' | 'fixed_window';
+
+export const ALGORITHMS: readonly Algorithm[] = ['sliding_window', 'sliding_log', 'fixed_window'];
+
+/** A resolved limit: what a counter enforces. Frozen at config load. */
+export interface Limit {
+  /** Admitted hits per window. */
+  readonly requestsPerUnit: number;
+  readonly unit: Unit;
+  /** Window = unit x unitMultiplier (extension; 1 in the reference format). */
+  readonly unitMultiplier: number;
+  /** unit x unitMultiplier in milliseconds, precomputed. */
+  readonly windowMs: number;
+  readonly algorithm: Algorithm;
+  /** Optional rule name (`rate_limit.name`), reported in `current_limit.name` and used by `replaces`. */
+  readonly name?: string;
+  /** `unlimited: true`: always OK, never touches a store. */
+  readonly unlimited: boolean;
+}
+
+/** One key/value entry of a descriptor, in request order. */
+export interface Entry {
+  readonly key: string;
+  readonly value: string;
+}
+
+/** A request-supplied limit override (`RateLimitDescriptor.limit`). */
+export interface LimitOverride {
+  readonly requestsPerUnit: number;
+  readonly unit: Unit;
+}
+
+export interface Descriptor {
+  readonly entries: readonly Entry[];
+  readonly limit?: LimitOverride;
+  /** Descriptor-level hits (`RateLimitDescriptor.hits_addend`); undefined when unset. 0 = check only. */
+  readonly hitsAddend?: number;
+}
+
+/** A ShouldRateLimit request, already validated by the edge. */
+export interface RateLimitRequest {
+  readonly domain: string;
+  readonly descriptors: readonly Descriptor[];
+  /** Request-level hits; 0 means 1. */
+  readonly hitsAddend: number;
+}
+
+export type Code = 'OK' | 'OVER_LIMIT';
+
+export interface DescriptorStatus {
+  readonly code: Code;
+  /** Absent when no rule matched. */
+  readonly currentLimit?: { readonly requestsPerUnit: number; readonly unit: Unit; readonly name?: string };
+  readonly limitRemaining: number;
+  /** Milliseconds; absent when no rule matched. */
+  readonly durationUntilResetMs?: number;
+}
+
+export interface RateLimitResponse {
+  readonly overallCode: Code;
+  readonly statuses: readonly DescriptorStatus[];
+  /** Extra response headers (RateLimit-* when enabled). */
+  readonly responseHeaders: readonly { readonly key: string; readonly value: string }[];
+}
+
+/** Time source; tests pin it. */
+export interface Clock {
+  nowMs(): number;
+}
+
+export const systemClock: Clock = { nowMs: () => Date.now() };

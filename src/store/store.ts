@@ -1,0 +1,59 @@
+import type { Algorithm } from '../limiter/types';
+
+/**
+ * The Store port: one call per ShouldRateLimit request, all counters together.
+ *
+ * Contract (every adapter, checked by test/contract):
+ * - Time comes from the store (memory: its injected Clock; Redis: `TIME`), never from the caller.
+ * - Decision per counter, by its algorithm (src/limiter/algorithms.ts is the reference):
+ *   allowed iff the algorithm admits `hits` more.
+ * - All-or-nothing: counters are incremented only when every counter in the call is allowed
+ *   (unless `countDenied`, where every counter is charged whatever the outcome).
+ * - `hits` 0 checks without counting.
+ * - Results are in input order.
+ * - A store that cannot answer rejects with StoreUnavailableError (never hangs past its deadline).
+ */
+export interface Store {
+  /** Human-readable adapter name for logs and metrics ("memory", "redis"). */
+  readonly name: string;
+  decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]>;
+  /** True while the store can answer (drives gRPC health). */
+  isHealthy(): boolean;
+  close(): Promise<void>;
+}
+
+export interface DecideOptions {
+  /** Charge denied requests too (the reference server's behaviour); default false. */
+  readonly countDenied?: boolean;
+}
+
+export interface CounterRequest {
+  /**
+   * The counter's identity, built by src/limiter/keys.ts: injective in (domain, entries, window, algorithm),
+   * and free of `{` and `}`, so an adapter may wrap it in a Redis hash tag. Adapters add their prefix and window suffix.
+   */
+  readonly key: string;
+  readonly limit: number;
+  readonly windowMs: number;
+  readonly algorithm: Algorithm;
+  readonly hits: number;
+}
+
+export interface CounterDecision {
+  readonly allowed: boolean;
+  /** L - (floor(estimate) + h) after an allowed request; 0 when denied. Never negative. */
+  readonly remaining: number;
+  /**
+   * Milliseconds. Denied: until the same request would be allowed with no other traffic.
+   * Allowed: until the counter has fully drained.
+   */
+  readonly resetMs: number;
+}
+
+/** The store could not answer (down, slow, overloaded). Mapped to gRPC UNAVAILABLE at the edge. */
+export class StoreUnavailableError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'StoreUnavailableError';
+  }
+}
