@@ -37,7 +37,7 @@ redis-server:
 typecheck: install
 	npx tsc -p tsconfig.json --noEmit
 
-test: install redis-server typecheck
+test: install redis-server build
 	npx jest --ci
 
 validate: build

@@ -12,4 +12,15 @@ export class InvalidRequestError extends Error {
   }
 }
 
+/**
+ * The service cannot decide yet (no configuration loaded). Mapped to UNAVAILABLE like a store
+ * failure, so Envoy's failure_mode_deny decides, as it would for any server not ready to serve.
+ */
+export class NotReadyError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'NotReadyError';
+  }
+}
+
 export { StoreUnavailableError } from './store/store';

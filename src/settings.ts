@@ -171,7 +171,7 @@ export function loadSettings(env: Env = process.env): Settings {
     grpcHost: str(env, 'GRPC_HOST', '0.0.0.0'),
     grpcPort: port(env, 'GRPC_PORT', 8081),
     grpcMaxMessageBytes: int(env, 'GRPC_MAX_MESSAGE_BYTES', 4 * 1024 * 1024, 1024, 1 << 30),
-    grpcTransport: oneOf<Transport>(env, 'GRPC_TRANSPORT', 'grpc-js', ['http2', 'grpc-js']),
+    grpcTransport: oneOf<Transport>(env, 'GRPC_TRANSPORT', 'http2', ['http2', 'grpc-js']),
     grpcTls: Object.freeze({
       enabled: grpcTlsEnabled,
       certPath,

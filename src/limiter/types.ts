@@ -71,7 +71,13 @@ export type Code = 'OK' | 'OVER_LIMIT';
 export interface DescriptorStatus {
   readonly code: Code;
   /** Absent when no rule matched. */
-  readonly currentLimit?: { readonly requestsPerUnit: number; readonly unit: Unit; readonly name?: string };
+  readonly currentLimit?: {
+    readonly requestsPerUnit: number;
+    readonly unit: Unit;
+    readonly name?: string;
+    /** unit x unit_multiplier in ms (not on the wire; used by the draft RateLimit-Policy `w`). Defaults to one unit. */
+    readonly windowMs?: number;
+  };
   readonly limitRemaining: number;
   /** Milliseconds; absent when no rule matched. */
   readonly durationUntilResetMs?: number;

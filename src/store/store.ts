@@ -20,6 +20,8 @@ export interface Store {
   /** True while the store can answer (drives gRPC health). */
   isHealthy(): boolean;
   close(): Promise<void>;
+  /** Optional: drops local answers derived from the current limits (cached denials); call after a config reload. */
+  clearCache?(): void;
 }
 
 export interface DecideOptions {

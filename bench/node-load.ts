@@ -1,0 +1,150 @@
+import * as grpc from '@grpc/grpc-js';
+import { readFileSync } from 'node:fs';
+import { summarize } from './latency';
+import type { LoadResult } from './load-result';
+import { overallCode, splitGrpcFrames, SHOULD_RATE_LIMIT_PATH } from './rls-codec';
+
+/**
+ * A grpc-js load generator for ShouldRateLimit. Unlike h2load it can send a different body on
+ * every call (many distinct keys, mixed traffic) and it sees gRPC status codes, so it also serves
+ * as a cross-check of h2load's numbers.
+ */
+
+export interface NodeLoadOptions {
+  /** host:port */
+  readonly target: string;
+  /** Encoded RateLimitRequest messages, sent round-robin. */
+  readonly bodies: readonly Buffer[];
+  /** Calls in flight (closed loop); ignored when rps is set. */
+  readonly concurrency: number;
+  /** HTTP/2 connections the calls are spread over. */
+  readonly connections: number;
+  readonly durationS: number;
+  /** Open loop at this rate; latency is then measured from each call's scheduled time. */
+  readonly rps?: number;
+  /** Upper bound on recorded latency samples (memory bound); later samples overwrite a ring. */
+  readonly maxSamples?: number;
+}
+
+const identity = (b: Buffer): Buffer => b;
+const MAX_IN_FLIGHT = 20_000;
+
+/** Drives load for durationS and resolves with throughput and latency. */
+export async function runNodeLoad(opts: NodeLoadOptions): Promise<LoadResult> {
+  if (opts.bodies.length === 0) throw new Error('no request bodies');
+  const clients = Array.from(
+    { length: Math.max(1, opts.connections) },
+    () => new grpc.Client(opts.target, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 }),
+  );
+  const deadlineAt = Date.now() + 10_000;
+  await Promise.all(
+    clients.map((c) => new Promise<void>((resolve, reject) => c.waitForReady(deadlineAt, (e) => (e ? reject(e) : resolve())))),
+  );
+  const cap = opts.maxSamples ?? 2_000_000;
+  const samples = new Float64Array(cap);
+  let recorded = 0;
+  let requests = 0;
+  let ok = 0;
+  let overLimit = 0;
+  let errors = 0;
+  let firstError: string | undefined;
+  let next = 0;
+  let inFlight = 0;
+  const start = performance.now();
+  const endAt = start + opts.durationS * 1000;
+
+  const send = (from: number, done: () => void): void => {
+    const body = opts.bodies[next++ % opts.bodies.length];
+    const client = clients[next % clients.length];
+    inFlight++;
+    client.makeUnaryRequest(SHOULD_RATE_LIMIT_PATH, identity, identity, body, { deadline: Date.now() + 2000 }, (err, reply) => {
+      inFlight--;
+      requests++;
+      samples[recorded++ % cap] = performance.now() - from;
+      if (err) {
+        errors++;
+        firstError ??= `${err.code} ${err.details}`;
+      } else {
+        ok++;
+        if (reply && overallCode(reply) === 2) overLimit++;
+      }
+      done();
+    });
+  };
+
+  await new Promise<void>((resolve) => {
+    if (opts.rps === undefined) {
+      let workers = Math.max(1, opts.concurrency);
+      const loop = (): void => {
+        if (performance.now() >= endAt) {
+          if (--workers === 0) resolve();
+          return;
+        }
+        send(performance.now(), loop);
+      };
+      for (let i = 0, n = workers; i < n; i++) loop();
+      return;
+    }
+    const interval = 1000 / opts.rps;
+    let scheduled = 0;
+    const tick = (): void => {
+      const now = performance.now();
+      const until = Math.min(now, endAt);
+      while (start + scheduled * interval <= until && inFlight < MAX_IN_FLIGHT) {
+        send(start + scheduled * interval, () => undefined);
+        scheduled++;
+      }
+      if (now < endAt) setTimeout(tick, 1);
+      else {
+        const drain = (): void => (inFlight === 0 || performance.now() > endAt + 3000 ? resolve() : void setTimeout(drain, 5));
+        drain();
+      }
+    };
+    tick();
+  });
+  const durationS = Math.max((Math.min(performance.now(), endAt + 3000) - start) / 1000, 1e-3);
+  for (const c of clients) c.close();
+  return {
+    generator: 'node',
+    requests,
+    ok,
+    errors,
+    overLimit,
+    durationS: Math.min(durationS, opts.durationS + 3),
+    rps: ok / opts.durationS,
+    latencyMs: summarize(samples.subarray(0, Math.min(recorded, cap))),
+    firstError,
+  };
+}
+
+function arg(args: readonly string[], name: string): string | undefined {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : undefined;
+}
+
+// `node dist/bench/node-load.js --target H:P --bodies FILE --concurrency N --connections K --duration S [--rps R]`
+// FILE holds concatenated gRPC frames; prints one JSON LoadResult.
+if (require.main === module) {
+  const args = process.argv.slice(2);
+  const target = arg(args, '--target');
+  const file = arg(args, '--bodies');
+  if (!target || !file) throw new Error('usage: node-load --target host:port --bodies FILE [--concurrency N] [--connections K] [--duration S] [--rps R]');
+  const rps = arg(args, '--rps');
+  void runNodeLoad({
+    target,
+    bodies: splitGrpcFrames(readFileSync(file)),
+    concurrency: Number(arg(args, '--concurrency') ?? 50),
+    connections: Number(arg(args, '--connections') ?? 1),
+    durationS: Number(arg(args, '--duration') ?? 5),
+    rps: rps === undefined ? undefined : Number(rps),
+  }).then(
+    (r) => {
+      process.stdout.write(JSON.stringify(r) + '\n');
+      process.exit(0);
+    },
+    (e: unknown) => {
+      process.stderr.write(`${e instanceof Error ? e.message : String(e)}\n`);
+      process.exit(1);
+    },
+  );
+}

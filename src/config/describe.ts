@@ -1,0 +1,35 @@
+import type { RateLimitConfig, RuleLevel } from './types';
+
+/**
+ * Human-readable dump of the loaded rules, for /rlconfig and the validate command. Each line keeps
+ * the reference server's shape (`<domain>.<statKey>: unit=SECOND requests_per_unit=5, shadow_mode: false`)
+ * so existing scripts still read it, with this server's window and algorithm inserted before the comma.
+ */
+
+function walk(domain: string, level: RuleLevel, out: string[]): void {
+  for (const rules of level.values()) {
+    const nodes = [...rules.exact.values(), ...rules.wildcards.map((w) => w.node)];
+    if (rules.keyOnly !== undefined) nodes.push(rules.keyOnly);
+    for (const node of nodes) {
+      const limit = node.limit;
+      if (limit !== undefined) {
+        let line = `${domain}.${node.statKey}: `;
+        line += limit.unlimited
+          ? 'unlimited'
+          : `unit=${limit.unit.toUpperCase()} requests_per_unit=${limit.requestsPerUnit} unit_multiplier=${limit.unitMultiplier} algorithm=${limit.algorithm}`;
+        if (limit.name !== undefined) line += ` name=${limit.name}`;
+        if (node.replaces.length > 0) line += ` replaces=${node.replaces.join(',')}`;
+        line += `, shadow_mode: ${node.shadowMode}`;
+        out.push(line);
+      }
+      walk(domain, node.children, out);
+    }
+  }
+}
+
+/** One line per rule that has a limit, domains in name order, parents before their children. */
+export function describeConfig(config: RateLimitConfig): string[] {
+  const out: string[] = [];
+  for (const name of [...config.domains.keys()].sort()) walk(name, config.domains.get(name)!.rules, out);
+  return out;
+}

@@ -1,0 +1,379 @@
+import { detailedStatKey, matchDescriptor } from '../config/match';
+import type { MatchedRule, RateLimitConfig } from '../config/types';
+import { InvalidRequestError, NotReadyError } from '../errors';
+import type { CounterDecision, CounterRequest, Store } from '../store/store';
+import { rateLimitHeaders, type HeaderValue, type ResponseHeaderOptions } from './headers';
+import { counterKey, counterKeyPrefix } from './keys';
+import {
+  UNIT_MS,
+  type Algorithm,
+  type Descriptor,
+  type DescriptorStatus,
+  type Entry,
+  type Limit,
+  type RateLimitRequest,
+  type RateLimitResponse,
+} from './types';
+
+/**
+ * The ShouldRateLimit decision: validate, match each descriptor to a rule, ask the store about every
+ * counted descriptor at once, and turn the store's verdicts into per-descriptor statuses.
+ *
+ * Behaviour follows the reference server (envoyproxy/ratelimit) wherever it defines one:
+ * - a descriptor that matches no rule, or whose limit is replaced (`replaces`) by another matched
+ *   rule of the same request, answers `{code: OK}` with no current_limit and limit_remaining 0;
+ * - an `unlimited` rule answers OK with limit_remaining 4294967295, also without current_limit;
+ * - a request-supplied `limit` override is used instead of matching, for domains that have a config
+ *   (an unknown domain limits nothing, override or not), counted with the default algorithm;
+ * - a rule in shadow mode is decided and counted but answers OK;
+ * - global shadow mode keeps every descriptor's own code and makes only the overall code OK;
+ * - an entry with an empty value is accepted (Envoy sends them; the reference server counts them).
+ *
+ * All-or-nothing is the store's job (one decide() call), with one refinement: shadow-mode rules
+ * never deny, so their counters must not veto the charging of the enforced ones. When a request
+ * mixes them, the enforced counters are decided first (one call); each shadow counter is then
+ * decided on its own, charged only if the request was admitted. Requests without shadow rules,
+ * the common case, make exactly one call.
+ */
+
+/** Counts one matched, counted descriptor contributes to the per-rule metrics (reference counter names). */
+export interface DescriptorOutcome {
+  readonly domain: string;
+  /** The rule's key path ("tenant_acme.path"), or the detailed one when the rule has `detailed_metric`. */
+  readonly statKey: string;
+  /** total_hits: the descriptor's hits (0 for a check-only descriptor). */
+  readonly hits: number;
+  /** over_limit: hits denied by the limit (all of them: a denied request admits none). Shadow rules included. */
+  readonly overLimit: number;
+  /** near_limit: admitted hits that pushed usage above nearLimitRatio x limit. */
+  readonly nearLimit: number;
+  /** within_limit: hits admitted. */
+  readonly withinLimit: number;
+  /** shadow_mode: hits a shadow-mode rule would have denied (answered OK instead). */
+  readonly shadowMode: number;
+}
+
+/** Receives per-descriptor outcomes (metrics). Called synchronously on the hot path: keep it cheap. */
+export interface LimiterObserver {
+  /** Once per descriptor whose counter was consulted. */
+  onDescriptor(outcome: DescriptorOutcome): void;
+  /** Once per request that global shadow mode turned from OVER_LIMIT into OK. */
+  onGlobalShadowMode?(domain: string): void;
+}
+
+export type ResponseHeadersBuilder = (statuses: readonly DescriptorStatus[]) => HeaderValue[];
+
+export interface RateLimiterOptions {
+  readonly store: Store;
+  /** The current config; undefined until the first one loaded (requests then fail with NotReadyError). */
+  readonly config: () => RateLimitConfig | undefined;
+  /** Global shadow mode (SHADOW_MODE): overall code always OK. */
+  readonly shadowMode: boolean;
+  /** Charge denied requests too (COUNT_DENIED_REQUESTS). */
+  readonly countDenied: boolean;
+  /** Algorithm of request-supplied limit overrides. */
+  readonly defaultAlgorithm: Algorithm;
+  /** NEAR_LIMIT_RATIO, 0..1. */
+  readonly nearLimitRatio: number;
+  readonly observer?: LimiterObserver;
+  /** Builds response headers from the statuses: a function, or the header settings (see ./headers). */
+  readonly responseHeaders?: ResponseHeadersBuilder | ResponseHeaderOptions;
+}
+
+/** Largest uint32: limit_remaining of an unlimited rule, as the reference server sends it. */
+export const UNLIMITED_REMAINING = 4_294_967_295;
+
+const NO_HEADERS: readonly HeaderValue[] = Object.freeze([]);
+const NOT_LIMITED: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: 0 });
+const UNLIMITED: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: UNLIMITED_REMAINING });
+const NO_REPLACES: readonly string[] = Object.freeze([]);
+
+/** A counted descriptor: its rule, its position in the request and its store request. */
+interface Counted {
+  readonly index: number;
+  readonly rule: MatchedRule;
+  readonly counter: CounterRequest;
+}
+
+/** Decides ShouldRateLimit requests against the current config and a Store. */
+export class RateLimiter {
+  private readonly store: Store;
+  private readonly config: () => RateLimitConfig | undefined;
+  private readonly shadowMode: boolean;
+  private readonly countDenied: boolean;
+  private readonly defaultAlgorithm: Algorithm;
+  private readonly nearLimitRatio: number;
+  private readonly observer: LimiterObserver | undefined;
+  private readonly headers: ResponseHeadersBuilder | undefined;
+  private readonly decideOptions: { readonly countDenied: boolean };
+
+  constructor(options: RateLimiterOptions) {
+    if (!(options.nearLimitRatio >= 0 && options.nearLimitRatio <= 1)) {
+      throw new RangeError(`nearLimitRatio must be within 0..1, got ${options.nearLimitRatio}`);
+    }
+    this.store = options.store;
+    this.config = options.config;
+    this.shadowMode = options.shadowMode;
+    this.countDenied = options.countDenied;
+    this.defaultAlgorithm = options.defaultAlgorithm;
+    this.nearLimitRatio = options.nearLimitRatio;
+    this.observer = options.observer;
+    this.headers = headerBuilder(options.responseHeaders);
+    this.decideOptions = Object.freeze({ countDenied: options.countDenied });
+  }
+
+  /**
+   * Answers one request. Throws InvalidRequestError for a malformed request, NotReadyError before
+   * the first config, and whatever the store rejects with (StoreUnavailableError) when it cannot answer.
+   */
+  async shouldRateLimit(req: RateLimitRequest): Promise<RateLimitResponse> {
+    const { domain, descriptors } = req;
+    if (domain === '') throw new InvalidRequestError('domain must not be empty');
+    const n = descriptors.length;
+    if (n === 0) throw new InvalidRequestError('descriptors must not be empty');
+    const config = this.config();
+    const domainKnown = config !== undefined && config.domains.has(domain);
+    const requestHits = req.hitsAddend > 0 ? req.hitsAddend : 1;
+
+    // Pass 1: validate and match every descriptor, collecting the names replaced by any match.
+    const rules: (MatchedRule | undefined)[] = new Array<MatchedRule | undefined>(n);
+    let replaced: Set<string> | undefined;
+    for (let i = 0; i < n; i++) {
+      const d = descriptors[i];
+      validateDescriptor(d, i);
+      if (!domainKnown) continue;
+      const rule = d.limit !== undefined ? this.overrideRule(domain, d) : matchDescriptor(config!, domain, d.entries);
+      rules[i] = rule;
+      if (rule !== undefined && rule.replaces.length > 0) {
+        replaced ??= new Set<string>();
+        for (const name of rule.replaces) replaced.add(name);
+      }
+    }
+
+    // Checked after validation, so that a malformed request is reported as such in every state.
+    if (config === undefined) throw new NotReadyError('no rate limit configuration loaded');
+
+    // Pass 2: statuses that need no store, and the counters that do.
+    const statuses: DescriptorStatus[] = new Array<DescriptorStatus>(n);
+    const counted: Counted[] = [];
+    let shadowCount = 0;
+    for (let i = 0; i < n; i++) {
+      const rule = rules[i];
+      if (rule === undefined) {
+        statuses[i] = NOT_LIMITED;
+        continue;
+      }
+      const limit = rule.limit;
+      if (limit.unlimited) {
+        statuses[i] = UNLIMITED;
+        continue;
+      }
+      if (replaced !== undefined && limit.name !== undefined && replaced.has(limit.name)) {
+        statuses[i] = NOT_LIMITED;
+        continue;
+      }
+      const d = descriptors[i];
+      const hits = d.hitsAddend ?? requestHits;
+      if (rule.shadowMode) shadowCount++;
+      counted.push({
+        index: i,
+        rule,
+        counter: {
+          key: counterKey(rule.keyPrefix, d.entries),
+          limit: limit.requestsPerUnit,
+          windowMs: limit.windowMs,
+          algorithm: limit.algorithm,
+          hits,
+        },
+      });
+    }
+
+    if (counted.length > 0) {
+      const decisions = await this.decide(counted, shadowCount);
+      for (let k = 0; k < counted.length; k++) {
+        const { index, rule, counter } = counted[k];
+        const decision = decisions[k];
+        const limit = rule.limit;
+        statuses[index] = {
+          code: decision.allowed || rule.shadowMode ? 'OK' : 'OVER_LIMIT',
+          currentLimit: currentLimitOf(limit),
+          limitRemaining: decision.remaining,
+          durationUntilResetMs: decision.resetMs,
+        };
+        if (this.observer !== undefined) this.report(domain, descriptors[index].entries, rule, counter.hits, decision);
+      }
+    }
+
+    let overLimit = false;
+    for (let i = 0; i < n; i++) {
+      if (statuses[i].code === 'OVER_LIMIT') {
+        overLimit = true;
+        break;
+      }
+    }
+    if (overLimit && this.shadowMode) {
+      overLimit = false;
+      this.observer?.onGlobalShadowMode?.(domain);
+    }
+    return {
+      overallCode: overLimit ? 'OVER_LIMIT' : 'OK',
+      statuses,
+      responseHeaders: this.headers === undefined ? NO_HEADERS : this.headers(statuses),
+    };
+  }
+
+  /** Store verdicts in `counted` order; see the class comment for how shadow rules are split off. */
+  private async decide(counted: readonly Counted[], shadowCount: number): Promise<CounterDecision[]> {
+    const m = counted.length;
+    // Nothing to split: no shadow rule, only shadow rules on one counter, or every counter is charged anyway.
+    if (shadowCount === 0 || (shadowCount === m && m === 1) || this.countDenied) {
+      const counters: CounterRequest[] = new Array<CounterRequest>(m);
+      for (let k = 0; k < m; k++) counters[k] = counted[k].counter;
+      return this.store.decide(counters, this.decideOptions);
+    }
+    const decisions: CounterDecision[] = new Array<CounterDecision>(m);
+    const enforced: CounterRequest[] = [];
+    const enforcedAt: number[] = [];
+    for (let k = 0; k < m; k++) {
+      if (!counted[k].rule.shadowMode) {
+        enforced.push(counted[k].counter);
+        enforcedAt.push(k);
+      }
+    }
+    let admitted = true;
+    if (enforced.length > 0) {
+      const verdicts = await this.store.decide(enforced, this.decideOptions);
+      for (let j = 0; j < verdicts.length; j++) {
+        decisions[enforcedAt[j]] = verdicts[j];
+        if (!verdicts[j].allowed) admitted = false;
+      }
+    }
+    // A denied request is counted nowhere: shadow counters are then only checked (hits 0) for their status.
+    const shadowCalls: Promise<CounterDecision[]>[] = [];
+    const shadowAt: number[] = [];
+    for (let k = 0; k < m; k++) {
+      const { rule, counter } = counted[k];
+      if (!rule.shadowMode) continue;
+      shadowAt.push(k);
+      shadowCalls.push(this.store.decide([admitted ? counter : { ...counter, hits: 0 }], this.decideOptions));
+    }
+    const shadowVerdicts = await Promise.all(shadowCalls);
+    for (let j = 0; j < shadowAt.length; j++) {
+      const k = shadowAt[j];
+      const verdict = shadowVerdicts[j][0];
+      // Checked with hits 0, a shadow counter would always look allowed: re-judge it with its own hits.
+      decisions[k] = admitted ? verdict : judgeCheck(verdict, counted[k].counter);
+    }
+    return decisions;
+  }
+
+  private overrideRule(domain: string, d: Descriptor): MatchedRule {
+    const override = d.limit!;
+    const windowMs = UNIT_MS[override.unit];
+    const limit: Limit = {
+      requestsPerUnit: override.requestsPerUnit,
+      unit: override.unit,
+      unitMultiplier: 1,
+      windowMs,
+      algorithm: this.defaultAlgorithm,
+      unlimited: false,
+    };
+    return {
+      limit,
+      shadowMode: false,
+      detailedMetric: false,
+      replaces: NO_REPLACES,
+      statKey: entriesStatKey(d.entries),
+      keyPrefix: counterKeyPrefix(domain, this.defaultAlgorithm, windowMs),
+    };
+  }
+
+  private report(domain: string, entries: readonly Entry[], rule: MatchedRule, hits: number, decision: CounterDecision): void {
+    const statKey = rule.detailedMetric ? detailedStatKey(rule, entries) : rule.statKey;
+    const limit = rule.limit.requestsPerUnit;
+    let overLimit = 0;
+    let nearLimit = 0;
+    let withinLimit = 0;
+    let shadowMode = 0;
+    if (decision.allowed) {
+      withinLimit = hits;
+      // As the reference server: usage after this request above floor(L x ratio) makes the hits
+      // beyond that threshold (all of them if usage was already above it) near-limit hits.
+      const threshold = Math.floor(limit * this.nearLimitRatio);
+      const after = limit - decision.remaining;
+      if (after > threshold) {
+        const before = after - hits;
+        nearLimit = before >= threshold ? hits : after - threshold;
+      }
+    } else {
+      overLimit = hits;
+      if (rule.shadowMode) shadowMode = hits;
+    }
+    this.observer!.onDescriptor({ domain, statKey, hits, overLimit, nearLimit, withinLimit, shadowMode });
+  }
+}
+
+/**
+ * A shadow counter checked with hits 0 after the enforced ones denied the request. Whether its
+ * own hits would have fitted is `remaining >= hits` (remaining = L - used); when they would not, the
+ * wait is unknown without another call, so one window is reported (an upper bound).
+ */
+function judgeCheck(check: CounterDecision, counter: CounterRequest): CounterDecision {
+  const hits = counter.hits;
+  if (check.remaining >= hits) return { allowed: true, remaining: check.remaining - hits, resetMs: check.resetMs };
+  return { allowed: false, remaining: 0, resetMs: counter.windowMs };
+}
+
+function validateDescriptor(d: Descriptor, i: number): void {
+  const entries = d.entries;
+  if (entries.length === 0) throw new InvalidRequestError(`descriptors[${i}]: entries must not be empty`);
+  for (let j = 0; j < entries.length; j++) {
+    if (entries[j].key === '') throw new InvalidRequestError(`descriptors[${i}].entries[${j}]: key must not be empty`);
+  }
+  const limit = d.limit;
+  if (limit !== undefined) {
+    if (!Number.isSafeInteger(limit.requestsPerUnit) || limit.requestsPerUnit < 0) {
+      throw new InvalidRequestError(`descriptors[${i}].limit.requests_per_unit: expected a non-negative integer, got ${limit.requestsPerUnit}`);
+    }
+    if (UNIT_MS[limit.unit] === undefined) throw new InvalidRequestError(`descriptors[${i}].limit.unit: unknown unit "${limit.unit}"`);
+  }
+  const hits = d.hitsAddend;
+  if (hits !== undefined && (!Number.isSafeInteger(hits) || hits < 0)) {
+    throw new InvalidRequestError(`descriptors[${i}].hits_addend: expected a non-negative integer, got ${hits}`);
+  }
+}
+
+/** The reference server's key path of an unmatched descriptor: `key_value` per entry (`key` when the value is empty), '.'-joined. */
+function entriesStatKey(entries: readonly Entry[]): string {
+  let key = '';
+  for (let j = 0; j < entries.length; j++) {
+    const e = entries[j];
+    if (j > 0) key += '.';
+    key += e.value === '' ? e.key : `${e.key}_${e.value}`;
+  }
+  return key;
+}
+
+// One frozen current_limit per limit: configured limits live as long as their config, so the edges
+// may cache what they derive from it (the encoded sub-message) by identity.
+const CURRENT_LIMITS = new WeakMap<Limit, NonNullable<DescriptorStatus['currentLimit']>>();
+
+function currentLimitOf(limit: Limit): DescriptorStatus['currentLimit'] {
+  let current = CURRENT_LIMITS.get(limit);
+  if (current === undefined) {
+    current = Object.freeze(
+      limit.name === undefined
+        ? { requestsPerUnit: limit.requestsPerUnit, unit: limit.unit, windowMs: limit.windowMs }
+        : { requestsPerUnit: limit.requestsPerUnit, unit: limit.unit, name: limit.name, windowMs: limit.windowMs },
+    );
+    CURRENT_LIMITS.set(limit, current);
+  }
+  return current;
+}
+
+function headerBuilder(option: RateLimiterOptions['responseHeaders']): ResponseHeadersBuilder | undefined {
+  if (option === undefined) return undefined;
+  if (typeof option === 'function') return option;
+  if (!option.enabled && !option.draftEnabled) return undefined;
+  return (statuses) => rateLimitHeaders(statuses, option);
+}

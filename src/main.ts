@@ -1,0 +1,227 @@
+import { describeConfig } from './config/describe';
+import { ConfigSource, configSourceOptions } from './config/source';
+import { RateLimiter } from './limiter/rate-limiter';
+import { createLogger, type Logger } from './log';
+import { createMetrics, instrumentDecider, type Metrics } from './metrics';
+import { DebugServer } from './server/debug-server';
+import { GrpcServer } from './server/grpc-server';
+import { Http2GrpcServer } from './server/http2-grpc-server';
+import { HttpServer } from './server/http-server';
+import { HealthState, watchStoreHealth } from './server/health';
+import { loadSettings, SettingsError, type Settings } from './settings';
+import { createStore } from './store/create-store';
+import { isSupervisor, reportReady, superviseWorkers } from './workers';
+import type { Store } from './store/store';
+
+/**
+ * Composition root: settings -> logger -> config source -> store -> limiter -> servers -> signals.
+ * Each edge is built here and nowhere else; `close()` takes them down in reverse order.
+ */
+
+export interface Service {
+  readonly settings: Settings;
+  readonly logger: Logger;
+  /** The port the RLS and health services listen on (the bound one when GRPC_PORT is 0). */
+  readonly grpcPort: number;
+  /** The bound ports of the HTTP (/healthcheck, /json, /metrics) and debug (/rlconfig) servers. */
+  readonly httpPort: number;
+  readonly debugPort: number;
+  readonly metrics: Metrics;
+  readonly health: HealthState;
+  readonly limiter: RateLimiter;
+  readonly configSource: ConfigSource;
+  readonly store: Store;
+  /** Graceful stop: NOT_SERVING, refuse new calls, finish in-flight ones (up to shutdownGraceMs), release everything. */
+  close(): Promise<void>;
+}
+
+export interface StartOptions {
+  /** Defaults to one built from LOG_LEVEL and LOG_FORMAT. */
+  readonly logger?: Logger;
+}
+
+/** Starts every part of the service; resolves once the gRPC port is bound. */
+export async function startService(settings: Settings, opts: StartOptions = {}): Promise<Service> {
+  const logger = opts.logger ?? createLogger({ level: settings.logLevel, format: settings.logFormat });
+  logger.info({ settings: maskSettings(settings) }, 'starting');
+  const health = new HealthState();
+  // statsd send errors repeat on every flush while the agent is down: one warning is enough.
+  let statsdWarned = false;
+  const metrics = createMetrics(settings, {
+    onStatsdError: (err) => {
+      if (!statsdWarned) logger.warn({ err: errorText(err) }, 'statsd send failed; metrics keep being dropped while it fails');
+      statsdWarned = true;
+    },
+  });
+
+  const sourceOptions = configSourceOptions(settings);
+  const configPath = sourceOptions.path;
+  // Set once the store exists: cached denials were computed under the old limits.
+  let clearStoreCache: () => void = () => undefined;
+  const configSource = new ConfigSource({
+    ...sourceOptions,
+    onLoad: (config, files) => {
+      clearStoreCache();
+      metrics.recordConfigLoad(true);
+      health.set('config', true);
+      logger.info({ path: configPath, files, domains: [...config.domains.keys()] }, 'config loaded');
+    },
+    onError: (err) => {
+      metrics.recordConfigLoad(false);
+      logger.error({ path: configPath, err: errorText(err) }, 'config load failed; keeping the previous config');
+    },
+  });
+  try {
+    await configSource.load();
+    health.set('config', true);
+  } catch (err) {
+    metrics.recordConfigLoad(false);
+    // Stay up and NOT_SERVING: the watcher picks up a fixed config without a restart.
+    logger.error({ path: configPath, err: errorText(err) }, 'initial config load failed; not serving until a valid config appears');
+  }
+  configSource.start();
+
+  // The Redis store comes wrapped in the local denial cache (see create-store); a reload must empty it.
+  const store = await createStore(settings, logger);
+  clearStoreCache = () => store.clearCache?.();
+  const stopStoreWatch = watchStoreHealth({ store, health });
+
+  const limiter = new RateLimiter({
+    store,
+    config: () => configSource.current(),
+    shadowMode: settings.shadowMode,
+    countDenied: settings.countDeniedRequests,
+    defaultAlgorithm: settings.defaultAlgorithm,
+    nearLimitRatio: settings.nearLimitRatio,
+    responseHeaders: settings.responseHeaders,
+    observer: metrics,
+  });
+  // Both edges share one timed, error-counting view of the limiter.
+  const decider = instrumentDecider(limiter, metrics);
+  const exposition = settings.usePrometheus ? metrics : undefined;
+
+  const grpcOptions = { limiter: decider, health, settings, logger };
+  const grpcServer = settings.grpcTransport === 'http2' ? new Http2GrpcServer(grpcOptions) : new GrpcServer(grpcOptions);
+  const httpServer = new HttpServer({
+    host: settings.httpHost,
+    port: settings.httpPort,
+    isServing: () => health.serving(),
+    limiter: decider,
+    metrics: exposition,
+    logger,
+  });
+  const debugServer = new DebugServer({
+    host: settings.debugHost,
+    port: settings.debugPort,
+    rlconfig: () => {
+      const config = configSource.current();
+      return config === undefined ? [] : describeConfig(config);
+    },
+    metrics: exposition,
+    logger,
+  });
+  let grpcPort: number;
+  let httpPort: number;
+  let debugPort: number;
+  try {
+    grpcPort = await grpcServer.start();
+    httpPort = await httpServer.start();
+    debugPort = await debugServer.start();
+  } catch (err) {
+    await Promise.all([grpcServer.stop(0), httpServer.close(0), debugServer.close(0)]);
+    stopStoreWatch();
+    configSource.close();
+    await store.close();
+    await metrics.close();
+    throw err;
+  }
+  logger.info({ host: settings.grpcHost, port: grpcPort, store: store.name }, 'gRPC listening');
+  logger.info({ http: `${settings.httpHost}:${httpPort}`, debug: `${settings.debugHost}:${debugPort}` }, 'HTTP listening');
+
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> =>
+    (closing ??= (async () => {
+      health.beginShutdown();
+      const grace = settings.shutdownGraceMs;
+      await Promise.all([grpcServer.stop(grace), httpServer.close(grace), debugServer.close(grace)]);
+      stopStoreWatch();
+      configSource.close();
+      await store.close();
+      await metrics.close();
+      logger.info('stopped');
+    })());
+
+  return { settings, logger, grpcPort, httpPort, debugPort, metrics, health, limiter, configSource, store, close };
+}
+
+/** Settings as logged: secrets (REDIS_AUTH, a password inside REDIS_URL) replaced by "***". */
+export function maskSettings(settings: Settings): Settings {
+  const { redis } = settings;
+  return {
+    ...settings,
+    redis: {
+      ...redis,
+      auth: redis.auth === undefined ? undefined : '***',
+      url: redis.url === undefined ? undefined : maskUrlPasswords(redis.url),
+    },
+  };
+}
+
+/** Hides the password of every `scheme://user:password@host` (and `:password@host`) in a REDIS_URL list. */
+export function maskUrlPasswords(url: string): string {
+  return url.replace(/(\/\/[^:/@,]*:)[^@,]*@/g, '$1***@');
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** Process entry: read settings, start, stop gracefully on SIGTERM/SIGINT. */
+export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  let settings: Settings;
+  try {
+    settings = loadSettings(env);
+  } catch (err) {
+    if (err instanceof SettingsError) {
+      // One line whatever the offending value contains.
+      process.stderr.write(`${err.message.replace(/[\r\n]+/g, '\\n')}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
+  const logger = createLogger({ level: settings.logLevel, format: settings.logFormat });
+  if (isSupervisor(settings.workers)) {
+    superviseWorkers({ workers: settings.workers, logger, shutdownGraceMs: settings.shutdownGraceMs });
+    return;
+  }
+  let service: Service;
+  try {
+    service = await startService(settings, { logger });
+  } catch (err) {
+    logger.fatal({ err: errorText(err) }, 'cannot start');
+    process.exit(1);
+  }
+  reportReady();
+
+  const shutdown = (signal: NodeJS.Signals): void => {
+    logger.info({ signal }, 'shutting down');
+    // Last resort if a part refuses to stop: the grace period plus a margin, then leave anyway.
+    setTimeout(() => {
+      logger.warn('shutdown took too long; exiting');
+      process.exit(0);
+    }, settings.shutdownGraceMs + 1_000).unref();
+    service.close().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        logger.error({ err: errorText(err) }, 'error while shutting down');
+        process.exit(0);
+      },
+    );
+  };
+  process.once('SIGTERM', shutdown);
+  process.once('SIGINT', shutdown);
+}
+
+if (require.main === module) {
+  void main();
+}

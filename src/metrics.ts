@@ -1,0 +1,377 @@
+import { performance } from 'node:perf_hooks';
+import { StatsD } from 'hot-shots';
+import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
+import { NotReadyError, StoreUnavailableError } from './errors';
+import type { RateLimitRequest, RateLimitResponse } from './limiter/types';
+import type { Settings } from './settings';
+
+/**
+ * Every counter and histogram of the service, in one place.
+ *
+ * Names follow the reference server so that dashboards and alerts carry over:
+ * - statsd (USE_STATSD): `ratelimit.service.rate_limit.<domain>.<descriptor>.total_hits` etc., as the
+ *   reference emits them;
+ * - Prometheus (GET /metrics): the names its statsd-exporter mapping produces,
+ *   `ratelimit_service_rate_limit_total_hits{domain, descriptor}` etc., where `descriptor` is the rule's
+ *   key path (`tenant_acme.path`); values of key-only levels appear only for `detailed_metric` rules.
+ *
+ * Cardinality is bounded: at most `maxSeries` distinct (domain, descriptor) label sets are kept; any
+ * further one is folded into `descriptor="overflow"` of its domain, so clients sending random values to
+ * a detailed rule cannot grow memory without bound.
+ */
+
+/** What the limiter reports for one matched counter of one request: hits added to each counter. */
+export interface DescriptorEvent {
+  readonly domain: string;
+  /** Rule key path; with detailed_metric, the request's values too. */
+  readonly statKey: string;
+  readonly hits: number;
+  readonly overLimit: number;
+  readonly nearLimit: number;
+  readonly withinLimit: number;
+  readonly shadowMode: number;
+  /** Hits denied from the local denial cache, without a store round trip. */
+  readonly overLimitWithLocalCache?: number;
+}
+
+/** Minimal statsd client surface (hot-shots' StatsD satisfies it); injectable for tests. */
+export interface StatsdSink {
+  increment(stat: string, value: number): void;
+  timing(stat: string, milliseconds: number): void;
+  close(callback?: (error?: Error) => void): void;
+}
+
+/** Kinds of failed ShouldRateLimit calls: the store could not answer, or anything else. */
+export type CallErrorKind = 'store' | 'service';
+
+export interface MetricsOptions {
+  /** Store adapter name; store errors are counted as `<name>_error` (`redis_error`, as the reference). */
+  readonly storeName?: string;
+  /** Distinct (domain, descriptor) label sets kept before folding into "overflow"; default 10,000. */
+  readonly maxSeries?: number;
+  /** Process metrics (CPU, memory, event loop, GC); default true. */
+  readonly defaultMetrics?: boolean;
+  /** Where statsd lines go; none when omitted. */
+  readonly statsd?: StatsdSink;
+}
+
+/** Latency buckets in seconds, for a 20 ms budget: 0.1 ms .. 50 ms. */
+export const LATENCY_BUCKETS_SECONDS: readonly number[] = Object.freeze([
+  0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+]);
+
+export const DEFAULT_MAX_SERIES = 10_000;
+export const OVERFLOW_LABEL = 'overflow';
+
+interface Inc {
+  inc(value: number): void;
+}
+
+/** The cached children of one (domain, descriptor): a request costs two map lookups, no string work. */
+interface Series {
+  readonly totalHits: Inc;
+  readonly overLimit: Inc;
+  readonly nearLimit: Inc;
+  readonly withinLimit: Inc;
+  readonly shadowMode: Inc;
+  readonly overLimitWithLocalCache: Inc;
+  /** statsd names, built once per series; undefined without statsd. */
+  readonly stat?: {
+    readonly totalHits: string;
+    readonly overLimit: string;
+    readonly nearLimit: string;
+    readonly withinLimit: string;
+    readonly shadowMode: string;
+    readonly overLimitWithLocalCache: string;
+  };
+}
+
+const RULE_LABELS = ['domain', 'descriptor'] as const;
+const METHOD = 'ShouldRateLimit';
+
+// statsd's line format reserves ':', '|', '@' and '#'; names with them (or whitespace) would be misparsed.
+const STATSD_UNSAFE = /[:|@#\s]/g;
+
+function statsdSafe(s: string): string {
+  return s.replace(STATSD_UNSAFE, '_');
+}
+
+export class Metrics {
+  /** This service's own registry (never prom-client's global one). */
+  readonly registry = new Registry();
+
+  private readonly maxSeries: number;
+  private readonly statsd?: StatsdSink;
+  private readonly storeErrorType: string;
+
+  private readonly totalHits: Counter<(typeof RULE_LABELS)[number]>;
+  private readonly overLimit: Counter<(typeof RULE_LABELS)[number]>;
+  private readonly nearLimit: Counter<(typeof RULE_LABELS)[number]>;
+  private readonly withinLimit: Counter<(typeof RULE_LABELS)[number]>;
+  private readonly shadowMode: Counter<(typeof RULE_LABELS)[number]>;
+  private readonly overLimitWithLocalCache: Counter<(typeof RULE_LABELS)[number]>;
+
+  private readonly callErrors: Counter<'err_type'>;
+  private readonly storeErrors: Inc;
+  private readonly serviceErrors: Inc;
+  private readonly latency: { observe(value: number): void };
+  private readonly requests: Inc;
+  private readonly configLoadSuccess: Counter;
+  private readonly configLoadError: Counter;
+  private readonly localCacheHits: Counter;
+  private readonly globalShadowModeCount: Counter;
+
+  private readonly series = new Map<string, Map<string, Series>>();
+  private readonly overflow = new Map<string, Series>();
+  private seriesCount = 0;
+
+  constructor(options: MetricsOptions = {}) {
+    this.maxSeries = options.maxSeries ?? DEFAULT_MAX_SERIES;
+    this.statsd = options.statsd;
+    this.storeErrorType = `${options.storeName ?? 'store'}_error`;
+    const registers = [this.registry];
+    const rule = (what: string, help: string) =>
+      new Counter({ name: `ratelimit_service_rate_limit_${what}`, help, labelNames: RULE_LABELS, registers });
+
+    this.totalHits = rule('total_hits', 'Hits checked against a rule.');
+    this.overLimit = rule('over_limit', 'Hits denied by a rule.');
+    this.nearLimit = rule('near_limit', 'Allowed hits past NEAR_LIMIT_RATIO of a rule.');
+    this.withinLimit = rule('within_limit', 'Hits allowed by a rule.');
+    this.shadowMode = rule('shadow_mode', 'Hits a shadow-mode rule would have denied.');
+    this.overLimitWithLocalCache = rule('over_limit_with_local_cache', 'Hits denied from the local denial cache.');
+
+    this.callErrors = new Counter({
+      name: 'ratelimit_service_should_rate_limit_error',
+      help: 'Failed ShouldRateLimit calls by kind (store: <store>_error; other: service_error).',
+      labelNames: ['err_type'],
+      registers,
+    });
+    this.storeErrors = this.callErrors.labels({ err_type: this.storeErrorType });
+    this.serviceErrors = this.callErrors.labels({ err_type: 'service_error' });
+
+    const latency = new Histogram({
+      name: 'ratelimit_service_response_time_seconds',
+      help: 'ShouldRateLimit latency, from request decoded to response ready.',
+      labelNames: ['grpc_method'],
+      buckets: [...LATENCY_BUCKETS_SECONDS],
+      registers,
+    });
+    this.latency = latency.labels({ grpc_method: METHOD });
+    const requests = new Counter({
+      name: 'ratelimit_service_total_requests',
+      help: 'ShouldRateLimit calls answered (any outcome).',
+      labelNames: ['grpc_method'],
+      registers,
+    });
+    this.requests = requests.labels({ grpc_method: METHOD });
+
+    this.configLoadSuccess = new Counter({ name: 'ratelimit_service_config_load_success', help: 'Config loads that succeeded.', registers });
+    this.configLoadError = new Counter({ name: 'ratelimit_service_config_load_error', help: 'Config loads that failed (the previous config stays).', registers });
+    this.localCacheHits = new Counter({ name: 'ratelimit_service_local_cache_hits', help: 'Requests denied from the local denial cache.', registers });
+    this.globalShadowModeCount = new Counter({
+      name: 'ratelimit_service_global_shadow_mode',
+      help: 'Requests answered OK only because SHADOW_MODE is on.',
+      registers,
+    });
+
+    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** Counts one matched counter of one request (the limiter's observer). Cheap: two map lookups. */
+  onDescriptor(e: DescriptorEvent): void {
+    const s = this.seriesFor(e.domain, e.statKey);
+    if (e.hits > 0) s.totalHits.inc(e.hits);
+    if (e.overLimit > 0) s.overLimit.inc(e.overLimit);
+    if (e.nearLimit > 0) s.nearLimit.inc(e.nearLimit);
+    if (e.withinLimit > 0) s.withinLimit.inc(e.withinLimit);
+    if (e.shadowMode > 0) s.shadowMode.inc(e.shadowMode);
+    const cached = e.overLimitWithLocalCache ?? 0;
+    if (cached > 0) s.overLimitWithLocalCache.inc(cached);
+    const stat = s.stat;
+    if (stat !== undefined) {
+      const sd = this.statsd!;
+      if (e.hits > 0) sd.increment(stat.totalHits, e.hits);
+      if (e.overLimit > 0) sd.increment(stat.overLimit, e.overLimit);
+      if (e.nearLimit > 0) sd.increment(stat.nearLimit, e.nearLimit);
+      if (e.withinLimit > 0) sd.increment(stat.withinLimit, e.withinLimit);
+      if (e.shadowMode > 0) sd.increment(stat.shadowMode, e.shadowMode);
+      if (cached > 0) sd.increment(stat.overLimitWithLocalCache, cached);
+    }
+  }
+
+  /** One answered ShouldRateLimit call (any outcome), with its latency in milliseconds. */
+  recordCall(durationMs: number): void {
+    this.latency.observe(durationMs / 1000);
+    this.requests.inc(1);
+    if (this.statsd !== undefined) {
+      this.statsd.increment('ratelimit_server.ShouldRateLimit.total_requests', 1);
+      this.statsd.timing('ratelimit_server.ShouldRateLimit.response_time', durationMs);
+    }
+  }
+
+  /** One failed ShouldRateLimit call. */
+  recordError(kind: CallErrorKind): void {
+    const type = kind === 'store' ? this.storeErrorType : 'service_error';
+    (kind === 'store' ? this.storeErrors : this.serviceErrors).inc(1);
+    this.statsd?.increment(`ratelimit.service.call.should_rate_limit.${type}`, 1);
+  }
+
+  /** One config load (initial or reload). */
+  recordConfigLoad(ok: boolean): void {
+    (ok ? this.configLoadSuccess : this.configLoadError).inc(1);
+    this.statsd?.increment(ok ? 'ratelimit.service.config_load_success' : 'ratelimit.service.config_load_error', 1);
+  }
+
+  /** One request denied from the local denial cache. */
+  recordLocalCacheHit(): void {
+    this.localCacheHits.inc(1);
+    this.statsd?.increment('ratelimit.service.local_cache_hits', 1);
+  }
+
+  /** One request that was OVER_LIMIT but answered OK because of the global SHADOW_MODE (limiter observer). */
+  onGlobalShadowMode(_domain?: string): void {
+    this.globalShadowModeCount.inc(1);
+    this.statsd?.increment('ratelimit.service.global_shadow_mode', 1);
+  }
+
+  /** Distinct (domain, descriptor) label sets currently kept (overflow excluded). */
+  get seriesSize(): number {
+    return this.seriesCount;
+  }
+
+  /** The Prometheus text exposition. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  /** Content-Type of text(). */
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  /** Flushes and closes the statsd client, if any. Never rejects. */
+  close(): Promise<void> {
+    const sd = this.statsd;
+    if (sd === undefined) return Promise.resolve();
+    return new Promise((resolve) => sd.close(() => resolve()));
+  }
+
+  private seriesFor(domain: string, statKey: string): Series {
+    let byKey = this.series.get(domain);
+    if (byKey === undefined) {
+      if (this.seriesCount >= this.maxSeries) return this.overflowFor(OVERFLOW_LABEL);
+      byKey = new Map();
+      this.series.set(domain, byKey);
+    }
+    let s = byKey.get(statKey);
+    if (s === undefined) {
+      if (this.seriesCount >= this.maxSeries) return this.overflowFor(domain);
+      s = this.makeSeries(domain, statKey);
+      byKey.set(statKey, s);
+      this.seriesCount++;
+    }
+    return s;
+  }
+
+  // Overflow series exist once per domain already kept (plus one for unknown domains), so they stay bounded too.
+  private overflowFor(domain: string): Series {
+    let s = this.overflow.get(domain);
+    if (s === undefined) {
+      s = this.makeSeries(domain, OVERFLOW_LABEL);
+      this.overflow.set(domain, s);
+    }
+    return s;
+  }
+
+  private makeSeries(domain: string, descriptor: string): Series {
+    const labels = { domain, descriptor };
+    let stat: Series['stat'];
+    if (this.statsd !== undefined) {
+      const base = `ratelimit.service.rate_limit.${statsdSafe(domain)}.${statsdSafe(descriptor)}.`;
+      stat = {
+        totalHits: base + 'total_hits',
+        overLimit: base + 'over_limit',
+        nearLimit: base + 'near_limit',
+        withinLimit: base + 'within_limit',
+        shadowMode: base + 'shadow_mode',
+        overLimitWithLocalCache: base + 'over_limit_with_local_cache',
+      };
+    }
+    return {
+      totalHits: this.totalHits.labels(labels),
+      overLimit: this.overLimit.labels(labels),
+      nearLimit: this.nearLimit.labels(labels),
+      withinLimit: this.withinLimit.labels(labels),
+      shadowMode: this.shadowMode.labels(labels),
+      overLimitWithLocalCache: this.overLimitWithLocalCache.labels(labels),
+      stat,
+    };
+  }
+}
+
+/**
+ * A statsd client for USE_STATSD: UDP to STATSD_HOST:STATSD_PORT, lines batched into datagrams and
+ * flushed every second so the request path only appends to a buffer. Send errors are dropped
+ * (`onError` hears them): metrics must never fail a request.
+ */
+export function createStatsdClient(options: { host: string; port: number; onError?: (error: Error) => void }): StatsdSink {
+  return new StatsD({
+    host: options.host,
+    port: options.port,
+    protocol: 'udp',
+    cacheDns: true,
+    maxBufferSize: 1400,
+    bufferFlushInterval: 1000,
+    errorHandler: options.onError ?? (() => undefined),
+  });
+}
+
+/** The service's metrics from its settings (statsd client only when USE_STATSD). */
+export function createMetrics(
+  settings: Pick<Settings, 'backendType' | 'useStatsd' | 'statsdHost' | 'statsdPort'>,
+  options: { onStatsdError?: (error: Error) => void; defaultMetrics?: boolean } = {},
+): Metrics {
+  return new Metrics({
+    storeName: settings.backendType,
+    defaultMetrics: options.defaultMetrics,
+    statsd: settings.useStatsd
+      ? createStatsdClient({ host: settings.statsdHost, port: settings.statsdPort, onError: options.onStatsdError })
+      : undefined,
+  });
+}
+
+/** Anything that answers ShouldRateLimit (the limiter, or a wrapper around it). */
+export interface RateLimitDecider {
+  shouldRateLimit(request: RateLimitRequest): Promise<RateLimitResponse>;
+}
+
+/**
+ * Wraps a decider so that every call is timed and every failure counted, whichever edge (gRPC,
+ * HTTP /json) made it: StoreUnavailableError and NotReadyError count as store errors, anything else
+ * (bad requests included, as the reference server counts them) as service errors.
+ */
+export function instrumentDecider(decider: RateLimitDecider, metrics: Metrics): RateLimitDecider {
+  const failed = (started: number, err: unknown): Promise<never> => {
+    metrics.recordCall(performance.now() - started);
+    metrics.recordError(err instanceof StoreUnavailableError || err instanceof NotReadyError ? 'store' : 'service');
+    return Promise.reject(err);
+  };
+  return {
+    shouldRateLimit(request: RateLimitRequest): Promise<RateLimitResponse> {
+      const started = performance.now();
+      let pending: Promise<RateLimitResponse>;
+      try {
+        pending = decider.shouldRateLimit(request);
+      } catch (err) {
+        return failed(started, err);
+      }
+      return pending.then(
+        (response) => {
+          metrics.recordCall(performance.now() - started);
+          return response;
+        },
+        (err: unknown) => failed(started, err),
+      );
+    },
+  };
+}

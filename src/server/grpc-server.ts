@@ -1,0 +1,167 @@
+import * as fs from 'node:fs';
+import * as grpc from '@grpc/grpc-js';
+import { InvalidRequestError, NotReadyError } from '../errors';
+import type { Logger } from '../log';
+import type { RateLimitRequest, RateLimitResponse } from '../limiter/types';
+import type { Settings } from '../settings';
+import { StoreUnavailableError } from '../store/store';
+import { requestFromWire, responseToWire } from './convert';
+import type { HealthState, ServingStatus } from './health';
+import { grpcServiceDefinitions, ServingStatusNumber, type WireRateLimitRequest, type WireRateLimitResponse } from './proto';
+import { grpcServerCredentials } from './tls';
+
+/**
+ * The gRPC edge on grpc-js: envoy.service.ratelimit.v3.RateLimitService and grpc.health.v1.Health.
+ * Errors are classified here and only here: InvalidRequestError -> INVALID_ARGUMENT,
+ * StoreUnavailableError and NotReadyError -> UNAVAILABLE (so Envoy's failure_mode_deny decides), anything else -> INTERNAL
+ * with one log line. A response never carries overall_code UNKNOWN.
+ */
+
+/** What the edge needs from the limiter. */
+export interface RateLimitDecider {
+  shouldRateLimit(request: RateLimitRequest): Promise<RateLimitResponse>;
+}
+
+export interface GrpcServerOptions {
+  readonly limiter: RateLimitDecider;
+  readonly health: HealthState;
+  readonly settings: Pick<Settings, 'grpcHost' | 'grpcPort' | 'grpcMaxMessageBytes' | 'grpcTls'>;
+  readonly logger: Logger;
+}
+
+type HealthRequest = { service: string };
+type HealthResponse = { status: number };
+
+/** The status and message a failed ShouldRateLimit call answers with. */
+export function classifyError(err: unknown): { code: grpc.status; details: string } {
+  if (err instanceof InvalidRequestError) return { code: grpc.status.INVALID_ARGUMENT, details: err.message };
+  if (err instanceof StoreUnavailableError || err instanceof NotReadyError) {
+    return { code: grpc.status.UNAVAILABLE, details: err.message };
+  }
+  return { code: grpc.status.INTERNAL, details: 'internal error' };
+}
+
+/** Builds the listening address, bracketing IPv6 literals. */
+export function bindAddress(host: string, port: number): string {
+  return host.includes(':') && !host.startsWith('[') ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+/** Plaintext, TLS, or mutual TLS (when a client CA is configured). Reads the files once, at start. */
+export function serverCredentials(tls: Settings['grpcTls']): grpc.ServerCredentials {
+  if (!tls.enabled) return grpc.ServerCredentials.createInsecure();
+  const certChain = fs.readFileSync(tls.certPath as string);
+  const privateKey = fs.readFileSync(tls.keyPath as string);
+  const clientCa = tls.clientCaPath ? fs.readFileSync(tls.clientCaPath) : null;
+  return grpc.ServerCredentials.createSsl(clientCa, [{ cert_chain: certChain, private_key: privateKey }], clientCa !== null);
+}
+
+export class GrpcServer {
+  private readonly server: grpc.Server;
+  private readonly watchers = new Set<grpc.ServerWritableStream<HealthRequest, HealthResponse>>();
+  private stopping: Promise<void> | undefined;
+
+  constructor(private readonly options: GrpcServerOptions) {
+    this.server = new grpc.Server({
+      'grpc.max_receive_message_length': options.settings.grpcMaxMessageBytes,
+    });
+    const { rls, health } = grpcServiceDefinitions();
+    this.server.addService(rls, { shouldRateLimit: this.shouldRateLimit });
+    this.server.addService(health, { check: this.check, watch: this.watch });
+  }
+
+  /** Binds GRPC_HOST:GRPC_PORT and starts serving; resolves to the bound port (useful with port 0). */
+  start(): Promise<number> {
+    const { grpcHost, grpcPort, grpcTls } = this.options.settings;
+    return new Promise((resolve, reject) => {
+      this.server.bindAsync(bindAddress(grpcHost, grpcPort), grpcServerCredentials(grpcTls), (err, port) => {
+        if (err) reject(err);
+        else resolve(port);
+      });
+    });
+  }
+
+  /**
+   * Graceful stop: health goes NOT_SERVING, Watch streams are told and closed, new calls are refused,
+   * in-flight calls finish; whatever is still open after `graceMs` is cut. Idempotent.
+   */
+  stop(graceMs: number): Promise<void> {
+    this.stopping ??= new Promise<void>((resolve) => {
+      this.options.health.beginShutdown();
+      for (const call of this.watchers) call.end();
+      this.watchers.clear();
+      const timer = setTimeout(() => {
+        this.server.forceShutdown();
+        resolve();
+      }, graceMs);
+      this.server.tryShutdown(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+    return this.stopping;
+  }
+
+  private readonly shouldRateLimit = (
+    call: grpc.ServerUnaryCall<WireRateLimitRequest, WireRateLimitResponse>,
+    callback: grpc.sendUnaryData<WireRateLimitResponse>,
+  ): void => {
+    let pending: Promise<RateLimitResponse>;
+    try {
+      pending = this.options.limiter.shouldRateLimit(requestFromWire(call.request));
+    } catch (err) {
+      callback(this.fail(err));
+      return;
+    }
+    pending.then(
+      (response) => callback(null, responseToWire(response)),
+      (err: unknown) => callback(this.fail(err)),
+    );
+  };
+
+  private fail(err: unknown): Partial<grpc.StatusObject> {
+    const classified = classifyError(err);
+    if (classified.code === grpc.status.INTERNAL) this.options.logger.error({ err }, 'ShouldRateLimit failed');
+    return classified;
+  }
+
+  private readonly check = (
+    call: grpc.ServerUnaryCall<HealthRequest, HealthResponse>,
+    callback: grpc.sendUnaryData<HealthResponse>,
+  ): void => {
+    const status = this.options.health.status(call.request.service);
+    if (status === undefined) {
+      callback({ code: grpc.status.NOT_FOUND, details: `unknown service "${call.request.service}"` });
+      return;
+    }
+    callback(null, { status: ServingStatusNumber[status] });
+  };
+
+  private readonly watch = (call: grpc.ServerWritableStream<HealthRequest, HealthResponse>): void => {
+    const health = this.options.health;
+    const service = call.request.service;
+    const status = health.status(service);
+    if (this.stopping) {
+      call.write({ status: ServingStatusNumber.NOT_SERVING });
+      call.end();
+      return;
+    }
+    if (status === undefined) {
+      // The protocol keeps the stream open: the service may appear later.
+      call.write({ status: ServingStatusNumber.SERVICE_UNKNOWN });
+    } else {
+      call.write({ status: ServingStatusNumber[status] });
+    }
+    const unsubscribe =
+      status === undefined
+        ? () => undefined
+        : health.subscribe((next: ServingStatus) => call.write({ status: ServingStatusNumber[next] }));
+    this.watchers.add(call);
+    const done = (): void => {
+      unsubscribe();
+      this.watchers.delete(call);
+    };
+    call.on('cancelled', done);
+    call.on('close', done);
+    call.on('error', done);
+  };
+}

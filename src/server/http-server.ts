@@ -1,0 +1,365 @@
+import * as http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { InvalidRequestError, NotReadyError } from '../errors';
+import type { RateLimitRequest, RateLimitResponse, Unit } from '../limiter/types';
+import type { Logger } from '../log';
+import { StoreUnavailableError } from '../store/store';
+import { durationFromMs, requestFromWire } from './convert';
+import type { WireDescriptor, WireRateLimitRequest, WireUnitName } from './proto';
+
+/**
+ * The HTTP edge on HOST:PORT, as the reference server's:
+ * - GET /healthcheck: 200 "OK" while serving, 500 otherwise (load balancers and kubelet probes);
+ * - POST /json: a RateLimitRequest in proto JSON (lowerCamelCase or snake_case field names), answered
+ *   with the RateLimitResponse in proto JSON: 200 when OK, 429 when OVER_LIMIT, 400 for a bad body,
+ *   503 when the store (or the config) is not available, 500 otherwise;
+ * - GET /metrics: the Prometheus text exposition (when metrics are given).
+ */
+
+/** What /json needs from the limiter. */
+export interface JsonDecider {
+  shouldRateLimit(request: RateLimitRequest): Promise<RateLimitResponse>;
+}
+
+/** Anything that renders the Prometheus exposition (src/metrics.ts's Metrics). */
+export interface MetricsExposition {
+  text(): Promise<string>;
+  readonly contentType: string;
+}
+
+export interface HttpServerOptions {
+  readonly host: string;
+  /** 0 picks a free port; start() resolves to the bound one. */
+  readonly port: number;
+  /** True while the service serves (drives /healthcheck). */
+  readonly isServing: () => boolean;
+  readonly limiter: JsonDecider;
+  /** Serves GET /metrics when set. */
+  readonly metrics?: MetricsExposition;
+  readonly logger?: Logger;
+  /** Largest accepted /json body; default 1 MiB. */
+  readonly maxBodyBytes?: number;
+}
+
+const DEFAULT_MAX_BODY = 1024 * 1024;
+
+export class HttpServer {
+  private readonly server: http.Server;
+  private readonly maxBody: number;
+  private closing: Promise<void> | undefined;
+
+  constructor(private readonly options: HttpServerOptions) {
+    this.maxBody = options.maxBodyBytes ?? DEFAULT_MAX_BODY;
+    this.server = http.createServer((req, res) => this.route(req, res));
+    trackInFlight(this.server);
+  }
+
+  /** Binds HOST:PORT; resolves to the bound port. */
+  start(): Promise<number> {
+    return listen(this.server, this.options.host, this.options.port);
+  }
+
+  /**
+   * Graceful stop: no new connections, idle keep-alive connections closed, in-flight requests
+   * finish (their responses close the connection); whatever is still open after `graceMs` is cut. Idempotent.
+   */
+  close(graceMs = 5_000): Promise<void> {
+    this.closing ??= closeGracefully(this.server, graceMs);
+    return this.closing;
+  }
+
+  private route(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const path = pathOf(req.url);
+    switch (path) {
+      case '/healthcheck':
+        if (!allow(req, res, 'GET, HEAD')) return;
+        if (this.options.isServing()) send(res, 200, 'OK\n');
+        else send(res, 500, 'NOT_SERVING\n');
+        return;
+      case '/json':
+        if (!allow(req, res, 'POST')) return;
+        this.json(req, res);
+        return;
+      case '/metrics':
+        if (this.options.metrics === undefined) break;
+        if (!allow(req, res, 'GET, HEAD')) return;
+        this.prometheus(res, this.options.metrics);
+        return;
+    }
+    send(res, 404, 'not found\n');
+  }
+
+  private prometheus(res: http.ServerResponse, metrics: MetricsExposition): void {
+    metrics.text().then(
+      (text) => send(res, 200, text, metrics.contentType),
+      (err: unknown) => {
+        this.options.logger?.error({ err }, 'cannot render metrics');
+        send(res, 500, 'cannot render metrics\n');
+      },
+    );
+  }
+
+  private json(req: http.IncomingMessage, res: http.ServerResponse): void {
+    readBody(req, this.maxBody).then(
+      (body) => {
+        if (body === undefined) {
+          send(res, 413, `request body larger than ${this.maxBody} bytes\n`);
+          return;
+        }
+        let request: RateLimitRequest;
+        try {
+          request = requestFromJson(body);
+        } catch (err) {
+          this.fail(res, err);
+          return;
+        }
+        let pending: Promise<RateLimitResponse>;
+        try {
+          pending = this.options.limiter.shouldRateLimit(request);
+        } catch (err) {
+          this.fail(res, err);
+          return;
+        }
+        pending.then(
+          (response) => {
+            for (const h of response.responseHeaders) res.setHeader(h.key, h.value);
+            send(res, response.overallCode === 'OVER_LIMIT' ? 429 : 200, JSON.stringify(responseToJson(response)), 'application/json');
+          },
+          (err: unknown) => this.fail(res, err),
+        );
+      },
+      (err: unknown) => this.fail(res, err),
+    );
+  }
+
+  private fail(res: http.ServerResponse, err: unknown): void {
+    if (err instanceof InvalidRequestError) send(res, 400, `${err.message}\n`);
+    else if (err instanceof StoreUnavailableError || err instanceof NotReadyError) send(res, 503, `${err.message}\n`);
+    else {
+      this.options.logger?.error({ err }, '/json failed');
+      send(res, 500, 'internal error\n');
+    }
+  }
+}
+
+/* ---------- proto JSON <-> limiter types ---------- */
+
+type Json = Record<string, unknown>;
+
+const REQUEST_FIELDS = new Set(['domain', 'descriptors', 'hitsAddend']);
+const DESCRIPTOR_FIELDS = new Set(['entries', 'limit', 'hitsAddend']);
+const ENTRY_FIELDS = new Set(['key', 'value']);
+const LIMIT_FIELDS = new Set(['requestsPerUnit', 'unit']);
+
+/** lower_snake_case -> lowerCamelCase; proto JSON parsers accept both spellings of a field. */
+function camel(name: string): string {
+  return name.includes('_') ? name.replace(/_([a-z0-9])/g, (_m, c: string) => c.toUpperCase()) : name;
+}
+
+/** The object's fields under their camelCase names; rejects unknown and duplicate fields. */
+function fields(value: unknown, where: string, known: ReadonlySet<string>): Map<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new InvalidRequestError(`${where}: expected an object`);
+  const out = new Map<string, unknown>();
+  for (const [name, v] of Object.entries(value as Json)) {
+    const key = camel(name);
+    if (!known.has(key)) throw new InvalidRequestError(`${where}: unknown field "${name}"`);
+    if (out.has(key)) throw new InvalidRequestError(`${where}: field "${name}" given twice`);
+    // proto JSON: null means "default value".
+    if (v !== null) out.set(key, v);
+  }
+  return out;
+}
+
+function string(value: unknown, where: string): string {
+  if (value === undefined) return '';
+  if (typeof value !== 'string') throw new InvalidRequestError(`${where}: expected a string`);
+  return value;
+}
+
+/** A uint32/uint64 field: a JSON number or a decimal string, as proto JSON allows. */
+function count(value: unknown, where: string): number {
+  if (value === undefined) return 0;
+  const n = typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value;
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < 0) throw new InvalidRequestError(`${where}: expected a non-negative integer`);
+  return n;
+}
+
+function array(value: unknown, where: string): unknown[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) throw new InvalidRequestError(`${where}: expected an array`);
+  return value;
+}
+
+function descriptorFromJson(value: unknown, where: string): WireDescriptor {
+  const f = fields(value, where, DESCRIPTOR_FIELDS);
+  const entries = array(f.get('entries'), `${where}.entries`).map((e, j) => {
+    const ef = fields(e, `${where}.entries[${j}]`, ENTRY_FIELDS);
+    return { key: string(ef.get('key'), `${where}.entries[${j}].key`), value: string(ef.get('value'), `${where}.entries[${j}].value`) };
+  });
+  const out: WireDescriptor = { entries };
+  const limit = f.get('limit');
+  if (limit !== undefined) {
+    const lf = fields(limit, `${where}.limit`, LIMIT_FIELDS);
+    const unit = lf.get('unit') ?? 'UNKNOWN';
+    if (typeof unit !== 'string' && typeof unit !== 'number') throw new InvalidRequestError(`${where}.limit.unit: expected a unit name`);
+    out.limit = {
+      requestsPerUnit: count(lf.get('requestsPerUnit'), `${where}.limit.requests_per_unit`),
+      unit: typeof unit === 'string' ? (unit.toUpperCase() as WireUnitName) : unit,
+    };
+  }
+  // google.protobuf.UInt64Value is a bare number (or string) in proto JSON; the object form is accepted too.
+  const hits = f.get('hitsAddend');
+  if (hits !== undefined) {
+    const v = typeof hits === 'object' && hits !== null && !Array.isArray(hits) ? (hits as Json).value : hits;
+    out.hitsAddend = { value: count(v, `${where}.hits_addend`) };
+  }
+  return out;
+}
+
+/** A proto-JSON RateLimitRequest as the limiter's request. Throws InvalidRequestError naming the bad field. */
+export function requestFromJson(body: string): RateLimitRequest {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch (err) {
+    throw new InvalidRequestError(`invalid JSON: ${(err as Error).message}`);
+  }
+  const f = fields(parsed, 'request', REQUEST_FIELDS);
+  const wire: WireRateLimitRequest = {
+    domain: string(f.get('domain'), 'domain'),
+    descriptors: array(f.get('descriptors'), 'descriptors').map((d, i) => descriptorFromJson(d, `descriptors[${i}]`)),
+    hitsAddend: count(f.get('hitsAddend'), 'hits_addend'),
+  };
+  return requestFromWire(wire);
+}
+
+const UNIT_NAME: Readonly<Record<Unit, WireUnitName>> = {
+  second: 'SECOND',
+  minute: 'MINUTE',
+  hour: 'HOUR',
+  day: 'DAY',
+  week: 'WEEK',
+  month: 'MONTH',
+  year: 'YEAR',
+};
+
+/** A Duration in proto JSON: seconds with 0 or 3 fractional digits and an "s" suffix ("1s", "1.500s"). */
+function durationJson(ms: number): string {
+  const d = durationFromMs(ms);
+  const millis = d.nanos / 1_000_000;
+  return millis === 0 ? `${d.seconds}s` : `${d.seconds}.${String(millis).padStart(3, '0')}s`;
+}
+
+/** The limiter's response in proto JSON; fields with default values are left out, as proto JSON does. */
+export function responseToJson(response: RateLimitResponse): Json {
+  const statuses = response.statuses.map((s) => {
+    const out: Json = { code: s.code };
+    if (s.currentLimit !== undefined) {
+      const cl: Json = { requestsPerUnit: s.currentLimit.requestsPerUnit, unit: UNIT_NAME[s.currentLimit.unit] };
+      if (s.currentLimit.name) cl.name = s.currentLimit.name;
+      out.currentLimit = cl;
+    }
+    if (s.limitRemaining > 0) out.limitRemaining = s.limitRemaining;
+    if (s.durationUntilResetMs !== undefined) out.durationUntilReset = durationJson(s.durationUntilResetMs);
+    return out;
+  });
+  const json: Json = { overallCode: response.overallCode === 'OVER_LIMIT' ? 'OVER_LIMIT' : 'OK', statuses };
+  if (response.responseHeaders.length > 0) json.responseHeadersToAdd = response.responseHeaders.map((h) => ({ key: h.key, value: h.value }));
+  return json;
+}
+
+/* ---------- small HTTP plumbing, shared with the debug server ---------- */
+
+/** The path of a request URL, without query string. */
+export function pathOf(url: string | undefined): string {
+  if (url === undefined) return '/';
+  const q = url.indexOf('?');
+  return q === -1 ? url : url.slice(0, q);
+}
+
+/** Answers 405 (with Allow) unless the method is one of `methods`. */
+export function allow(req: http.IncomingMessage, res: http.ServerResponse, methods: string): boolean {
+  if (methods.split(', ').includes(req.method ?? '')) return true;
+  res.setHeader('Allow', methods);
+  send(res, 405, 'method not allowed\n');
+  return false;
+}
+
+/** Writes a complete response (no body for HEAD). */
+export function send(res: http.ServerResponse, status: number, body: string, contentType = 'text/plain; charset=utf-8'): void {
+  if (res.headersSent) return;
+  res.statusCode = status;
+  res.setHeader('Content-Type', contentType);
+  res.setHeader('Content-Length', Buffer.byteLength(body));
+  res.end(res.req?.method === 'HEAD' ? undefined : body);
+}
+
+/** The body as text, or undefined when it exceeds `max` bytes (the rest is drained, not buffered). */
+function readBody(req: http.IncomingMessage, max: number): Promise<string | undefined> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let tooLarge = false;
+    req.on('data', (chunk: Buffer) => {
+      if (tooLarge) return;
+      size += chunk.length;
+      if (size > max) {
+        tooLarge = true;
+        chunks.length = 0;
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => resolve(tooLarge ? undefined : Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+/** Listens on host:port; resolves to the bound port. */
+export function listen(server: http.Server, host: string, port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const onError = (err: Error): void => reject(err);
+    server.once('error', onError);
+    server.listen(port, host, () => {
+      server.off('error', onError);
+      resolve((server.address() as AddressInfo).port);
+    });
+  });
+}
+
+const inFlight = new WeakMap<http.Server, Set<http.ServerResponse>>();
+
+/**
+ * Remembers the responses not yet sent, so that closeGracefully can make each of them end its
+ * connection: a keep-alive connection that served a request begun before the close would otherwise
+ * linger until its idle timeout.
+ */
+export function trackInFlight(server: http.Server): void {
+  const pending = new Set<http.ServerResponse>();
+  inFlight.set(server, pending);
+  server.on('request', (_req: http.IncomingMessage, res: http.ServerResponse) => {
+    pending.add(res);
+    res.once('close', () => pending.delete(res));
+  });
+}
+
+/**
+ * Stops accepting, closes idle keep-alive connections, lets in-flight requests finish (their
+ * responses close the connection), cuts whatever is still open after graceMs.
+ */
+export function closeGracefully(server: http.Server, graceMs: number): Promise<void> {
+  return new Promise((resolve) => {
+    if (!server.listening) {
+      resolve();
+      return;
+    }
+    for (const res of inFlight.get(server) ?? []) if (!res.headersSent) res.setHeader('Connection', 'close');
+    const timer = setTimeout(() => server.closeAllConnections(), graceMs);
+    timer.unref();
+    server.close(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+    server.closeIdleConnections();
+  });
+}

@@ -1,0 +1,122 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import * as protobuf from 'protobufjs';
+
+/**
+ * The wire format, loaded once from proto/ and shared by every edge: grpc-js service definitions
+ * (through proto-loader) and a protobufjs Root (for transports and endpoints that encode by hand).
+ * Field names are lowerCamelCase, as in Envoy's JSON.
+ */
+
+export const RLS_PROTO = 'envoy/service/ratelimit/v3/rls.proto';
+export const HEALTH_PROTO = 'grpc/health/v1/health.proto';
+export const RLS_SERVICE = 'envoy.service.ratelimit.v3.RateLimitService';
+export const HEALTH_SERVICE = 'grpc.health.v1.Health';
+
+/** The directory holding the .proto files, found from both src/ (ts-jest) and dist/src/ (built). */
+export const PROTO_DIR: string = findProtoDir();
+
+function findProtoDir(): string {
+  let dir = __dirname;
+  for (let i = 0; i < 5; i++) {
+    const candidate = path.join(dir, 'proto');
+    if (fs.existsSync(path.join(candidate, RLS_PROTO))) return candidate;
+    dir = path.dirname(dir);
+  }
+  throw new Error(`cannot find ${RLS_PROTO} in a proto/ directory above ${__dirname}`);
+}
+
+// Decoded requests: enum names as strings (an undefined enum value stays a number), 64-bit integers
+// as numbers, absent scalars as their defaults and absent messages as null.
+const LOADER_OPTIONS: protoLoader.Options = {
+  keepCase: false,
+  longs: Number,
+  enums: String,
+  defaults: true,
+  arrays: true,
+  oneofs: true,
+  includeDirs: [PROTO_DIR],
+};
+
+let grpcDefinitions: { rls: grpc.ServiceDefinition; health: grpc.ServiceDefinition } | undefined;
+
+/** grpc-js service definitions of RateLimitService and Health (loaded on first use, then cached). */
+export function grpcServiceDefinitions(): { rls: grpc.ServiceDefinition; health: grpc.ServiceDefinition } {
+  if (!grpcDefinitions) {
+    const pkg = protoLoader.loadSync([RLS_PROTO, HEALTH_PROTO], LOADER_OPTIONS);
+    grpcDefinitions = {
+      rls: pkg[RLS_SERVICE] as grpc.ServiceDefinition,
+      health: pkg[HEALTH_SERVICE] as grpc.ServiceDefinition,
+    };
+  }
+  return grpcDefinitions;
+}
+
+let root: protobuf.Root | undefined;
+
+/** The same .proto files as a resolved protobufjs Root (camelCase fields), loaded once. */
+export function protoRoot(): protobuf.Root {
+  if (!root) {
+    const r = new protobuf.Root();
+    // Well-known google/protobuf types are built into protobufjs; everything else lives in PROTO_DIR.
+    r.resolvePath = (_origin, target) => (target.startsWith('google/protobuf/') ? target : path.join(PROTO_DIR, target));
+    r.loadSync([RLS_PROTO, HEALTH_PROTO], { keepCase: false });
+    r.resolveAll();
+    root = r;
+  }
+  return root;
+}
+
+/* ---------- Wire shapes, as the server receives and sends them ---------- */
+
+/** An enum field as decoded: its name, or the raw number when the value is not defined in the .proto. */
+export type WireEnum<Name extends string> = Name | number;
+
+export type WireUnitName = 'UNKNOWN' | 'SECOND' | 'MINUTE' | 'HOUR' | 'DAY' | 'MONTH' | 'YEAR' | 'WEEK';
+export type WireCodeName = 'UNKNOWN' | 'OK' | 'OVER_LIMIT';
+
+export interface WireEntry {
+  key: string;
+  value: string;
+}
+
+export interface WireDescriptor {
+  entries: WireEntry[];
+  limit?: { requestsPerUnit: number; unit: WireEnum<WireUnitName> } | null;
+  hitsAddend?: { value?: number | string } | null;
+}
+
+export interface WireRateLimitRequest {
+  domain: string;
+  descriptors: WireDescriptor[];
+  hitsAddend: number;
+}
+
+export interface WireDuration {
+  seconds: number;
+  nanos: number;
+}
+
+export interface WireDescriptorStatus {
+  code: WireEnum<WireCodeName>;
+  currentLimit?: { requestsPerUnit: number; unit: WireEnum<WireUnitName>; name: string } | null;
+  limitRemaining: number;
+  durationUntilReset?: WireDuration | null;
+}
+
+export interface WireHeaderValue {
+  key: string;
+  value: string;
+}
+
+export interface WireRateLimitResponse {
+  overallCode: WireEnum<WireCodeName>;
+  statuses: WireDescriptorStatus[];
+  responseHeadersToAdd: WireHeaderValue[];
+  requestHeadersToAdd?: WireHeaderValue[];
+}
+
+/** grpc.health.v1 status numbers. */
+export const ServingStatusNumber = Object.freeze({ UNKNOWN: 0, SERVING: 1, NOT_SERVING: 2, SERVICE_UNKNOWN: 3 });

@@ -1,0 +1,56 @@
+import type { Logger } from '../log';
+import type { Settings } from '../settings';
+import { DenialCache } from './denial-cache';
+import { FailurePolicyStore } from './failure-policy';
+import { MemoryStore } from './memory-store';
+import { describeRedisTarget } from './redis-connection';
+import { createRedisStore } from './redis-store';
+import type { Store } from './store';
+
+/**
+ * Builds the Store that BACKEND_TYPE selects. The only place that knows every adapter;
+ * async so that an adapter may connect or register scripts before the first request.
+ */
+export async function createStore(settings: Settings, logger: Logger): Promise<Store> {
+  switch (settings.backendType) {
+    case 'memory':
+      logger.debug({ maxKeys: settings.memoryMaxKeys }, 'using the in-memory store');
+      return new MemoryStore({ maxKeys: settings.memoryMaxKeys });
+    case 'redis':
+      return createRedisBackedStore(settings, logger);
+    default:
+      throw new Error(`backend "${settings.backendType}" is not available in this build`);
+  }
+}
+
+// How long start-up waits for Redis before serving anyway (NOT_SERVING until it connects).
+const REDIS_STARTUP_WAIT_MS = 3_000;
+
+/**
+ * Redis, wrapped (inside out) in the denial cache (LOCAL_DENIAL_CACHE_MAX_KEYS, 0 = off) and the
+ * failure policy (STORE_FAILURE_POLICY). Cached denials are still answered while Redis is down.
+ * clearCache() on the result empties the denial cache (call it after a config reload).
+ */
+async function createRedisBackedStore(settings: Settings, logger: Logger): Promise<Store> {
+  const target = describeRedisTarget(settings.redis);
+  const redis = createRedisStore(settings, {
+    onConnectionChange: (state, err) => {
+      if (state === 'ready') logger.info({ redis: target }, 'redis connected');
+      else logger.warn({ redis: target, err: err?.message }, 'redis connection lost; reconnecting');
+    },
+  });
+  if (!(await redis.whenReady(REDIS_STARTUP_WAIT_MS))) logger.warn({ redis: target }, 'redis not reachable yet; still trying');
+  let store: Store = redis;
+  if (settings.denialCacheMaxKeys > 0) store = new DenialCache({ store, maxKeys: settings.denialCacheMaxKeys });
+  if (settings.storeFailurePolicy !== 'error') {
+    const policy = settings.storeFailurePolicy;
+    store = new FailurePolicyStore({
+      store,
+      policy,
+      fallback: policy === 'local' ? new MemoryStore({ maxKeys: settings.memoryMaxKeys }) : undefined,
+      onFallback: () => {},
+    });
+  }
+  logger.debug({ redis: target, policy: settings.storeFailurePolicy, denialCache: settings.denialCacheMaxKeys }, 'using the redis store');
+  return store;
+}

@@ -1,0 +1,142 @@
+import { systemClock, type Clock } from '../limiter/types';
+import type { CounterDecision, CounterRequest, DecideOptions, Store } from './store';
+
+/**
+ * A Store decorator that remembers denials and answers them locally until their retry time,
+ * saving a store round trip for clients hammering a limit they have already hit.
+ *
+ * Why it never denies what the store would have allowed: a denial is recorded with the local time
+ * read BEFORE the store call plus the store's resetMs. The store decided at some later instant, so
+ * the true retry instant is never earlier than the cached expiry. Until then, with no other
+ * traffic the same request stays denied, and other traffic only adds hits (stores never decrement),
+ * so it stays denied; a request with more hits than the denied one needs even longer. Hence only
+ * requests with hits >= the denied request's hits are answered from the cache.
+ *
+ * Caveats, both conservative in the store's favour or bounded:
+ * - Redis Cluster requests spanning slots refund a denied request's charges in the other slots;
+ *   a denial observed during that brief window may be cached a little longer than needed.
+ * - With countDenied, denials answered here are not charged to the store.
+ *
+ * A call with any cached-denied counter is answered locally: those counters denied with their
+ * remaining wait, every other counter reported allowed with remaining 0 and resetMs 0 (it was not
+ * consulted; nothing is charged anywhere, as the all-or-nothing rule requires).
+ */
+
+export interface DenialCacheOptions {
+  readonly store: Store;
+  /** Most cached denials; beyond it the least recently used is dropped. */
+  readonly maxKeys: number;
+  /** Local time source. */
+  readonly clock?: Clock;
+  /** Called once per call answered from the cache, for metrics. */
+  readonly onHit?: () => void;
+}
+
+interface Denial {
+  /** Local time from which the store may allow again. */
+  readonly untilMs: number;
+  /** Hits of the denied request: fewer hits might be allowed earlier. */
+  readonly minHits: number;
+}
+
+/** Store decorator answering known denials locally; see the file comment for the guarantee. */
+export class DenialCache implements Store {
+  readonly name: string;
+  private readonly store: Store;
+  private readonly maxKeys: number;
+  private readonly clock: Clock;
+  private readonly onHit: () => void;
+  private readonly denials = new Map<string, Denial>();
+
+  constructor(options: DenialCacheOptions) {
+    if (!Number.isInteger(options.maxKeys) || options.maxKeys < 1) {
+      throw new RangeError(`maxKeys must be a positive integer, got ${options.maxKeys}`);
+    }
+    this.store = options.store;
+    this.name = options.store.name;
+    this.maxKeys = options.maxKeys;
+    this.clock = options.clock ?? systemClock;
+    this.onHit = options.onHit ?? (() => {});
+  }
+
+  /** Number of cached denials (expired ones included until touched or evicted). */
+  get size(): number {
+    return this.denials.size;
+  }
+
+  /** Answers from the cache when a counter is known to be denied, else asks the store and records its denials. */
+  async decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
+    const now = this.clock.nowMs();
+    if (this.denials.size > 0) {
+      const local = this.lookup(counters, now);
+      if (local !== undefined) {
+        this.onHit();
+        return local;
+      }
+    }
+    const decisions = await this.store.decide(counters, options);
+    for (let i = 0; i < decisions.length; i++) {
+      const d = decisions[i];
+      if (!d.allowed && d.resetMs > 0) this.remember(cacheKey(counters[i]), { untilMs: now + d.resetMs, minHits: counters[i].hits });
+    }
+    return decisions;
+  }
+
+  /** Forgets every denial (the limits may have changed: config reload). */
+  clear(): void {
+    this.denials.clear();
+    this.store.clearCache?.();
+  }
+
+  /** Store port spelling of clear(). */
+  clearCache(): void {
+    this.clear();
+  }
+
+  isHealthy(): boolean {
+    return this.store.isHealthy();
+  }
+
+  close(): Promise<void> {
+    this.denials.clear();
+    return this.store.close();
+  }
+
+  private lookup(counters: readonly CounterRequest[], now: number): CounterDecision[] | undefined {
+    let out: CounterDecision[] | undefined;
+    for (let i = 0; i < counters.length; i++) {
+      const c = counters[i];
+      const key = cacheKey(c);
+      const denial = this.denials.get(key);
+      if (denial === undefined) continue;
+      if (denial.untilMs <= now) {
+        this.denials.delete(key);
+        continue;
+      }
+      if (c.hits < denial.minHits) continue;
+      // Recently used: keep it over colder entries.
+      this.denials.delete(key);
+      this.denials.set(key, denial);
+      out ??= counters.map(() => NOT_CONSULTED);
+      out[i] = { allowed: false, remaining: 0, resetMs: denial.untilMs - now };
+    }
+    return out;
+  }
+
+  private remember(key: string, denial: Denial): void {
+    this.denials.delete(key);
+    this.denials.set(key, denial);
+    if (this.denials.size > this.maxKeys) {
+      const oldest = this.denials.keys().next();
+      if (oldest.done !== true) this.denials.delete(oldest.value);
+    }
+  }
+}
+
+const NOT_CONSULTED: CounterDecision = Object.freeze({ allowed: true, remaining: 0, resetMs: 0 });
+
+// The counter key already encodes algorithm and window (src/limiter/keys.ts); the limit may differ
+// per request (overrides), and a denial under one limit says nothing about another.
+function cacheKey(c: CounterRequest): string {
+  return `${c.key}\n${c.limit}\n${c.windowMs}\n${c.algorithm}`;
+}

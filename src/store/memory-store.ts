@@ -1,0 +1,276 @@
+import { fixedWindow, slidingLog, slidingWindow, type Verdict } from '../limiter/algorithms';
+import { systemClock, type Algorithm, type Clock } from '../limiter/types';
+import type { CounterDecision, CounterRequest, DecideOptions, Store } from './store';
+
+/**
+ * The embedded store: counters in one process, bounded in memory.
+ *
+ * Every decision is computed by src/limiter/algorithms.ts; this file only keeps the state those
+ * functions read. The work is synchronous, so a call is atomic with respect to every other call
+ * without any locking; the Promise is there to honour the Store port.
+ *
+ * Memory is bounded twice: a record is dropped once it can no longer influence a decision (its
+ * expiry, see below), and the map never holds more than `maxKeys` records, evicting the least
+ * recently used one. Evicting a live counter forgets its hits, so `maxKeys` should exceed the
+ * number of distinct active descriptors.
+ */
+
+export interface MemoryStoreOptions {
+  /** Most records kept; beyond it the least recently used one is evicted. */
+  readonly maxKeys: number;
+  /** Time source, read once per decide() call; defaults to the system clock. */
+  readonly clock?: Clock;
+  /** Period of the background expiry sweep, ms; 0 turns it off (lazy cleanup only). Default 10 s. */
+  readonly sweepIntervalMs?: number;
+  /** Records examined per sweep tick, so one tick never stalls the event loop. Default 10 000. */
+  readonly sweepBatch?: number;
+}
+
+interface LogRecordEntry {
+  atMs: number;
+  hits: number;
+}
+
+/**
+ * One counter's state. `index` is the fixed window (floor(now / W)) that `current` counts;
+ * `previous` counts window index - 1 (sliding window only). The log keeps admitted hits oldest first.
+ */
+interface CounterRecord {
+  readonly algorithm: Algorithm;
+  readonly windowMs: number;
+  index: number;
+  current: number;
+  previous: number;
+  log: LogRecordEntry[] | undefined;
+  /** From this instant on the record cannot change any decision and may be dropped. */
+  expiresAtMs: number;
+}
+
+const DEFAULT_SWEEP_INTERVAL_MS = 10_000;
+const DEFAULT_SWEEP_BATCH = 10_000;
+// Expired records at the cold end of the LRU order checked per decide() call: keeps memory tidy
+// between sweeps at a constant, tiny cost.
+const LAZY_EXPIRY_CHECKS = 2;
+
+/** In-process Store: exact algorithms, LRU-bounded, expired windows evicted. */
+export class MemoryStore implements Store {
+  readonly name = 'memory';
+  private readonly records = new Map<string, CounterRecord>();
+  private readonly clock: Clock;
+  private readonly maxKeys: number;
+  private readonly sweepBatch: number;
+  private readonly timer: NodeJS.Timeout | undefined;
+  private sweepCursor: IterableIterator<[string, CounterRecord]> | undefined;
+
+  constructor(options: MemoryStoreOptions) {
+    if (!Number.isInteger(options.maxKeys) || options.maxKeys < 1) {
+      throw new RangeError(`maxKeys must be a positive integer, got ${options.maxKeys}`);
+    }
+    this.maxKeys = options.maxKeys;
+    this.clock = options.clock ?? systemClock;
+    this.sweepBatch = options.sweepBatch ?? DEFAULT_SWEEP_BATCH;
+    const interval = options.sweepIntervalMs ?? DEFAULT_SWEEP_INTERVAL_MS;
+    if (interval > 0) {
+      this.timer = setInterval(() => this.sweep(), interval);
+      // The sweep is housekeeping: it must never keep the process alive.
+      this.timer.unref();
+    }
+  }
+
+  /** Number of records currently held (expired ones included until swept). */
+  get size(): number {
+    return this.records.size;
+  }
+
+  /** Decides every counter at one instant of the store's clock; see the Store contract. */
+  decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
+    try {
+      return Promise.resolve(this.decideNow(counters, options?.countDenied === true));
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /** Always true: the store lives in this process. */
+  isHealthy(): boolean {
+    return true;
+  }
+
+  /** Stops the background sweep. Counters are kept until the object is collected. */
+  close(): Promise<void> {
+    if (this.timer !== undefined) clearInterval(this.timer);
+    return Promise.resolve();
+  }
+
+  /**
+   * Drops expired records, examining at most `sweepBatch` of them; the next call resumes where
+   * this one stopped. Called by the background timer; public so tests can drive it.
+   */
+  sweep(budget: number = this.sweepBatch): number {
+    const now = this.clock.nowMs();
+    let dropped = 0;
+    for (let i = 0; i < budget; i++) {
+      this.sweepCursor ??= this.records.entries();
+      const next = this.sweepCursor.next();
+      if (next.done === true) {
+        this.sweepCursor = undefined;
+        break;
+      }
+      const [key, record] = next.value;
+      if (now >= record.expiresAtMs) {
+        this.records.delete(key);
+        dropped++;
+      }
+    }
+    return dropped;
+  }
+
+  private decideNow(counters: readonly CounterRequest[], countDenied: boolean): CounterDecision[] {
+    const now = this.clock.nowMs();
+    const n = counters.length;
+    const decisions: CounterDecision[] = new Array<CounterDecision>(n);
+    let allAllowed = true;
+    for (let i = 0; i < n; i++) {
+      const c = counters[i];
+      const record = this.live(c, now);
+      // The same counter twice in one call: the later one sees the earlier one's hits, as it would
+      // had the two arrived one after the other.
+      const pending = i > 0 ? pendingHits(counters, decisions, i, countDenied) : 0;
+      const verdict = decideOne(c, record, now, pending);
+      decisions[i] = verdict;
+      if (!verdict.allowed) allAllowed = false;
+    }
+    if (allAllowed || countDenied) {
+      for (let i = 0; i < n; i++) {
+        const c = counters[i];
+        if (c.hits > 0) this.charge(c, now);
+      }
+    }
+    this.dropColdExpired(now);
+    return decisions;
+  }
+
+  /** The record of a counter if it still matters at `now`; forgets it otherwise. */
+  private live(c: CounterRequest, now: number): CounterRecord | undefined {
+    const record = this.records.get(c.key);
+    if (record === undefined) return undefined;
+    // A key reused with another algorithm or window cannot reinterpret the old state.
+    if (now >= record.expiresAtMs || record.algorithm !== c.algorithm || record.windowMs !== c.windowMs) {
+      this.records.delete(c.key);
+      return undefined;
+    }
+    // Reads count as use: a counter that only ever denies is as hot as one that admits, and
+    // evicting it would hand its caller a fresh quota.
+    this.records.delete(c.key);
+    this.records.set(c.key, record);
+    return record;
+  }
+
+  private charge(c: CounterRequest, now: number): void {
+    const w = c.windowMs;
+    const index = Math.floor(now / w);
+    let record = this.live(c, now);
+    if (record === undefined) {
+      record = { algorithm: c.algorithm, windowMs: w, index, current: 0, previous: 0, log: undefined, expiresAtMs: 0 };
+      this.records.set(c.key, record);
+      if (this.records.size > this.maxKeys) this.evictLeastRecent();
+    }
+    switch (c.algorithm) {
+      case 'sliding_window':
+        if (record.index !== index) {
+          record.previous = record.index === index - 1 ? record.current : 0;
+          record.current = 0;
+          record.index = index;
+        }
+        record.current += c.hits;
+        // The current window's hits weigh on the estimate until the end of the next window.
+        record.expiresAtMs = (index + 2) * w;
+        break;
+      case 'fixed_window':
+        if (record.index !== index) {
+          record.current = 0;
+          record.index = index;
+        }
+        record.current += c.hits;
+        record.expiresAtMs = (index + 1) * w;
+        break;
+      case 'sliding_log': {
+        const log = (record.log ??= []);
+        pruneLog(log, now - w);
+        const last = log.length > 0 ? log[log.length - 1] : undefined;
+        // Hits in the same millisecond share one entry, which bounds the log by W as well as by L.
+        if (last !== undefined && last.atMs === now) last.hits += c.hits;
+        else log.push({ atMs: now, hits: c.hits });
+        record.expiresAtMs = now + w;
+        break;
+      }
+    }
+  }
+
+  private evictLeastRecent(): void {
+    const oldest = this.records.keys().next();
+    if (oldest.done !== true) this.records.delete(oldest.value);
+  }
+
+  private dropColdExpired(now: number): void {
+    for (let i = 0; i < LAZY_EXPIRY_CHECKS; i++) {
+      const first = this.records.entries().next();
+      if (first.done === true || now < first.value[1].expiresAtMs) return;
+      this.records.delete(first.value[0]);
+    }
+  }
+}
+
+function decideOne(c: CounterRequest, record: CounterRecord | undefined, now: number, pending: number): Verdict {
+  const w = c.windowMs;
+  switch (c.algorithm) {
+    case 'sliding_window': {
+      let current = 0;
+      let previous = 0;
+      if (record !== undefined) {
+        const index = Math.floor(now / w);
+        if (record.index >= index) {
+          // (A clock that stepped back keeps reading the newest window: never admits more.)
+          current = record.current;
+          previous = record.previous;
+        } else if (record.index === index - 1) {
+          previous = record.current;
+        }
+      }
+      return slidingWindow({ current: current + pending, previous, nowMs: now, windowMs: w, limit: c.limit, hits: c.hits });
+    }
+    case 'fixed_window': {
+      let count = 0;
+      if (record !== undefined && record.index >= Math.floor(now / w)) count = record.current;
+      return fixedWindow({ count: count + pending, nowMs: now, windowMs: w, limit: c.limit, hits: c.hits });
+    }
+    case 'sliding_log': {
+      let entries: readonly LogRecordEntry[] = record?.log ?? EMPTY_LOG;
+      if (record?.log !== undefined) pruneLog(record.log, now - w);
+      if (pending > 0) entries = [...entries, { atMs: now, hits: pending }];
+      return slidingLog({ entries, nowMs: now, windowMs: w, limit: c.limit, hits: c.hits });
+    }
+  }
+}
+
+const EMPTY_LOG: readonly LogRecordEntry[] = Object.freeze([]);
+
+/** Removes records at or before `from` (they have left the window), oldest first. */
+function pruneLog(log: LogRecordEntry[], from: number): void {
+  let k = 0;
+  while (k < log.length && log[k].atMs <= from) k++;
+  if (k > 0) log.splice(0, k);
+}
+
+/** Hits that earlier counters of this call will add to the same counter. */
+function pendingHits(counters: readonly CounterRequest[], decisions: readonly CounterDecision[], i: number, countDenied: boolean): number {
+  const c = counters[i];
+  let pending = 0;
+  for (let j = 0; j < i; j++) {
+    const o = counters[j];
+    if (o.key === c.key && o.algorithm === c.algorithm && o.windowMs === c.windowMs && (decisions[j].allowed || countDenied)) {
+      pending += o.hits;
+    }
+  }
+  return pending;
+}

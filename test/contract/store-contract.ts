@@ -1,0 +1,238 @@
+import type { Algorithm } from '../../src/limiter/types';
+import { ALGORITHMS } from '../../src/limiter/types';
+import type { CounterDecision, CounterRequest, Store } from '../../src/store/store';
+
+/**
+ * The behaviour every Store adapter shares, run once per adapter (see *.test.ts next to this file).
+ *
+ * Time: a store reads its own clock (memory: an injected fake clock; Redis: `TIME`). `advance(ms)`
+ * moves that clock at least `ms` forward: instantly for a fake clock, by sleeping for a real one.
+ * So every time-dependent case is written for a real clock too: windows are short (1 s) where time
+ * must pass and very long (1 day) where it must not, each case first lines itself up with the start
+ * of a window, and waits carry a margin on the side that a slow machine cannot break.
+ */
+
+export interface StoreHarness {
+  readonly store: Store;
+  /** Moves the store's clock forward by at least `ms`. */
+  advance(ms: number): Promise<void>;
+  /** Releases the store and anything the harness started. */
+  close(): Promise<void>;
+}
+
+/** Long enough that no test straddles a window boundary (epoch-aligned days). */
+const DAY = 86_400_000;
+/** Short windows for the cases where time must pass. */
+const SHORT = 1_000;
+/** Room for real time spent between two calls (scheduling, a network round trip). */
+const SLACK = 150;
+
+let sequence = 0;
+const run = `${process.pid}-${Date.now().toString(36)}`;
+
+/** A counter identity no other case (or earlier run against the same Redis) uses. */
+function freshKey(label: string): string {
+  sequence += 1;
+  return `contract|${run}|${sequence}|${label}`;
+}
+
+function counter(key: string, algorithm: Algorithm, limit: number, hits = 1, windowMs = DAY): CounterRequest {
+  return { key, algorithm, limit, windowMs, hits };
+}
+
+/** Registers the contract suite for one adapter; `factory` runs once for the whole suite. */
+export function describeStoreContract(name: string, factory: () => Promise<StoreHarness>): void {
+  describe(`the ${name} store contract`, () => {
+    let h: StoreHarness;
+
+    beforeAll(async () => {
+      h = await factory();
+    });
+
+    afterAll(async () => {
+      await h?.close();
+    });
+
+    const one = async (c: CounterRequest, countDenied = false): Promise<CounterDecision> => {
+      const [d] = await h.store.decide([c], { countDenied });
+      return d;
+    };
+
+    /**
+     * Returns once the store's clock is at least `room` ms before the end of the current window of
+     * `windowMs` (read from a probe counter's reset time), so that the case runs inside one window.
+     */
+    const lineUp = async (algorithm: 'sliding_window' | 'fixed_window', windowMs: number, room: number): Promise<void> => {
+      const probe = await one(counter(freshKey('probe'), algorithm, 1, 1, windowMs));
+      const toEnd = algorithm === 'fixed_window' ? probe.resetMs : probe.resetMs - windowMs;
+      if (toEnd < room) await h.advance(toEnd + 10);
+    };
+
+    it('reports itself healthy and names itself', () => {
+      expect(h.store.isHealthy()).toBe(true);
+      expect(typeof h.store.name).toBe('string');
+      expect(h.store.name.length).toBeGreaterThan(0);
+    });
+
+    it('answers an empty call with no decisions', async () => {
+      await expect(h.store.decide([])).resolves.toEqual([]);
+    });
+
+    describe.each(ALGORITHMS)('with %s', (algorithm) => {
+      it('allows up to the limit, then denies', async () => {
+        const key = freshKey('fill');
+        const verdicts: boolean[] = [];
+        for (let i = 0; i < 6; i++) verdicts.push((await one(counter(key, algorithm, 4))).allowed);
+        expect(verdicts).toEqual([true, true, true, true, false, false]);
+      });
+
+      it('reports the exact remaining quota, and 0 once denied', async () => {
+        const key = freshKey('remaining');
+        const remaining: number[] = [];
+        for (let i = 0; i < 4; i++) remaining.push((await one(counter(key, algorithm, 5, 2))).remaining);
+        expect(remaining).toEqual([3, 1, 0, 0]);
+        // The denied 2-hit requests consumed nothing: one more hit still fits.
+        expect(await one(counter(key, algorithm, 5, 1))).toMatchObject({ allowed: true, remaining: 0 });
+      });
+
+      it('checks without counting when hits is 0', async () => {
+        const key = freshKey('check');
+        for (let i = 0; i < 5; i++) expect(await one(counter(key, algorithm, 3, 0))).toMatchObject({ allowed: true, remaining: 3 });
+        expect(await one(counter(key, algorithm, 3, 3))).toMatchObject({ allowed: true, remaining: 0 });
+        expect(await one(counter(key, algorithm, 3, 0))).toMatchObject({ allowed: true, remaining: 0 });
+        expect((await one(counter(key, algorithm, 3, 1))).allowed).toBe(false);
+      });
+
+      it('never admits a request asking for more hits than the limit, and it consumes nothing', async () => {
+        const key = freshKey('too-many');
+        const d = await one(counter(key, algorithm, 3, 4));
+        expect(d).toMatchObject({ allowed: false, remaining: 0 });
+        expect(d.resetMs).toBeGreaterThan(0);
+        expect(await one(counter(key, algorithm, 3, 3))).toMatchObject({ allowed: true, remaining: 0 });
+      });
+
+      it('gives a positive wait to a denied request, within two windows', async () => {
+        const key = freshKey('wait');
+        await one(counter(key, algorithm, 1));
+        const d = await one(counter(key, algorithm, 1));
+        expect(d.allowed).toBe(false);
+        expect(d.resetMs).toBeGreaterThan(0);
+        expect(d.resetMs).toBeLessThanOrEqual(2 * DAY);
+      });
+
+      it('charges every counter of a denied call when countDenied is set', async () => {
+        const key = freshKey('count-denied');
+        expect((await one(counter(key, algorithm, 2, 2), true)).allowed).toBe(true);
+        expect((await one(counter(key, algorithm, 2, 1), true)).allowed).toBe(false);
+        // Charged beyond the limit: even a check no longer fits.
+        expect(await one(counter(key, algorithm, 2, 0))).toMatchObject({ allowed: false, remaining: 0 });
+
+        const plain = freshKey('not-counted');
+        await one(counter(plain, algorithm, 2, 2));
+        expect((await one(counter(plain, algorithm, 2, 1))).allowed).toBe(false);
+        expect(await one(counter(plain, algorithm, 2, 0))).toMatchObject({ allowed: true, remaining: 0 });
+      });
+    });
+
+    it('is all-or-nothing: a denied counter keeps every other counter of the call uncharged', async () => {
+      const a = freshKey('a');
+      const b = freshKey('b');
+      const both = (): Promise<CounterDecision[]> => h.store.decide([counter(a, 'sliding_window', 2), counter(b, 'sliding_log', 100)]);
+      expect((await both()).map((d) => d.allowed)).toEqual([true, true]);
+      expect((await both()).map((d) => d.allowed)).toEqual([true, true]);
+      const third = await both();
+      expect(third.map((d) => d.allowed)).toEqual([false, true]);
+      expect(third[1].remaining).toBe(97); // what B would have left had it been charged
+      expect(await one(counter(b, 'sliding_log', 100, 0))).toMatchObject({ allowed: true, remaining: 98 });
+    });
+
+    it('charges the other counters of a denied call when countDenied is set', async () => {
+      const a = freshKey('a');
+      const b = freshKey('b');
+      const both = (): Promise<CounterDecision[]> =>
+        h.store.decide([counter(a, 'fixed_window', 1), counter(b, 'sliding_window', 10)], { countDenied: true });
+      expect((await both()).map((d) => d.allowed)).toEqual([true, true]);
+      expect((await both()).map((d) => d.allowed)).toEqual([false, true]);
+      expect(await one(counter(b, 'sliding_window', 10, 0))).toMatchObject({ allowed: true, remaining: 8 });
+    });
+
+    it('returns decisions in input order', async () => {
+      const keys = [freshKey('x'), freshKey('y'), freshKey('z')];
+      const call = (): Promise<CounterDecision[]> =>
+        h.store.decide([counter(keys[0], 'sliding_window', 3), counter(keys[1], 'fixed_window', 1, 0), counter(keys[2], 'sliding_log', 7, 2)]);
+      expect((await call()).map((d) => d.remaining)).toEqual([2, 1, 5]);
+      expect((await call()).map((d) => d.remaining)).toEqual([1, 1, 3]);
+    });
+
+    it('admits exactly the limit out of 200 concurrent calls on a limit of 50', async () => {
+      for (const algorithm of ALGORITHMS) {
+        const key = freshKey(`race-${algorithm}`);
+        const calls = Array.from({ length: 200 }, () => one(counter(key, algorithm, 50)));
+        const decisions = await Promise.all(calls);
+        expect(decisions.filter((d) => d.allowed)).toHaveLength(50);
+        // Every admitted call saw a distinct remaining value: 49 down to 0.
+        const remaining = decisions.filter((d) => d.allowed).map((d) => d.remaining).sort((x, y) => x - y);
+        expect(remaining).toEqual(Array.from({ length: 50 }, (_, i) => i));
+      }
+    });
+
+    it('rolls a sliding window over: the previous window decays instead of resetting', async () => {
+      await lineUp('sliding_window', SHORT, 600);
+      const key = freshKey('roll-sw');
+      const c = (hits = 1): CounterRequest => counter(key, 'sliding_window', 3, hits, SHORT);
+      for (let i = 0; i < 3; i++) expect((await one(c())).allowed).toBe(true);
+      const denied = await one(c());
+      expect(denied.allowed).toBe(false);
+      // All 3 hits sit in the current window: they must decay below 3, i.e. 1 ms into the next window.
+      expect(denied.resetMs).toBeGreaterThan(SLACK);
+      expect(denied.resetMs).toBeLessThanOrEqual(SHORT + 1);
+      await h.advance(denied.resetMs - SLACK);
+      expect((await one(c())).allowed).toBe(false);
+      await h.advance(SLACK + 50);
+      // Early in the next window the previous 3 still weigh almost fully: one more fits, not three.
+      expect((await one(c())).allowed).toBe(true);
+      expect((await one(c())).allowed).toBe(false);
+    });
+
+    it('rolls a fixed window over: a full reset at the window boundary', async () => {
+      await lineUp('fixed_window', SHORT, 600);
+      const key = freshKey('roll-fw');
+      const c = (): CounterRequest => counter(key, 'fixed_window', 3, 1, SHORT);
+      for (let i = 0; i < 3; i++) expect((await one(c())).allowed).toBe(true);
+      const denied = await one(c());
+      expect(denied.allowed).toBe(false);
+      expect(denied.resetMs).toBeGreaterThan(SLACK);
+      await h.advance(denied.resetMs - SLACK);
+      expect((await one(c())).allowed).toBe(false);
+      await h.advance(SLACK + 50);
+      for (let i = 0; i < 3; i++) expect((await one(c())).allowed).toBe(true);
+      expect((await one(c())).allowed).toBe(false);
+    });
+
+    it('rolls a sliding log over: each record leaves one window after it was admitted', async () => {
+      const key = freshKey('roll-sl');
+      const c = (hits = 1): CounterRequest => counter(key, 'sliding_log', 3, hits, SHORT);
+      expect((await one(c(2))).allowed).toBe(true);
+      await h.advance(400);
+      expect((await one(c(1))).allowed).toBe(true);
+      const denied = await one(c(1));
+      expect(denied.allowed).toBe(false);
+      // The first record (2 hits) leaves first: about 600 ms from now.
+      expect(denied.resetMs).toBeGreaterThan(SLACK);
+      expect(denied.resetMs).toBeLessThanOrEqual(600);
+      await h.advance(denied.resetMs - SLACK);
+      expect((await one(c(1))).allowed).toBe(false);
+      await h.advance(SLACK + 50);
+      // Only the 1-hit record is left in the window.
+      expect(await one(c(2))).toMatchObject({ allowed: true, remaining: 0 });
+    });
+
+    it('forgets a sliding window counter once two windows have passed', async () => {
+      const key = freshKey('forget');
+      const c = (hits: number): CounterRequest => counter(key, 'sliding_window', 3, hits, SHORT);
+      expect((await one(c(3))).allowed).toBe(true);
+      await h.advance(2 * SHORT + 50);
+      expect(await one(c(0))).toMatchObject({ allowed: true, remaining: 3 });
+    });
+  });
+}

@@ -1,0 +1,180 @@
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { descriptor, grpc, grpcCode, rlsClient, type RlsClient } from '../helpers/grpc-client';
+import { rawCommand, startRedis, type RedisServer } from '../helpers/redis';
+
+/**
+ * SIGTERM against the built service (`node dist/src/main.js`) with calls in flight. To hold calls
+ * in flight deterministically, Redis is paused (CLIENT PAUSE) while they are sent: they wait inside
+ * the service for their store round trip when the signal arrives. Every one of them must still be
+ * answered, new connections must be refused, health must turn NOT_SERVING, and the process must exit 0
+ * within SHUTDOWN_GRACE_MS.
+ */
+
+const ROOT = path.resolve(__dirname, '../..');
+const MAIN = path.join(ROOT, 'dist/src/main.js');
+const GRACE_MS = 5_000;
+const PAUSE_MS = 1_500;
+
+const EDGE = `
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+`;
+
+interface Running {
+  readonly child: ChildProcess;
+  readonly grpcPort: number;
+  readonly httpPort: number;
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>;
+}
+
+/** Spawns the built service and resolves once it logged both listening lines. */
+function spawnService(env: Record<string, string>): Promise<Running> {
+  const child = spawn(process.execPath, [MAIN], { cwd: ROOT, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal, at: Date.now() })),
+  );
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  return new Promise((resolve, reject) => {
+    let grpcPort: number | undefined;
+    let httpPort: number | undefined;
+    let buffered = '';
+    let stdout = '';
+    const timer = setTimeout(() => fail(new Error('the service did not start within 20 s')), 20_000);
+    const fail = (err: Error): void => {
+      clearTimeout(timer);
+      child.kill('SIGKILL');
+      reject(new Error(`${err.message}\nstdout: ${stdout}\nstderr: ${stderr}`));
+    };
+    const early = (code: number | null): void => fail(new Error(`the service exited early with code ${code}`));
+    child.once('exit', early);
+    child.stdout!.on('data', (chunk: Buffer) => {
+      buffered += chunk.toString();
+      stdout += chunk.toString();
+      let nl: number;
+      while ((nl = buffered.indexOf('\n')) >= 0) {
+        const line = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
+        let entry: { msg?: string; port?: number; http?: string };
+        try {
+          entry = JSON.parse(line);
+        } catch {
+          continue;
+        }
+        if (entry.msg === 'gRPC listening') grpcPort = entry.port;
+        if (entry.msg === 'HTTP listening' && entry.http) httpPort = Number(entry.http.split(':').pop());
+        if (grpcPort !== undefined && httpPort !== undefined) {
+          clearTimeout(timer);
+          child.off('exit', early);
+          resolve({ child, grpcPort, httpPort, exited });
+          return;
+        }
+      }
+    });
+  });
+}
+
+async function waitForServing(client: RlsClient): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    if ((await client.healthCheck('', { deadlineMs: 1_000 }).catch(() => undefined)) === 'SERVING') return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('the service never became SERVING');
+}
+
+let redis: RedisServer;
+let configDir: string;
+
+beforeAll(async () => {
+  // Type errors elsewhere in the tree do not stop tsc from emitting; only a missing entry point does.
+  try {
+    execFileSync(process.execPath, [path.join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: ROOT, stdio: 'pipe' });
+  } catch {
+    // reported below if the entry point is missing
+  }
+  if (!fs.existsSync(MAIN)) throw new Error(`${MAIN} was not built`);
+  redis = await startRedis();
+  configDir = fs.mkdtempSync(path.join(os.tmpdir(), 'slidegate-shutdown-'));
+  fs.writeFileSync(path.join(configDir, 'edge.yaml'), EDGE);
+}, 240_000);
+
+afterAll(async () => {
+  await redis?.stop();
+  if (configDir) fs.rmSync(configDir, { recursive: true, force: true });
+});
+
+describe('SIGTERM', () => {
+  it('answers every call in flight, refuses new ones, goes NOT_SERVING and exits 0 within the grace period', async () => {
+    const svc = await spawnService({
+      CONFIG_PATH: configDir,
+      BACKEND_TYPE: 'redis',
+      REDIS_URL: redis.url,
+      // Longer than the pause, so held calls wait for Redis instead of failing.
+      STORE_TIMEOUT_MS: '5000',
+      GRPC_HOST: '127.0.0.1',
+      GRPC_PORT: '0',
+      HOST: '127.0.0.1',
+      PORT: '0',
+      DEBUG_HOST: '127.0.0.1',
+      DEBUG_PORT: '0',
+      LOG_LEVEL: 'info',
+      LOG_FORMAT: 'json',
+      SHUTDOWN_GRACE_MS: String(GRACE_MS),
+    });
+    const address = `127.0.0.1:${svc.grpcPort}`;
+    const client = rlsClient(address);
+    try {
+      await waitForServing(client);
+      const warm = await client.shouldRateLimit({ domain: 'edge', descriptors: [descriptor([['user', 'warm']])] });
+      expect(warm.overallCode).toBe('OK');
+      const watch = client.healthWatch('');
+      expect(await watch.next()).toBe('SERVING');
+
+      expect(await rawCommand(redis.port, `CLIENT PAUSE ${PAUSE_MS} ALL`)).toMatch(/^\+OK/);
+      const calls = Array.from({ length: 50 }, (_, i) =>
+        client.shouldRateLimit({ domain: 'edge', descriptors: [descriptor([['user', `in-flight-${i}`]])] }, { deadlineMs: 10_000 }),
+      );
+      const json = fetch(`http://127.0.0.1:${svc.httpPort}/json`, {
+        method: 'POST',
+        body: JSON.stringify({ domain: 'edge', descriptors: [{ entries: [{ key: 'user', value: 'http-in-flight' }] }] }),
+      });
+      // Let every call reach the service and queue behind the paused Redis.
+      await new Promise((r) => setTimeout(r, 300));
+
+      const signalledAt = Date.now();
+      svc.child.kill('SIGTERM');
+
+      expect(await watch.next()).toBe('NOT_SERVING');
+      // The listening sockets are closed: a new connection is refused on both ports.
+      const late = rlsClient(address);
+      try {
+        expect(await grpcCode(late.shouldRateLimit({ domain: 'edge', descriptors: [descriptor([['user', 'late']])] }, { deadlineMs: 1_000 }))).toBe(
+          grpc.status.UNAVAILABLE,
+        );
+      } finally {
+        late.close();
+      }
+      await expect(fetch(`http://127.0.0.1:${svc.httpPort}/healthcheck`)).rejects.toThrow();
+
+      const responses = await Promise.all(calls);
+      expect(responses.map((r) => r.overallCode)).toEqual(Array(50).fill('OK'));
+      const jsonReply = await json;
+      expect(jsonReply.status).toBe(200);
+      expect(JSON.parse(await jsonReply.text()).overallCode).toBe('OK');
+
+      const exit = await svc.exited;
+      expect(exit.code).toBe(0);
+      expect(exit.at - signalledAt).toBeLessThan(GRACE_MS);
+      watch.cancel();
+    } finally {
+      client.close();
+      svc.child.kill('SIGKILL');
+    }
+  }, 60_000);
+});
