@@ -82,7 +82,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   configSource.start();
 
   // The Redis store comes wrapped in the local denial cache (see create-store); a reload must empty it.
-  const store = await createStore(settings, logger);
+  const store = await createStore(settings, logger, metrics.storeHooks());
   clearStoreCache = () => store.clearCache?.();
   const stopStoreWatch = watchStoreHealth({ store, health });
 

@@ -120,6 +120,11 @@ export class Metrics {
   private readonly configLoadError: Counter;
   private readonly localCacheHits: Counter;
   private readonly globalShadowModeCount: Counter;
+  private readonly storeErrorsByKind: Counter<'kind'>;
+  private readonly storeFallbacks: Counter<'policy'>;
+  // Children by label value: the label sets are small and fixed, the lookups repeat.
+  private readonly storeErrorChildren = new Map<string, Inc>();
+  private readonly storeFallbackChildren = new Map<string, Inc>();
 
   private readonly series = new Map<string, Map<string, Series>>();
   private readonly overflow = new Map<string, Series>();
@@ -171,6 +176,19 @@ export class Metrics {
     this.globalShadowModeCount = new Counter({
       name: 'ratelimit_service_global_shadow_mode',
       help: 'Requests answered OK only because SHADOW_MODE is on.',
+      registers,
+    });
+
+    this.storeErrorsByKind = new Counter({
+      name: 'ratelimit_service_store_errors_total',
+      help: 'Failed store calls by kind (timeout, disconnected, error, refund), whether or not a failure policy answered them.',
+      labelNames: ['kind'],
+      registers,
+    });
+    this.storeFallbacks = new Counter({
+      name: 'ratelimit_service_store_fallbacks_total',
+      help: 'Calls answered by STORE_FAILURE_POLICY (allow, deny, local) instead of the store.',
+      labelNames: ['policy'],
       registers,
     });
 
@@ -226,6 +244,37 @@ export class Metrics {
   recordLocalCacheHit(): void {
     this.localCacheHits.inc(1);
     this.statsd?.increment('ratelimit.service.local_cache_hits', 1);
+  }
+
+  /** One failed store call of the given kind (the store's own view; a failure policy may still have answered). */
+  recordStoreError(kind: string): void {
+    let child = this.storeErrorChildren.get(kind);
+    if (child === undefined) {
+      child = this.storeErrorsByKind.labels({ kind });
+      this.storeErrorChildren.set(kind, child);
+    }
+    child.inc(1);
+    this.statsd?.increment(`ratelimit.service.store_error.${statsdSafe(kind)}`, 1);
+  }
+
+  /** One call answered by the store failure policy instead of the store. */
+  recordStoreFallback(policy: string): void {
+    let child = this.storeFallbackChildren.get(policy);
+    if (child === undefined) {
+      child = this.storeFallbacks.labels({ policy });
+      this.storeFallbackChildren.set(policy, child);
+    }
+    child.inc(1);
+    this.statsd?.increment(`ratelimit.service.store_fallback.${statsdSafe(policy)}`, 1);
+  }
+
+  /** The store's event hooks (createStore's third argument), bound to these metrics. */
+  storeHooks(): { onStoreError: (kind: string) => void; onCacheHit: () => void; onFallback: (policy: string) => void } {
+    return {
+      onStoreError: (kind) => this.recordStoreError(kind),
+      onCacheHit: () => this.recordLocalCacheHit(),
+      onFallback: (policy) => this.recordStoreFallback(policy),
+    };
   }
 
   /** One request that was OVER_LIMIT but answered OK because of the global SHADOW_MODE (limiter observer). */

@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os';
 import { ALGORITHMS, type Algorithm } from './limiter/types';
 
 /**
@@ -141,7 +142,7 @@ export interface Settings {
   readonly statsdHost: string;
   readonly statsdPort: number;
   readonly usePrometheus: boolean;
-  /** Worker processes sharing the gRPC port (redis backend only). */
+  /** Worker processes sharing the gRPC port (redis backend only; default: one per core with redis, 1 with memory). */
   readonly workers: number;
   /** Longest wait for in-flight calls after SIGTERM, ms. */
   readonly shutdownGraceMs: number;
@@ -157,7 +158,8 @@ export function loadSettings(env: Env = process.env): Settings {
   const keyPath = optional(env, 'GRPC_SERVER_TLS_KEY');
   if (grpcTlsEnabled && !certPath) throw new SettingsError('GRPC_SERVER_TLS_CERT', 'required when GRPC_SERVER_USE_TLS=true');
   if (grpcTlsEnabled && !keyPath) throw new SettingsError('GRPC_SERVER_TLS_KEY', 'required when GRPC_SERVER_USE_TLS=true');
-  const workers = int(env, 'WORKERS', 1, 1, 64);
+  // Redis holds the counters, so workers on every core agree on every limit; memory counters live in one process.
+  const workers = int(env, 'WORKERS', backendType === 'redis' ? Math.min(64, availableParallelism()) : 1, 1, 64);
   if (workers > 1 && backendType === 'memory') {
     throw new SettingsError('WORKERS', 'must be 1 with the memory backend (its counters live in one process)');
   }

@@ -223,14 +223,20 @@ export class RateLimiter {
   }
 
   /** Store verdicts in `counted` order; see the class comment for how shadow rules are split off. */
-  private async decide(counted: readonly Counted[], shadowCount: number): Promise<CounterDecision[]> {
+  private decide(counted: readonly Counted[], shadowCount: number): Promise<CounterDecision[]> {
     const m = counted.length;
     // Nothing to split: no shadow rule, only shadow rules on one counter, or every counter is charged anyway.
+    // The store's own promise is handed back as is: no extra async frame on the hot path.
     if (shadowCount === 0 || (shadowCount === m && m === 1) || this.countDenied) {
       const counters: CounterRequest[] = new Array<CounterRequest>(m);
       for (let k = 0; k < m; k++) counters[k] = counted[k].counter;
       return this.store.decide(counters, this.decideOptions);
     }
+    return this.decideSplit(counted);
+  }
+
+  private async decideSplit(counted: readonly Counted[]): Promise<CounterDecision[]> {
+    const m = counted.length;
     const decisions: CounterDecision[] = new Array<CounterDecision>(m);
     const enforced: CounterRequest[] = [];
     const enforcedAt: number[] = [];

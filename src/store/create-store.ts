@@ -1,5 +1,5 @@
 import type { Logger } from '../log';
-import type { Settings } from '../settings';
+import type { FailurePolicy, Settings } from '../settings';
 import { DenialCache } from './denial-cache';
 import { FailurePolicyStore } from './failure-policy';
 import { MemoryStore } from './memory-store';
@@ -7,17 +7,27 @@ import { describeRedisTarget } from './redis-connection';
 import { createRedisStore } from './redis-store';
 import type { Store } from './store';
 
+/** Observers of the store's rare events, for metrics; each is called synchronously and must be cheap. */
+export interface StoreHooks {
+  /** A failed store call (or cluster refund), by kind: 'timeout' | 'disconnected' | 'error' | 'refund'. */
+  readonly onStoreError?: (kind: string) => void;
+  /** A call answered from the local denial cache without a store round trip. */
+  readonly onCacheHit?: () => void;
+  /** A call answered by STORE_FAILURE_POLICY instead of the store. */
+  readonly onFallback?: (policy: FailurePolicy) => void;
+}
+
 /**
  * Builds the Store that BACKEND_TYPE selects. The only place that knows every adapter;
  * async so that an adapter may connect or register scripts before the first request.
  */
-export async function createStore(settings: Settings, logger: Logger): Promise<Store> {
+export async function createStore(settings: Settings, logger: Logger, hooks: StoreHooks = {}): Promise<Store> {
   switch (settings.backendType) {
     case 'memory':
       logger.debug({ maxKeys: settings.memoryMaxKeys }, 'using the in-memory store');
       return new MemoryStore({ maxKeys: settings.memoryMaxKeys });
     case 'redis':
-      return createRedisBackedStore(settings, logger);
+      return createRedisBackedStore(settings, logger, hooks);
     default:
       throw new Error(`backend "${settings.backendType}" is not available in this build`);
   }
@@ -31,9 +41,10 @@ const REDIS_STARTUP_WAIT_MS = 3_000;
  * failure policy (STORE_FAILURE_POLICY). Cached denials are still answered while Redis is down.
  * clearCache() on the result empties the denial cache (call it after a config reload).
  */
-async function createRedisBackedStore(settings: Settings, logger: Logger): Promise<Store> {
+async function createRedisBackedStore(settings: Settings, logger: Logger, hooks: StoreHooks): Promise<Store> {
   const target = describeRedisTarget(settings.redis);
   const redis = createRedisStore(settings, {
+    onError: hooks.onStoreError,
     onConnectionChange: (state, err) => {
       if (state === 'ready') logger.info({ redis: target }, 'redis connected');
       else logger.warn({ redis: target, err: err?.message }, 'redis connection lost; reconnecting');
@@ -41,14 +52,14 @@ async function createRedisBackedStore(settings: Settings, logger: Logger): Promi
   });
   if (!(await redis.whenReady(REDIS_STARTUP_WAIT_MS))) logger.warn({ redis: target }, 'redis not reachable yet; still trying');
   let store: Store = redis;
-  if (settings.denialCacheMaxKeys > 0) store = new DenialCache({ store, maxKeys: settings.denialCacheMaxKeys });
+  if (settings.denialCacheMaxKeys > 0) store = new DenialCache({ store, maxKeys: settings.denialCacheMaxKeys, onHit: hooks.onCacheHit });
   if (settings.storeFailurePolicy !== 'error') {
     const policy = settings.storeFailurePolicy;
     store = new FailurePolicyStore({
       store,
       policy,
       fallback: policy === 'local' ? new MemoryStore({ maxKeys: settings.memoryMaxKeys }) : undefined,
-      onFallback: () => {},
+      onFallback: hooks.onFallback,
     });
   }
   logger.debug({ redis: target, policy: settings.storeFailurePolicy, denialCache: settings.denialCacheMaxKeys }, 'using the redis store');

@@ -1,4 +1,4 @@
-import { systemClock, type Clock } from '../limiter/types';
+import type { Clock } from '../limiter/types';
 import type { Settings } from '../settings';
 import { createRedisClient, parseRedisTarget, type RedisClient } from './redis-connection';
 import { ALGORITHM_CODE, DECIDE_ARGV_STRIDE, DECIDE_REPLY_STRIDE, DECIDE_SCRIPT, REFUND_SCRIPT } from './redis-script';
@@ -29,11 +29,13 @@ export interface RedisStoreOptions {
   readonly keyPrefix?: string;
   /** Deadline of one decide() call, ms (settings.storeTimeoutMs). */
   readonly timeoutMs?: number;
-  /** Consecutive failed calls after which isHealthy() turns false until a probe succeeds. Default 3. */
-  readonly failureThreshold?: number;
-  /** Period of the health probe (PING) while unhealthy, ms. Default 200. */
+  /** Consecutive failed health probes (PING) after which isHealthy() turns false until one succeeds. Default 3. */
+  readonly probeFailureThreshold?: number;
+  /** Deadline of one health probe, ms. Default max(timeoutMs, 250): a slow Redis is still a reachable one. */
+  readonly probeTimeoutMs?: number;
+  /** Period of the health probe while calls fail or the last probe failed, ms. Default 200. */
   readonly probeIntervalMs?: number;
-  /** Local clock: only for health bookkeeping; decisions always use Redis `TIME`. */
+  /** Local clock: accepted for symmetry with the other stores; decisions always use Redis `TIME`. */
   readonly clock?: Clock;
   /** Called once per failed call (and per failed refund), for metrics. */
   readonly onError?: (kind: RedisErrorKind) => void;
@@ -43,12 +45,47 @@ export interface RedisStoreOptions {
 
 type ScriptCall = (...args: (string | number)[]) => Promise<unknown>;
 
+/** One decide() call awaiting its answer or its deadline, whichever comes first. */
+interface PendingCall {
+  settled: boolean;
+  readonly reject: (err: Error) => void;
+  readonly batch: CallBatch;
+}
+
+/**
+ * Calls that ioredis sends together, sharing one deadline. ioredis queues commands into one
+ * auto-pipeline and writes it in the check phase or, while its previous pipeline still awaits
+ * answers, right before it hands out that pipeline's answers (one pipeline in flight per
+ * connection). So a batch is sealed when its turn ends or when an answer arrives (whatever was
+ * queued until then has just been written), and its clock starts once it is sealed and the batch
+ * before it has settled: when it is on the wire.
+ */
+class CallBatch {
+  readonly calls: PendingCall[] = [];
+  open = 0;
+  /** Its turn has ended: no call joins any more. */
+  closed = false;
+  started = false;
+  timer: NodeJS.Timeout | undefined;
+  prev: CallBatch | undefined;
+  next: CallBatch | undefined;
+}
+
 const DISCONNECTED = /Stream isn't writeable|Connection is closed|MaxRetriesPerRequest|isn't ready|enableOfflineQueue|ECONNREFUSED|ECONNRESET|EPIPE|CLUSTERDOWN|None of startup nodes/i;
 
-// Consecutive failures further apart than this do not add up.
-const FAILURE_MEMORY_MS = 10_000;
+// A probe slower than this still proves Redis reachable; a frozen Redis misses it several times running.
+const MIN_PROBE_TIMEOUT_MS = 250;
 
-/** The Redis Store: atomic decide-and-charge in one script call, settling within `timeoutMs`. */
+/**
+ * The Redis Store: atomic decide-and-charge in one script call, settling within `timeoutMs` (plus
+ * at most one event-loop turn).
+ *
+ * Health means "Redis is reachable": the connection is ready and the PING probe answers. Failed
+ * calls only start the probe; they never flip health on their own, because under load calls miss
+ * their few-millisecond deadline while Redis is fine, and reporting NOT_SERVING then would take
+ * every replica out of rotation exactly at peak. A probe that misses its (longer) deadline several
+ * times running, as with a frozen Redis, does flip it.
+ */
 export class RedisStore implements Store {
   readonly name = 'redis';
   private readonly client: RedisClient;
@@ -58,30 +95,37 @@ export class RedisStore implements Store {
   private readonly refundCalls: ScriptCall[] = [];
   private readonly prefix: string;
   private readonly timeoutMs: number;
-  private readonly failureThreshold: number;
+  private readonly timeoutMessage: string;
+  private readonly probeFailureThreshold: number;
+  private readonly probeTimeoutMs: number;
   private readonly probeIntervalMs: number;
-  private readonly clock: Clock;
   private readonly onError: (kind: RedisErrorKind) => void;
   private readonly isCluster: boolean;
-  private failures = 0;
-  private lastFailureAtMs = 0;
-  private probe: NodeJS.Timeout | undefined;
-  private probing = false;
+  private probeFailures = 0;
+  // A call failed since the last probe was sent: keep probing until one succeeds after it.
+  private failedSinceProbe = false;
+  private probeTimer: NodeJS.Timeout | undefined;
+  private probeActive = false;
   private closed = false;
+  // The batch of the current loop turn, and the newest batch not yet settled (the chain's tail).
+  private collecting: CallBatch | undefined;
+  private newest: CallBatch | undefined;
 
   constructor(options: RedisStoreOptions) {
     this.client = options.client;
     this.prefix = options.keyPrefix ?? '';
     this.timeoutMs = options.timeoutMs ?? 10;
-    this.failureThreshold = options.failureThreshold ?? 3;
+    this.timeoutMessage = `redis did not answer within ${this.timeoutMs} ms`;
+    this.probeFailureThreshold = options.probeFailureThreshold ?? 3;
+    this.probeTimeoutMs = options.probeTimeoutMs ?? Math.max(this.timeoutMs, MIN_PROBE_TIMEOUT_MS);
     this.probeIntervalMs = options.probeIntervalMs ?? 200;
-    this.clock = options.clock ?? systemClock;
     this.onError = options.onError ?? (() => {});
     this.isCluster = this.client.isCluster === true;
     const onChange = options.onConnectionChange;
     let connected = false;
     this.client.on('ready', () => {
-      this.failures = 0;
+      // A fresh connection has just answered its ready check.
+      this.probeFailures = 0;
       connected = true;
       onChange?.('ready');
     });
@@ -107,16 +151,16 @@ export class RedisStore implements Store {
     return this.withDeadline(work);
   }
 
-  /** False while disconnected, or after `failureThreshold` consecutive failed calls until Redis answers again. */
+  /** False while disconnected, or after `probeFailureThreshold` consecutive failed probes until one succeeds. */
   isHealthy(): boolean {
-    return !this.closed && this.client.status === 'ready' && this.failures < this.failureThreshold;
+    return !this.closed && this.client.status === 'ready' && this.probeFailures < this.probeFailureThreshold;
   }
 
   /** Closes the connection; pending calls reject. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.stopProbe();
+    if (this.probeTimer !== undefined) clearTimeout(this.probeTimer);
     try {
       await Promise.race([this.client.quit(), new Promise((resolve) => setTimeout(resolve, 500).unref())]);
     } catch {
@@ -141,9 +185,9 @@ export class RedisStore implements Store {
     });
   }
 
-  /** Consecutive failed calls so far (0 after a success). */
-  get consecutiveFailures(): number {
-    return this.failures;
+  /** Consecutive failed health probes so far (0 after a successful one or a reconnect). */
+  get consecutiveProbeFailures(): number {
+    return this.probeFailures;
   }
 
   private keyOf(c: CounterRequest): string {
@@ -233,76 +277,159 @@ export class RedisStore implements Store {
     this.scriptCall('refund', keys.length)(...keys, ...argv).catch(() => this.onError('refund'));
   }
 
+  /**
+   * Rejects `work` with StoreUnavailableError unless it settles in time. A busy event loop must not
+   * fail calls that Redis answers promptly, hence:
+   * - the clock starts when the call's batch is on the wire (see CallBatch), not when decide() ran,
+   *   and a whole batch shares one timer (one per pipeline rather than one per call);
+   * - timers run before the poll phase that reads sockets, so a timer may fire while the answer sits
+   *   unread in the socket buffer: expiry waits one setImmediate, which runs after that poll;
+   * - when a batch expires, the batches queued behind it (not yet sent) expire with it: Redis is not
+   *   answering, and they could only be answered after it.
+   * With Redis silent, a call settles about `timeoutMs` plus one loop turn after its turn ends.
+   */
   private withDeadline<T>(work: Promise<T>): Promise<T> {
+    let batch = this.collecting;
+    if (batch === undefined) {
+      batch = this.collecting = new CallBatch();
+      const newest = this.newest;
+      if (newest !== undefined) {
+        batch.prev = newest;
+        newest.next = batch;
+      }
+      this.newest = batch;
+      // Queued after ioredis's own flush (the command was issued before this), so it runs after it.
+      setImmediate(this.closeBatch, batch);
+    }
+    const owner = batch;
     return new Promise<T>((resolve, reject) => {
-      let settled = false;
-      const timer = setTimeout(() => {
-        settled = true;
-        this.recordFailure('timeout');
-        reject(new StoreUnavailableError(`redis did not answer within ${this.timeoutMs} ms`));
-      }, this.timeoutMs);
+      const call: PendingCall = { settled: false, reject, batch: owner };
+      owner.calls.push(call);
+      owner.open++;
       work.then(
         (value) => {
-          if (settled) return;
-          settled = true;
-          clearTimeout(timer);
-          this.failures = 0;
+          if (call.settled) return;
+          if (this.collecting !== undefined) this.closeBatch(this.collecting);
+          this.settle(call);
           resolve(value);
         },
         (err: unknown) => {
-          if (settled) return;
-          settled = true;
-          clearTimeout(timer);
+          if (call.settled) return;
+          if (this.collecting !== undefined) this.closeBatch(this.collecting);
+          this.settle(call);
           const kind = this.classify(err);
-          this.recordFailure(kind);
+          this.failed(kind);
           reject(new StoreUnavailableError(`redis ${kind === 'disconnected' ? 'unavailable' : 'error'}: ${messageOf(err)}`, { cause: err }));
         },
       );
     });
   }
 
+  private readonly closeBatch = (batch: CallBatch): void => {
+    if (batch.closed) return;
+    if (this.collecting === batch) this.collecting = undefined;
+    batch.closed = true;
+    if (batch.open === 0) this.finish(batch);
+    else if (batch.prev === undefined) this.start(batch);
+  };
+
+  private start(batch: CallBatch): void {
+    batch.started = true;
+    batch.timer = setTimeout(this.onDeadline, this.timeoutMs, batch);
+  }
+
+  private readonly onDeadline = (batch: CallBatch): void => {
+    batch.timer = undefined;
+    setImmediate(this.expire, batch);
+  };
+
+  private settle(call: PendingCall): void {
+    call.settled = true;
+    const batch = call.batch;
+    if (--batch.open === 0 && batch.closed) this.finish(batch);
+  }
+
+  /** Every call of `batch` has settled: unlink it, and start the clock of the batch it held back. */
+  private finish(batch: CallBatch): void {
+    if (batch.timer !== undefined) clearTimeout(batch.timer);
+    const { prev, next } = batch;
+    batch.prev = batch.next = undefined;
+    if (prev !== undefined) prev.next = next;
+    if (this.newest === batch) this.newest = prev;
+    if (next === undefined) return;
+    next.prev = prev;
+    if (prev === undefined && next.closed && !next.started) this.start(next);
+  }
+
+  private readonly expire = (batch: CallBatch): void => {
+    if (batch.open === 0) return;
+    const doomed: CallBatch[] = [];
+    for (let b: CallBatch | undefined = batch; b !== undefined && b.closed; b = b.next) {
+      b.started = true;
+      doomed.push(b);
+    }
+    for (const b of doomed) {
+      for (const call of b.calls) {
+        if (call.settled) continue;
+        this.settle(call);
+        this.failed('timeout');
+        call.reject(new StoreUnavailableError(this.timeoutMessage));
+      }
+    }
+  };
+
   private classify(err: unknown): RedisErrorKind {
     if (this.client.status !== 'ready') return 'disconnected';
     return DISCONNECTED.test(messageOf(err)) ? 'disconnected' : 'error';
   }
 
-  private recordFailure(kind: RedisErrorKind): void {
-    const now = this.clock.nowMs();
-    // Only recent failures add up: a stray timeout a minute ago says nothing about health now.
-    if (now - this.lastFailureAtMs > FAILURE_MEMORY_MS) this.failures = 0;
-    this.failures++;
-    this.lastFailureAtMs = now;
+  private failed(kind: RedisErrorKind): void {
     this.onError(kind);
-    if (this.failures >= this.failureThreshold) this.startProbe();
+    this.failedSinceProbe = true;
+    if (!this.probeActive) this.scheduleProbe(0);
   }
 
-  /** While unhealthy, PING on a timer so health recovers without waiting for traffic. */
-  private startProbe(): void {
-    if (this.probe !== undefined || this.closed) return;
-    this.probe = setInterval(() => {
-      if (this.failures < this.failureThreshold) return this.stopProbe();
-      if (this.probing || this.client.status !== 'ready') return;
-      this.probing = true;
-      const ping = this.client.ping();
-      const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('probe timeout')), this.timeoutMs).unref());
-      Promise.race([ping, timeout]).then(
-        () => {
-          this.probing = false;
-          this.failures = 0;
-          this.stopProbe();
-        },
-        () => {
-          this.probing = false;
-        },
-      );
-      ping.catch(() => {});
-    }, this.probeIntervalMs);
-    this.probe.unref();
+  /**
+   * The health probe: one PING at a time, with its own deadline. Runs while calls fail or the last
+   * probe failed; stops after a success that no failed call has followed, or when the connection is
+   * lost (health is false then anyway, and 'ready' resets it).
+   */
+  private scheduleProbe(delayMs: number): void {
+    if (this.closed) return;
+    this.probeActive = true;
+    this.probeTimer = setTimeout(() => this.runProbe(), delayMs);
+    this.probeTimer.unref();
   }
 
-  private stopProbe(): void {
-    if (this.probe !== undefined) clearInterval(this.probe);
-    this.probe = undefined;
+  private runProbe(): void {
+    this.probeTimer = undefined;
+    if (this.closed || this.client.status !== 'ready') {
+      this.probeActive = false;
+      return;
+    }
+    this.failedSinceProbe = false;
+    let settled = false;
+    const finish = (ok: boolean): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      if (ok) {
+        this.probeFailures = 0;
+        if (this.failedSinceProbe) this.scheduleProbe(this.probeIntervalMs);
+        else this.probeActive = false;
+        return;
+      }
+      this.probeFailures++;
+      // Below the threshold, confirm at once; past it, poll until Redis answers again.
+      this.scheduleProbe(this.probeFailures < this.probeFailureThreshold ? 0 : this.probeIntervalMs);
+    };
+    // The same one-poll grace as calls: a busy loop must not read as an unreachable Redis.
+    const timer = setTimeout(() => setImmediate(finish, false), this.probeTimeoutMs);
+    timer.unref();
+    this.client.ping().then(
+      () => finish(true),
+      () => finish(false),
+    );
   }
 }
 

@@ -1,6 +1,6 @@
 import type { RedisErrorKind, RedisStore } from '../../src/store/redis-store';
 import { StoreUnavailableError, type CounterRequest } from '../../src/store/store';
-import { connectStore, sleep, startRedis, startSentinel, waitUntil, type RedisServer, type SentinelSetup } from '../helpers/redis';
+import { connectStore, rawCommand, sleep, startRedis, startSentinel, waitUntil, type RedisServer, type SentinelSetup } from '../helpers/redis';
 
 const DEADLINE = 25;
 // Timers on a loaded 2-core machine fire late; the bound still proves "no hang".
@@ -65,13 +65,79 @@ describe('the redis store when redis fails', () => {
         expect(r.ms).toBeLessThan(DEADLINE + LATE);
       }
       for (let i = 0; i < 5; i++) expect((await timed(store, 'stop')).ms).toBeLessThan(DEADLINE + LATE);
-      expect(store.isHealthy()).toBe(false);
       expect(errors).toContain('timeout');
+      // Health follows the PING probe, which misses its own (longer) deadline a few times running first.
+      await waitUntil('the probe to report redis unreachable', async () => !store.isHealthy(), 2_000, 10);
     } finally {
       redis.server.resume();
     }
     await waitUntil('the store to report healthy again', async () => store.isHealthy(), 5_000, 20);
     await waitUntil('a call to succeed', async () => (await timed(store, 'stop')).ok, 5_000, 20);
+  });
+});
+
+/** Keeps the event loop busy for `ms` without yielding, as a saturated service would. */
+function hogEventLoop(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until) {
+    // spin
+  }
+}
+
+describe('the redis store on a busy event loop with a healthy redis', () => {
+  const deadline = 10;
+  let redis: RedisServer;
+  let store: RedisStore;
+  const errors: RedisErrorKind[] = [];
+
+  beforeAll(async () => {
+    redis = await startRedis(['--enable-debug-command', 'yes']);
+    store = await connectStore({ type: 'single', url: redis.url, timeoutMs: deadline, onError: (k) => errors.push(k) });
+  });
+
+  afterAll(async () => {
+    await store?.close();
+    await redis?.stop();
+  });
+
+  it('takes answers that wait unread in the socket when the deadline timer fires first', async () => {
+    const calls = Array.from({ length: 20 }, (_, i) => store.decide([c(`unread-${i}`)]));
+    // Let the commands go out, then keep the loop from reading the answers until the deadline is long past.
+    await new Promise((resolve) => setImmediate(resolve));
+    hogEventLoop(5 * deadline);
+    const settled = await Promise.allSettled(calls);
+    expect(settled.map((r) => r.status)).toEqual(settled.map(() => 'fulfilled'));
+  });
+
+  it('starts the deadline when the command is sent, not while the loop is still busy before sending it', async () => {
+    const calls = Array.from({ length: 20 }, (_, i) => store.decide([c(`unsent-${i}`)]));
+    hogEventLoop(5 * deadline);
+    const settled = await Promise.allSettled(calls);
+    expect(settled.map((r) => r.status)).toEqual(settled.map(() => 'fulfilled'));
+  });
+
+  it('stays healthy through bursts of deadline misses while redis still answers its probe', async () => {
+    errors.length = 0;
+    const health: boolean[] = [];
+    const sampler = setInterval(() => health.push(store.isHealthy()), 5);
+    try {
+      for (let burst = 0; burst < 5; burst++) {
+        // Redis stalls for 60 ms: every call in the burst misses its 10 ms deadline, PING is only late.
+        const stall = rawCommand(redis.port, 'DEBUG SLEEP 0.06', 2_000);
+        await sleep(15);
+        const results = await Promise.all(Array.from({ length: 20 }, (_, i) => timed(store, `burst-${i}`)));
+        await stall;
+        expect(results.filter((r) => !r.ok).length).toBeGreaterThan(0);
+        await sleep(30);
+      }
+    } finally {
+      clearInterval(sampler);
+    }
+    expect(errors.filter((k) => k === 'timeout').length).toBeGreaterThanOrEqual(20);
+    expect(health.length).toBeGreaterThan(20);
+    expect(health.every(Boolean)).toBe(true);
+    expect(store.isHealthy()).toBe(true);
+    expect((await timed(store, 'after-bursts')).ok).toBe(true);
   });
 });
 

@@ -1,0 +1,97 @@
+import { descriptor, grpc, grpcCode, type RlsRequestInput } from '../helpers/grpc-client';
+import { startRedis, type RedisServer } from '../helpers/redis';
+import { startTestService, type TestService } from '../helpers/service';
+
+/**
+ * The store's own events on /metrics, with the service on a real Redis: store errors by kind,
+ * local denial-cache hits, and calls answered by the failure policy.
+ */
+
+const EDGE = `
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`;
+
+const req = (user: string): RlsRequestInput => ({ domain: 'edge', descriptors: [descriptor([['user', user]])] });
+
+/** The value of one sample line of a Prometheus exposition; 0 when the series is absent. */
+function sample(text: string, series: string): number {
+  const line = text.split('\n').find((l) => l.startsWith(series + ' '));
+  return line === undefined ? 0 : Number(line.slice(series.length + 1));
+}
+
+async function scrape(svc: TestService): Promise<string> {
+  return (await fetch(`http://127.0.0.1:${svc.service.httpPort}/metrics`)).text();
+}
+
+function redisService(redis: RedisServer, env: Record<string, string> = {}): Promise<TestService> {
+  return startTestService({
+    config: { 'edge.yaml': EDGE },
+    env: { BACKEND_TYPE: 'redis', REDIS_URL: redis.url, STORE_TIMEOUT_MS: '500', ...env },
+  });
+}
+
+describe('store metrics with the redis store', () => {
+  let redis: RedisServer;
+  let svc: TestService;
+
+  beforeAll(async () => {
+    redis = await startRedis();
+    svc = await redisService(redis);
+  });
+
+  afterAll(async () => {
+    await svc?.stop();
+    await redis?.stop();
+  });
+
+  it('counts a denial answered from the local cache as a local cache hit', async () => {
+    const before = sample(await scrape(svc), 'ratelimit_service_local_cache_hits');
+    expect((await svc.client.shouldRateLimit(req('alice'))).overallCode).toBe('OK');
+    // Denied by Redis, and remembered.
+    expect((await svc.client.shouldRateLimit(req('alice'))).overallCode).toBe('OVER_LIMIT');
+    expect(sample(await scrape(svc), 'ratelimit_service_local_cache_hits')).toBe(before);
+    // Denied from the cache: no round trip.
+    expect((await svc.client.shouldRateLimit(req('alice'))).overallCode).toBe('OVER_LIMIT');
+    expect((await svc.client.shouldRateLimit(req('alice'))).overallCode).toBe('OVER_LIMIT');
+    expect(sample(await scrape(svc), 'ratelimit_service_local_cache_hits')).toBe(before + 2);
+  });
+
+  it('counts store errors by kind once redis is killed', async () => {
+    const series = 'ratelimit_service_store_errors_total{kind="disconnected"}';
+    const before = sample(await scrape(svc), series);
+    await redis.server.kill();
+    for (let i = 0; i < 3; i++) expect(await grpcCode(svc.client.shouldRateLimit(req(`bob-${i}`)))).toBe(grpc.status.UNAVAILABLE);
+    const text = await scrape(svc);
+    expect(sample(text, series)).toBe(before + 3);
+    expect(sample(text, 'ratelimit_service_should_rate_limit_error{err_type="redis_error"}')).toBeGreaterThanOrEqual(3);
+  });
+});
+
+describe('store metrics with a failure policy', () => {
+  let redis: RedisServer;
+  let svc: TestService;
+
+  beforeAll(async () => {
+    redis = await startRedis();
+    svc = await redisService(redis, { STORE_FAILURE_POLICY: 'allow' });
+  });
+
+  afterAll(async () => {
+    await svc?.stop();
+    await redis?.stop();
+  });
+
+  it('counts calls the policy answered while redis is down, and the store errors behind them', async () => {
+    expect((await svc.client.shouldRateLimit(req('carol'))).overallCode).toBe('OK');
+    await redis.server.kill();
+    for (let i = 0; i < 2; i++) expect((await svc.client.shouldRateLimit(req(`dave-${i}`))).overallCode).toBe('OK');
+    const text = await scrape(svc);
+    expect(sample(text, 'ratelimit_service_store_fallbacks_total{policy="allow"}')).toBe(2);
+    expect(sample(text, 'ratelimit_service_store_errors_total{kind="disconnected"}')).toBe(2);
+    // Answered by the policy: not failed calls.
+    expect(sample(text, 'ratelimit_service_should_rate_limit_error{err_type="redis_error"}')).toBe(0);
+  });
+});
