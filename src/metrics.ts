@@ -3,6 +3,7 @@ import { StatsD } from 'hot-shots';
 import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
 import { NotReadyError, StoreUnavailableError } from './errors';
 import type { RateLimitRequest, RateLimitResponse } from './limiter/types';
+import type { DescriptorOutcome } from './limiter/rate-limiter';
 import type { Settings } from './settings';
 
 /**
@@ -20,19 +21,8 @@ import type { Settings } from './settings';
  * a detailed rule cannot grow memory without bound.
  */
 
-/** What the limiter reports for one matched counter of one request: hits added to each counter. */
-export interface DescriptorEvent {
-  readonly domain: string;
-  /** Rule key path; with detailed_metric, the request's values too. */
-  readonly statKey: string;
-  readonly hits: number;
-  readonly overLimit: number;
-  readonly nearLimit: number;
-  readonly withinLimit: number;
-  readonly shadowMode: number;
-  /** Hits denied from the local denial cache, without a store round trip. */
-  readonly overLimitWithLocalCache?: number;
-}
+/** What the limiter reports for one matched counter of one request (see DescriptorOutcome). */
+export type DescriptorEvent = DescriptorOutcome;
 
 /** Minimal statsd client surface (hot-shots' StatsD satisfies it); injectable for tests. */
 export interface StatsdSink {
@@ -203,7 +193,7 @@ export class Metrics {
     if (e.nearLimit > 0) s.nearLimit.inc(e.nearLimit);
     if (e.withinLimit > 0) s.withinLimit.inc(e.withinLimit);
     if (e.shadowMode > 0) s.shadowMode.inc(e.shadowMode);
-    const cached = e.overLimitWithLocalCache ?? 0;
+    const cached = e.overLimitWithLocalCache;
     if (cached > 0) s.overLimitWithLocalCache.inc(cached);
     const stat = s.stat;
     if (stat !== undefined) {

@@ -44,7 +44,11 @@ export function matchDescriptor(config: RateLimitConfig, domain: string, entries
  * so metric cardinality grows only where the operator asked for it.
  */
 export function detailedStatKey(rule: MatchedRule, entries: readonly Entry[]): string {
-  if (!rule.detailedMetric) return rule.statKey;
+  return rule.detailedMetric ? entriesStatKey(entries) : rule.statKey;
+}
+
+/** The reference server's key path of a descriptor's entries: `key_value` per entry (`key` when the value is empty), '.'-joined. */
+export function entriesStatKey(entries: readonly Entry[]): string {
   let key = '';
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i];

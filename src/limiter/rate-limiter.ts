@@ -1,4 +1,4 @@
-import { detailedStatKey, matchDescriptor } from '../config/match';
+import { detailedStatKey, entriesStatKey, matchDescriptor } from '../config/match';
 import type { MatchedRule, RateLimitConfig } from '../config/types';
 import { InvalidRequestError, NotReadyError } from '../errors';
 import type { CounterDecision, CounterRequest, Store } from '../store/store';
@@ -51,6 +51,8 @@ export interface DescriptorOutcome {
   readonly withinLimit: number;
   /** shadow_mode: hits a shadow-mode rule would have denied (answered OK instead). */
   readonly shadowMode: number;
+  /** over_limit_with_local_cache: the part of overLimit answered by the local denial cache. */
+  readonly overLimitWithLocalCache: number;
 }
 
 /** Receives per-descriptor outcomes (metrics). Called synchronously on the hot path: keep it cheap. */
@@ -301,6 +303,7 @@ export class RateLimiter {
     let nearLimit = 0;
     let withinLimit = 0;
     let shadowMode = 0;
+    let overLimitWithLocalCache = 0;
     if (decision.allowed) {
       withinLimit = hits;
       // As the reference server: usage after this request above floor(L x ratio) makes the hits
@@ -314,8 +317,9 @@ export class RateLimiter {
     } else {
       overLimit = hits;
       if (rule.shadowMode) shadowMode = hits;
+      if (decision.fromCache === true) overLimitWithLocalCache = hits;
     }
-    this.observer!.onDescriptor({ domain, statKey, hits, overLimit, nearLimit, withinLimit, shadowMode });
+    this.observer!.onDescriptor({ domain, statKey, hits, overLimit, nearLimit, withinLimit, shadowMode, overLimitWithLocalCache });
   }
 }
 
@@ -347,17 +351,6 @@ function validateDescriptor(d: Descriptor, i: number): void {
   if (hits !== undefined && (!Number.isSafeInteger(hits) || hits < 0)) {
     throw new InvalidRequestError(`descriptors[${i}].hits_addend: expected a non-negative integer, got ${hits}`);
   }
-}
-
-/** The reference server's key path of an unmatched descriptor: `key_value` per entry (`key` when the value is empty), '.'-joined. */
-function entriesStatKey(entries: readonly Entry[]): string {
-  let key = '';
-  for (let j = 0; j < entries.length; j++) {
-    const e = entries[j];
-    if (j > 0) key += '.';
-    key += e.value === '' ? e.key : `${e.key}_${e.value}`;
-  }
-  return key;
 }
 
 // One frozen current_limit per limit: configured limits live as long as their config, so the edges

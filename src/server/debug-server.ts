@@ -1,6 +1,6 @@
 import * as http from 'node:http';
 import type { Logger } from '../log';
-import { allow, closeGracefully, listen, pathOf, send, trackInFlight, type MetricsExposition } from './http-server';
+import { allow, pathOf, RoutedHttpServer, send, sendMetrics, type MetricsExposition } from './http-base';
 
 /**
  * The debug endpoints on DEBUG_HOST:DEBUG_PORT (6070), as the reference server's debug port:
@@ -25,27 +25,12 @@ const ENDPOINTS: readonly (readonly [path: string, what: string])[] = [
   ['/metrics', 'Prometheus metrics'],
 ];
 
-export class DebugServer {
-  private readonly server: http.Server;
-  private closing: Promise<void> | undefined;
-
+export class DebugServer extends RoutedHttpServer {
   constructor(private readonly options: DebugServerOptions) {
-    this.server = http.createServer((req, res) => this.route(req, res));
-    trackInFlight(this.server);
+    super(options);
   }
 
-  /** Binds DEBUG_HOST:DEBUG_PORT; resolves to the bound port. */
-  start(): Promise<number> {
-    return listen(this.server, this.options.host, this.options.port);
-  }
-
-  /** Graceful stop, as HttpServer.close. Idempotent. */
-  close(graceMs = 5_000): Promise<void> {
-    this.closing ??= closeGracefully(this.server, graceMs);
-    return this.closing;
-  }
-
-  private route(req: http.IncomingMessage, res: http.ServerResponse): void {
+  protected route(req: http.IncomingMessage, res: http.ServerResponse): void {
     const metrics = this.options.metrics;
     switch (pathOf(req.url)) {
       case '/':
@@ -60,14 +45,7 @@ export class DebugServer {
       }
       case '/metrics':
         if (metrics === undefined) break;
-        if (!allow(req, res, 'GET, HEAD')) return;
-        metrics.text().then(
-          (text) => send(res, 200, text, metrics.contentType),
-          (err: unknown) => {
-            this.options.logger?.error({ err }, 'cannot render metrics');
-            send(res, 500, 'cannot render metrics\n');
-          },
-        );
+        sendMetrics(req, res, metrics, this.options.logger);
         return;
     }
     send(res, 404, 'not found\n');

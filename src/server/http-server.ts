@@ -1,10 +1,10 @@
 import * as http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { InvalidRequestError, NotReadyError } from '../errors';
 import type { RateLimitRequest, RateLimitResponse, Unit } from '../limiter/types';
 import type { Logger } from '../log';
 import { StoreUnavailableError } from '../store/store';
 import { durationFromMs, requestFromWire } from './convert';
+import { allow, pathOf, RoutedHttpServer, send, sendMetrics, type MetricsExposition } from './http-base';
 import type { WireDescriptor, WireRateLimitRequest, WireUnitName } from './proto';
 
 /**
@@ -21,11 +21,6 @@ export interface JsonDecider {
   shouldRateLimit(request: RateLimitRequest): Promise<RateLimitResponse>;
 }
 
-/** Anything that renders the Prometheus exposition (src/metrics.ts's Metrics). */
-export interface MetricsExposition {
-  text(): Promise<string>;
-  readonly contentType: string;
-}
 
 export interface HttpServerOptions {
   readonly host: string;
@@ -43,32 +38,15 @@ export interface HttpServerOptions {
 
 const DEFAULT_MAX_BODY = 1024 * 1024;
 
-export class HttpServer {
-  private readonly server: http.Server;
+export class HttpServer extends RoutedHttpServer {
   private readonly maxBody: number;
-  private closing: Promise<void> | undefined;
 
   constructor(private readonly options: HttpServerOptions) {
+    super(options);
     this.maxBody = options.maxBodyBytes ?? DEFAULT_MAX_BODY;
-    this.server = http.createServer((req, res) => this.route(req, res));
-    trackInFlight(this.server);
   }
 
-  /** Binds HOST:PORT; resolves to the bound port. */
-  start(): Promise<number> {
-    return listen(this.server, this.options.host, this.options.port);
-  }
-
-  /**
-   * Graceful stop: no new connections, idle keep-alive connections closed, in-flight requests
-   * finish (their responses close the connection); whatever is still open after `graceMs` is cut. Idempotent.
-   */
-  close(graceMs = 5_000): Promise<void> {
-    this.closing ??= closeGracefully(this.server, graceMs);
-    return this.closing;
-  }
-
-  private route(req: http.IncomingMessage, res: http.ServerResponse): void {
+  protected route(req: http.IncomingMessage, res: http.ServerResponse): void {
     const path = pathOf(req.url);
     switch (path) {
       case '/healthcheck':
@@ -82,21 +60,10 @@ export class HttpServer {
         return;
       case '/metrics':
         if (this.options.metrics === undefined) break;
-        if (!allow(req, res, 'GET, HEAD')) return;
-        this.prometheus(res, this.options.metrics);
+        sendMetrics(req, res, this.options.metrics, this.options.logger);
         return;
     }
     send(res, 404, 'not found\n');
-  }
-
-  private prometheus(res: http.ServerResponse, metrics: MetricsExposition): void {
-    metrics.text().then(
-      (text) => send(res, 200, text, metrics.contentType),
-      (err: unknown) => {
-        this.options.logger?.error({ err }, 'cannot render metrics');
-        send(res, 500, 'cannot render metrics\n');
-      },
-    );
   }
 
   private json(req: http.IncomingMessage, res: http.ServerResponse): void {
@@ -268,32 +235,6 @@ export function responseToJson(response: RateLimitResponse): Json {
   return json;
 }
 
-/* ---------- small HTTP plumbing, shared with the debug server ---------- */
-
-/** The path of a request URL, without query string. */
-export function pathOf(url: string | undefined): string {
-  if (url === undefined) return '/';
-  const q = url.indexOf('?');
-  return q === -1 ? url : url.slice(0, q);
-}
-
-/** Answers 405 (with Allow) unless the method is one of `methods`. */
-export function allow(req: http.IncomingMessage, res: http.ServerResponse, methods: string): boolean {
-  if (methods.split(', ').includes(req.method ?? '')) return true;
-  res.setHeader('Allow', methods);
-  send(res, 405, 'method not allowed\n');
-  return false;
-}
-
-/** Writes a complete response (no body for HEAD). */
-export function send(res: http.ServerResponse, status: number, body: string, contentType = 'text/plain; charset=utf-8'): void {
-  if (res.headersSent) return;
-  res.statusCode = status;
-  res.setHeader('Content-Type', contentType);
-  res.setHeader('Content-Length', Buffer.byteLength(body));
-  res.end(res.req?.method === 'HEAD' ? undefined : body);
-}
-
 /** The body as text, or undefined when it exceeds `max` bytes (the rest is drained, not buffered). */
 function readBody(req: http.IncomingMessage, max: number): Promise<string | undefined> {
   return new Promise((resolve, reject) => {
@@ -312,54 +253,5 @@ function readBody(req: http.IncomingMessage, max: number): Promise<string | unde
     });
     req.on('end', () => resolve(tooLarge ? undefined : Buffer.concat(chunks).toString('utf8')));
     req.on('error', reject);
-  });
-}
-
-/** Listens on host:port; resolves to the bound port. */
-export function listen(server: http.Server, host: string, port: number): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const onError = (err: Error): void => reject(err);
-    server.once('error', onError);
-    server.listen(port, host, () => {
-      server.off('error', onError);
-      resolve((server.address() as AddressInfo).port);
-    });
-  });
-}
-
-const inFlight = new WeakMap<http.Server, Set<http.ServerResponse>>();
-
-/**
- * Remembers the responses not yet sent, so that closeGracefully can make each of them end its
- * connection: a keep-alive connection that served a request begun before the close would otherwise
- * linger until its idle timeout.
- */
-export function trackInFlight(server: http.Server): void {
-  const pending = new Set<http.ServerResponse>();
-  inFlight.set(server, pending);
-  server.on('request', (_req: http.IncomingMessage, res: http.ServerResponse) => {
-    pending.add(res);
-    res.once('close', () => pending.delete(res));
-  });
-}
-
-/**
- * Stops accepting, closes idle keep-alive connections, lets in-flight requests finish (their
- * responses close the connection), cuts whatever is still open after graceMs.
- */
-export function closeGracefully(server: http.Server, graceMs: number): Promise<void> {
-  return new Promise((resolve) => {
-    if (!server.listening) {
-      resolve();
-      return;
-    }
-    for (const res of inFlight.get(server) ?? []) if (!res.headersSent) res.setHeader('Connection', 'close');
-    const timer = setTimeout(() => server.closeAllConnections(), graceMs);
-    timer.unref();
-    server.close(() => {
-      clearTimeout(timer);
-      resolve();
-    });
-    server.closeIdleConnections();
   });
 }

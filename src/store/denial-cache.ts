@@ -118,7 +118,7 @@ export class DenialCache implements Store {
       this.denials.delete(key);
       this.denials.set(key, denial);
       out ??= counters.map(() => NOT_CONSULTED);
-      out[i] = { allowed: false, remaining: 0, resetMs: denial.untilMs - now };
+      out[i] = { allowed: false, remaining: 0, resetMs: denial.untilMs - now, fromCache: true };
     }
     return out;
   }

@@ -50,6 +50,8 @@ export interface CounterDecision {
    * Allowed: until the counter has fully drained.
    */
   readonly resetMs: number;
+  /** True when a local denial cache answered without asking the store (metrics: over_limit_with_local_cache). */
+  readonly fromCache?: boolean;
 }
 
 /** The store could not answer (down, slow, overloaded). Mapped to gRPC UNAVAILABLE at the edge. */

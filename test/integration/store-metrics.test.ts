@@ -56,7 +56,11 @@ describe('store metrics with the redis store', () => {
     // Denied from the cache: no round trip.
     expect((await svc.client.shouldRateLimit(req('alice'))).overallCode).toBe('OVER_LIMIT');
     expect((await svc.client.shouldRateLimit(req('alice'))).overallCode).toBe('OVER_LIMIT');
-    expect(sample(await scrape(svc), 'ratelimit_service_local_cache_hits')).toBe(before + 2);
+    const text = await scrape(svc);
+    expect(sample(text, 'ratelimit_service_local_cache_hits')).toBe(before + 2);
+    // Per rule, as the reference server's over_limit_with_local_cache: a subset of over_limit.
+    expect(sample(text, 'ratelimit_service_rate_limit_over_limit_with_local_cache{domain="edge",descriptor="user"}')).toBe(2);
+    expect(sample(text, 'ratelimit_service_rate_limit_over_limit{domain="edge",descriptor="user"}')).toBe(3);
   });
 
   it('counts store errors by kind once redis is killed', async () => {

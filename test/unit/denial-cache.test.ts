@@ -57,12 +57,12 @@ describe('DenialCache', () => {
     expect(inner.calls).toBe(3);
 
     const again = await cache.decide([counter('a')]);
-    expect(again).toEqual([{ allowed: false, remaining: 0, resetMs: denied[0].resetMs }]);
+    expect(again).toEqual([{ allowed: false, remaining: 0, resetMs: denied[0].resetMs, fromCache: true }]);
     expect(inner.calls).toBe(3);
     expect(hits).toBe(1);
 
     clock.advance(denied[0].resetMs - 1);
-    expect((await cache.decide([counter('a')]))[0]).toEqual({ allowed: false, remaining: 0, resetMs: 1 });
+    expect((await cache.decide([counter('a')]))[0]).toEqual({ allowed: false, remaining: 0, resetMs: 1, fromCache: true });
     expect(inner.calls).toBe(3);
 
     clock.advance(1);

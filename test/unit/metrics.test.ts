@@ -28,6 +28,7 @@ const event = (domain: string, statKey: string, counts: Partial<DescriptorEvent>
   nearLimit: 0,
   withinLimit: 0,
   shadowMode: 0,
+  overLimitWithLocalCache: 0,
   ...counts,
 });
 
