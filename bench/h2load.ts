@@ -6,9 +6,16 @@ import { runCommand } from './processes';
 import { SHOULD_RATE_LIMIT_PATH } from './rls-codec';
 
 /**
- * Runs nghttp2's h2load against a gRPC endpoint. h2load posts one fixed body (a prebuilt gRPC frame)
- * on every request and cannot read gRPC trailers: a 200 counts as success. Percentiles come from its
- * per-request log file, since its summary only has min/mean/max.
+ * Runs nghttp2's h2load against a gRPC endpoint: one fixed body (a prebuilt gRPC frame) on every
+ * request; percentiles from its per-request log file, since its summary only has min/mean/max.
+ *
+ * h2load knows nothing of gRPC: a gRPC error is an HTTP 200 like a success, so its "succeeded" count
+ * would hide every failed call. Successes are counted from the DATA bytes instead. A gRPC error is
+ * a trailers-only answer and carries no DATA; a successful answer carries one framed message whose
+ * size the caller measured beforehand (a range: durations and remaining counts make the size vary by
+ * a few bytes). So `data / smallest size` bounds the successes from above, and `errors` is the count
+ * of calls that certainly failed; `errorsUpperBound` is the most that may have. The two are equal
+ * when every successful answer has the same size (the no-op servers).
  */
 
 export interface H2loadOptions {
@@ -19,11 +26,21 @@ export interface H2loadOptions {
   readonly streams: number;
   readonly threads: number;
   readonly durationS: number;
-  readonly warmupS?: number;
-  /** Total rate across clients (h2load's own flag is per client). */
+  /** Total rate across clients (h2load's own flag is per client, and it sends each client's share in bursts). */
   readonly rps?: number;
+  /** DATA bytes of one successful answer (5-byte prefix included): the smallest and the largest seen. */
+  readonly okBytes: { readonly min: number; readonly max: number };
   /** Where to put the per-request log (deleted afterwards). */
   readonly tmpDir: string;
+}
+
+/**
+ * The successful calls consistent with the DATA bytes received, when a success carries between
+ * okBytes.min and okBytes.max bytes and an error none: at most data / min, at least data / max.
+ */
+export function successesFromData(opts: { http200: number; dataBytes: number; okBytes: { readonly min: number; readonly max: number } }): { okAtMost: number; okAtLeast: number } {
+  const okAtMost = Math.min(opts.http200, Math.floor(opts.dataBytes / opts.okBytes.min));
+  return { okAtMost, okAtLeast: Math.min(okAtMost, Math.ceil(opts.dataBytes / opts.okBytes.max)) };
 }
 
 /** True when h2load is on PATH. */
@@ -36,6 +53,7 @@ export async function h2loadAvailable(): Promise<boolean> {
   }
 }
 
+/** Runs h2load once and reports successes as gRPC sees them. */
 export async function runH2load(opts: H2loadOptions): Promise<LoadResult> {
   const log = join(opts.tmpDir, `h2load-${process.pid}-${Date.now()}.log`);
   const args = [
@@ -48,22 +66,25 @@ export async function runH2load(opts: H2loadOptions): Promise<LoadResult> {
     '-H', 'te: trailers',
     `--log-file=${log}`,
   ];
-  if (opts.warmupS) args.push(`--warm-up-time=${opts.warmupS}`);
   if (opts.rps !== undefined) args.push(`--rps=${Math.max(1, Math.round(opts.rps / opts.clients))}`);
   args.push(`http://127.0.0.1:${opts.port}${SHOULD_RATE_LIMIT_PATH}`);
-  const timeoutMs = (opts.durationS + (opts.warmupS ?? 0) + 20) * 1000;
-  const r = await runCommand('h2load', args, timeoutMs);
+  const r = await runCommand('h2load', args, (opts.durationS + 20) * 1000);
   if (r.code !== 0) throw new Error(`h2load exited ${r.code}: ${r.stderr.trim() || r.stdout.trim()}`);
   // "requests: 1000 total, 1000 started, 1000 done, 998 succeeded, 2 failed, 2 errored, 0 timeout"
-  const m = /requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored/.exec(r.stdout);
-  if (!m) throw new Error(`unexpected h2load output: ${r.stdout.slice(0, 500)}`);
+  const m = /requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded/.exec(r.stdout);
+  // "traffic: 3.66MB (3835812) total, 1.19MB (1250046) headers (space savings 93.21%), 1.91MB (2000040) data"
+  const t = /traffic: .*\((\d+)\) data/.exec(r.stdout);
+  if (!m || !t) throw new Error(`unexpected h2load output: ${r.stdout.slice(0, 500)}`);
   const done = Number(m[3]);
-  const ok = Number(m[4]);
+  const http200 = Number(m[4]);
+  const data = Number(t[1]);
+  const { okAtMost, okAtLeast } = successesFromData({ http200, dataBytes: data, okBytes: opts.okBytes });
   let samples = new Float64Array(0);
   try {
     const lines = readFileSync(log, 'utf8').split('\n');
     samples = new Float64Array(lines.length);
     let n = 0;
+    // Columns: start time (µs since the epoch), HTTP status, duration (µs).
     for (const line of lines) {
       const cols = line.split('\t');
       if (cols.length >= 3) samples[n++] = Number(cols[2]) / 1000;
@@ -72,14 +93,19 @@ export async function runH2load(opts: H2loadOptions): Promise<LoadResult> {
   } finally {
     rmSync(log, { force: true });
   }
+  const errors = done - okAtMost;
   return {
     generator: 'h2load',
     requests: done,
-    ok,
-    errors: done - ok,
+    ok: okAtMost,
+    errors,
+    errorsUpperBound: done - okAtLeast,
     durationS: opts.durationS,
-    rps: ok / opts.durationS,
+    rps: okAtMost / opts.durationS,
     latencyMs: summarize(samples),
-    firstError: done > ok ? r.stdout.split('\n').find((l) => l.startsWith('status codes')) : undefined,
+    firstError:
+      errors > 0
+        ? `${done} calls, ${http200} HTTP 200, ${data} DATA bytes: at least ${errors} answers without a message (gRPC errors)`
+        : undefined,
   };
 }

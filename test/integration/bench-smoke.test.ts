@@ -1,11 +1,16 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { h2loadAvailable, runH2load, successesFromData } from '../../bench/h2load';
+import { runHttp2Load } from '../../bench/http2-load';
+import { startNoopServer, type NoopServer } from '../../bench/noop-server';
+import { grpcFrame } from '../../bench/rls-codec';
 import type { BenchResult, ScenarioResult } from '../../bench/run';
 
-// Runs `node dist/bench/run.js --tiny` end to end (its own redis-server, the service on both stores,
-// the no-op server, the node generator and h2load when installed). Needs the built dist/.
+// Runs `node dist/bench/run.js --tiny` end to end (its own redis-server, the service on both stores
+// with its default workers, the no-op server, h2load when installed and the two node generators).
+// It checks the harness, not the service's speed. Needs the built dist/.
 const root = join(__dirname, '..', '..');
 const runJs = join(root, 'dist', 'bench', 'run.js');
 
@@ -14,7 +19,7 @@ function runTiny(out: string): Promise<{ code: number | null; stderr: string }> 
     const child = spawn(process.execPath, [runJs, '--tiny', '--out', out], { cwd: root, stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const timer = setTimeout(() => child.kill('SIGINT'), 40_000);
+    const timer = setTimeout(() => child.kill('SIGINT'), 50_000);
     child.on('error', reject);
     child.on('close', (code) => {
       clearTimeout(timer);
@@ -27,6 +32,7 @@ describe('benchmark harness in tiny mode', () => {
   let out: string;
   let result: BenchResult;
   let exit: { code: number | null; stderr: string };
+  let primary: string;
   const scenario = (name: string): ScenarioResult => {
     const s = result.scenarios.find((x) => x.name === name);
     if (!s) throw new Error(`no scenario ${name} in ${result.scenarios.map((x) => x.name).join(', ')}`);
@@ -41,7 +47,8 @@ describe('benchmark harness in tiny mode', () => {
     const json = readdirSync(out).find((f) => f.endsWith('.json'));
     if (!json) throw new Error(`no result JSON written; stderr:\n${exit.stderr}`);
     result = JSON.parse(readFileSync(join(out, json), 'utf8')) as BenchResult;
-  }, 45_000);
+    primary = result.machine.h2load ? 'h2load' : 'http2-load';
+  }, 60_000);
 
   afterAll(() => {
     if (out) rmSync(out, { recursive: true, force: true });
@@ -52,12 +59,14 @@ describe('benchmark harness in tiny mode', () => {
     expect(exit.code).toBe(0);
   });
 
-  it('writes the JSON, the SVG chart and the table side by side', () => {
+  it('writes the JSON, the SVG chart and the tables side by side', () => {
     const files = readdirSync(out);
     expect(files.some((f) => f.endsWith('.svg'))).toBe(true);
     expect(files.some((f) => f.endsWith('.md'))).toBe(true);
     const svg = readFileSync(join(out, files.find((f) => f.endsWith('.svg'))!), 'utf8');
     expect(svg.startsWith('<svg')).toBe(true);
+    const md = readFileSync(join(out, files.find((f) => f.endsWith('.md'))!), 'utf8');
+    expect(md).toContain('measured separately');
   });
 
   it('describes the machine it ran on', () => {
@@ -66,8 +75,8 @@ describe('benchmark harness in tiny mode', () => {
     expect(result.machine.memoryGiB).toBeGreaterThan(0);
   });
 
-  it('reports sane throughput and ordered latency percentiles for the no-op server and both stores', () => {
-    for (const name of ['noop-grpc-js/node', 'memory-1-descriptor/node', 'redis-1-descriptor/node']) {
+  it('reports sane throughput, no errors and ordered latency percentiles for the no-op server and both stores', () => {
+    for (const name of [`noop-http2/${primary}`, `memory-1-descriptor/${primary}`, `redis-1-descriptor/${primary}`]) {
       const m = scenario(name).summary!;
       expect(m.decisionsPerS).toBeGreaterThan(10);
       expect(m.errors).toBe(0);
@@ -77,32 +86,82 @@ describe('benchmark harness in tiny mode', () => {
       expect(m.cpuCores).toBeGreaterThan(0);
       expect(m.rssMiB).toBeGreaterThan(10);
     }
-    expect(scenario('memory-1-descriptor/node').summary!.ratioToNoop).toBeGreaterThan(0);
+    expect(scenario(`memory-1-descriptor/${primary}`).summary!.ratioToCeiling).toBeGreaterThan(0);
+    expect(scenario(`redis-1-descriptor/${primary}`).summary!.ratioToCeiling).toBeGreaterThan(0);
   });
 
-  it('counts Redis commands per decision only for the redis store', () => {
-    const redis = scenario('redis-1-descriptor/node').summary!;
-    expect(redis.redisCommandsPerDecision).toBeGreaterThan(0);
-    expect(redis.redisCommandsPerDecision).toBeLessThan(10);
-    expect(scenario('memory-1-descriptor/node').summary!.redisCommandsPerDecision).toBeUndefined();
+  it('runs the service as shipped: the http2 transport, and one worker per core with redis', () => {
+    const redis = scenario(`redis-1-descriptor/${primary}`);
+    expect(redis.transport).toBe('http2');
+    expect(redis.workers).toBe(Math.min(64, availableParallelism()));
+    expect(scenario(`memory-1-descriptor/${primary}`).workers).toBe(1);
   });
 
-  it('sees most attack requests answered OVER_LIMIT', () => {
-    const load = scenario('memory-attack-90pct/node').runs[0].load;
-    expect(load.overLimit!).toBeGreaterThan(0.8 * load.ok);
+  it('counts Redis calls and commands per decision only for the redis store', () => {
+    const redis = scenario(`redis-1-descriptor/${primary}`).summary!;
+    expect(redis.redisScriptsPerDecision).toBeGreaterThan(0);
+    expect(redis.redisScriptsPerDecision).toBeLessThan(2);
+    expect(redis.redisCommandsPerDecision).toBeGreaterThanOrEqual(redis.redisScriptsPerDecision!);
+    expect(redis.redisCommandsPerDecision).toBeLessThan(20);
+    expect(scenario(`memory-1-descriptor/${primary}`).summary!.redisCommandsPerDecision).toBeUndefined();
+  });
+
+  it('sees most attack calls answered OVER_LIMIT with both node generators, without errors', () => {
+    for (const name of ['memory-attack-90pct/http2-load', 'redis-attack-90pct/grpc-js-load']) {
+      const s = scenario(name);
+      expect(s.summary!.errors).toBe(0);
+      expect(s.runs[0].load.overLimit!).toBeGreaterThan(0.8 * s.runs[0].load.ok);
+    }
+    expect(scenario('memory-attack-90pct/http2-load').summary!.ratioToCeiling).toBeGreaterThan(0);
   });
 
   it('holds a fixed-rate run near its target rate', () => {
-    const s = scenario('memory-1-descriptor@50pct/node');
-    expect(s.targetRps).toBeGreaterThan(0);
-    expect(s.summary!.decisionsPerS).toBeGreaterThan(0.5 * s.targetRps!);
-    expect(s.summary!.decisionsPerS).toBeLessThan(1.2 * s.targetRps!);
+    const s = result.scenarios.find((x) => x.kind === 'rate' && x.target === 'service');
+    expect(s?.summary).toBeDefined();
+    expect(s!.summary!.errors).toBe(0);
+    expect(s!.summary!.decisionsPerS).toBeGreaterThan(0.5 * s!.rps!);
+    expect(s!.summary!.decisionsPerS).toBeLessThan(1.2 * s!.rps!);
+  });
+});
+
+describe('success counting of the load generators', () => {
+  let server: NoopServer;
+  let dir: string;
+  // Wire type 7 does not exist: the no-op server answers this call with a gRPC error (trailers only).
+  const bad = grpcFrame(Buffer.from([0x0f, 0x00]));
+
+  beforeAll(async () => {
+    server = await startNoopServer({ transport: 'http2' });
+    dir = mkdtempSync(join(tmpdir(), 'bench-count-'));
   });
 
-  it('cross-checks with h2load when it is installed', () => {
-    if (!result.machine.h2load) return; // the node generator alone covers the harness
-    const m = scenario('memory-1-descriptor/h2load').summary!;
-    expect(m.decisionsPerS).toBeGreaterThan(10);
-    expect(m.p50Ms).toBeLessThanOrEqual(m.p99Ms);
+  afterAll(async () => {
+    await server?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('bounds h2load successes by the DATA bytes an answer carries', () => {
+    expect(successesFromData({ http200: 100, dataBytes: 0, okBytes: { min: 36, max: 37 } })).toEqual({ okAtMost: 0, okAtLeast: 0 });
+    expect(successesFromData({ http200: 100, dataBytes: 100 * 37, okBytes: { min: 36, max: 37 } })).toEqual({ okAtMost: 100, okAtLeast: 100 });
+    expect(successesFromData({ http200: 100, dataBytes: 50 * 36, okBytes: { min: 36, max: 37 } })).toEqual({ okAtMost: 50, okAtLeast: 49 });
+  });
+
+  it('counts gRPC errors answered with HTTP 200 as errors in h2load runs', async () => {
+    if (!(await h2loadAvailable())) return; // without h2load, no scenario uses it
+    const body = join(dir, 'bad.body');
+    writeFileSync(body, bad);
+    const r = await runH2load({ port: server.port, bodyFile: body, clients: 1, streams: 4, threads: 1, durationS: 0.3, okBytes: { min: 9, max: 9 }, tmpDir: dir });
+    expect(r.requests).toBeGreaterThan(0);
+    expect(r.ok).toBe(0);
+    expect(r.errors).toBe(r.requests);
+  });
+
+  it('counts gRPC errors as errors in http2-load runs, and OK answers as OK', async () => {
+    const good = grpcFrame(Buffer.from([0x0a, 0x01, 0x62, 0x12, 0x00]));
+    const r = await runHttp2Load({ port: server.port, frames: [bad, good], connections: 1, streams: 4, durationS: 0.3 });
+    expect(r.requests).toBeGreaterThan(0);
+    expect(r.ok + r.errors).toBe(r.requests);
+    expect(Math.abs(r.ok - r.errors)).toBeLessThanOrEqual(4);
+    expect(r.firstError).toContain('grpc-status');
   });
 });

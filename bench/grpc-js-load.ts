@@ -1,13 +1,14 @@
 import * as grpc from '@grpc/grpc-js';
 import { readFileSync } from 'node:fs';
-import { summarize } from './latency';
+import { LatencyHistogram } from './latency';
 import type { LoadResult } from './load-result';
 import { overallCode, splitGrpcFrames, SHOULD_RATE_LIMIT_PATH } from './rls-codec';
 
 /**
- * A grpc-js load generator for ShouldRateLimit. Unlike h2load it can send a different body on
- * every call (many distinct keys, mixed traffic) and it sees gRPC status codes, so it also serves
- * as a cross-check of h2load's numbers.
+ * A grpc-js load generator for ShouldRateLimit: a second, independent client (grpc-js's own framing,
+ * status and deadline handling) that cross-checks the numbers of h2load and http2-load, and the
+ * fallback when neither suits. It costs several times more CPU per call than http2-load, so on a
+ * small machine it saturates before the server does.
  */
 
 export interface NodeLoadOptions {
@@ -22,8 +23,6 @@ export interface NodeLoadOptions {
   readonly durationS: number;
   /** Open loop at this rate; latency is then measured from each call's scheduled time. */
   readonly rps?: number;
-  /** Upper bound on recorded latency samples (memory bound); later samples overwrite a ring. */
-  readonly maxSamples?: number;
 }
 
 const identity = (b: Buffer): Buffer => b;
@@ -40,9 +39,7 @@ export async function runNodeLoad(opts: NodeLoadOptions): Promise<LoadResult> {
   await Promise.all(
     clients.map((c) => new Promise<void>((resolve, reject) => c.waitForReady(deadlineAt, (e) => (e ? reject(e) : resolve())))),
   );
-  const cap = opts.maxSamples ?? 2_000_000;
-  const samples = new Float64Array(cap);
-  let recorded = 0;
+  const hist = new LatencyHistogram();
   let requests = 0;
   let ok = 0;
   let overLimit = 0;
@@ -60,7 +57,7 @@ export async function runNodeLoad(opts: NodeLoadOptions): Promise<LoadResult> {
     client.makeUnaryRequest(SHOULD_RATE_LIMIT_PATH, identity, identity, body, { deadline: Date.now() + 2000 }, (err, reply) => {
       inFlight--;
       requests++;
-      samples[recorded++ % cap] = performance.now() - from;
+      hist.record(performance.now() - from);
       if (err) {
         errors++;
         firstError ??= `${err.code} ${err.details}`;
@@ -105,14 +102,14 @@ export async function runNodeLoad(opts: NodeLoadOptions): Promise<LoadResult> {
   const durationS = Math.max((Math.min(performance.now(), endAt + 3000) - start) / 1000, 1e-3);
   for (const c of clients) c.close();
   return {
-    generator: 'node',
+    generator: 'grpc-js-load',
     requests,
     ok,
     errors,
     overLimit,
     durationS: Math.min(durationS, opts.durationS + 3),
     rps: ok / opts.durationS,
-    latencyMs: summarize(samples.subarray(0, Math.min(recorded, cap))),
+    latencyMs: hist.summary(),
     firstError,
   };
 }
@@ -122,13 +119,13 @@ function arg(args: readonly string[], name: string): string | undefined {
   return i >= 0 ? args[i + 1] : undefined;
 }
 
-// `node dist/bench/node-load.js --target H:P --bodies FILE --concurrency N --connections K --duration S [--rps R]`
+// `node dist/bench/grpc-js-load.js --target H:P --bodies FILE --concurrency N --connections K --duration S [--rps R]`
 // FILE holds concatenated gRPC frames; prints one JSON LoadResult.
 if (require.main === module) {
   const args = process.argv.slice(2);
   const target = arg(args, '--target');
   const file = arg(args, '--bodies');
-  if (!target || !file) throw new Error('usage: node-load --target host:port --bodies FILE [--concurrency N] [--connections K] [--duration S] [--rps R]');
+  if (!target || !file) throw new Error('usage: grpc-js-load --target host:port --bodies FILE [--concurrency N] [--connections K] [--duration S] [--rps R]');
   const rps = arg(args, '--rps');
   void runNodeLoad({
     target,

@@ -1,0 +1,75 @@
+import type { LoadResult } from './load-result';
+import type { ScenarioSpec } from './scenarios';
+
+/** The JSON that `make bench` writes to bench/results/<date>.json. */
+
+/** One repeat of one scenario. */
+export interface RunMeasure {
+  readonly load: LoadResult;
+  readonly wallS: number;
+  /** CPU cores used by the target (the service's primary and every worker), user + system. */
+  readonly cpuCores: number;
+  /** Resident memory of the target at the end of the run, summed over its processes. */
+  readonly rssMiB: number;
+  readonly redisCpuCores?: number;
+  /** Script calls (EVALSHA, ...) per successful call: round trips to Redis per decision. */
+  readonly redisScriptsPerDecision?: number;
+  /** Every command Redis executed per successful call, those inside scripts included. */
+  readonly redisCommandsPerDecision?: number;
+}
+
+/** Medians over the repeats (errors: the sum). */
+export interface ScenarioSummary {
+  readonly decisionsPerS: number;
+  readonly p50Ms: number;
+  readonly p99Ms: number;
+  readonly p999Ms: number;
+  /** Failed calls over all repeats, gRPC errors included. */
+  readonly errors: number;
+  /** Calls over all repeats. */
+  readonly calls: number;
+  /** decisionsPerS / the ceiling scenario's (a no-op server, same transport, generator and bodies). */
+  readonly ratioToCeiling?: number;
+  readonly redisScriptsPerDecision?: number;
+  readonly redisCommandsPerDecision?: number;
+  readonly cpuCores: number;
+  readonly redisCpuCores?: number;
+  readonly rssMiB: number;
+}
+
+export interface ScenarioResult extends ScenarioSpec {
+  readonly descriptors: number;
+  /** Processes answering calls (the service's WORKERS). */
+  readonly workers?: number;
+  readonly runs: readonly RunMeasure[];
+  readonly summary?: ScenarioSummary;
+  readonly error?: string;
+}
+
+export interface Machine {
+  readonly nproc: number;
+  readonly cpuModel: string;
+  readonly memoryGiB: number;
+  readonly os: string;
+  readonly node: string;
+  readonly redis?: string;
+  readonly h2load?: string;
+}
+
+export interface BenchSettings {
+  readonly tiny: boolean;
+  readonly repeats: number;
+  readonly durationS: number;
+  readonly warmupS: number;
+  readonly streams: number;
+  readonly rate: number;
+  readonly generator: string;
+  readonly only?: string;
+}
+
+export interface BenchResult {
+  readonly date: string;
+  readonly machine: Machine;
+  readonly options: BenchSettings;
+  readonly scenarios: readonly ScenarioResult[];
+}

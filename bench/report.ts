@@ -1,0 +1,181 @@
+import type { BenchResult, Machine, ScenarioResult, ScenarioSummary } from './bench-result';
+import { fmt, markdownTable } from './markdown';
+import { fmtRate } from './scenarios';
+import { barChartSvg } from './svg';
+
+/** Turns a BenchResult into the Markdown tables, the SVG chart and the blocks of README.md and docs/performance.md. */
+
+/**
+ * envoyproxy/ratelimit with Redis on the same kind of machine (2 CPUs), measured separately with
+ * the same h2load settings. Quoted for comparison; no run of `make bench` measures it.
+ */
+export const REFERENCE_FIGURES = {
+  maxOneDescriptor: 16_500,
+  maxFiveDescriptors: 11_700,
+  p99MsAt8kOver4: 15,
+  p99MsAt8kOver40: 23,
+} as const;
+
+/** A one-line description of the machine. */
+export function machineLine(m: Machine): string {
+  const redis = m.redis ? `, ${m.redis.replace(/ sha=.*/, '')}` : '';
+  return `${m.nproc} CPUs (${m.cpuModel}), ${m.memoryGiB} GiB RAM, ${m.os}, Node ${m.node}${redis}${m.h2load ? `, ${m.h2load}` : ''}`;
+}
+
+function errorsCell(s: ScenarioSummary): string {
+  if (s.errors === 0) return '0';
+  return `${fmt(s.errors)} (${fmt((100 * s.errors) / Math.max(1, s.calls), 2)}%)`;
+}
+
+/** The throughput table: every `max` scenario, medians of the repeats. */
+export function benchTable(result: BenchResult): string {
+  const rows = result.scenarios
+    .filter((s) => s.kind === 'max')
+    .map((s) => {
+      const m = s.summary;
+      if (!m) return [s.name, 'failed', '-', '-', '-', '-', '-', '-', '-', '-', '-'];
+      return [
+        s.name,
+        fmt(m.decisionsPerS),
+        fmt(m.p50Ms, 2),
+        fmt(m.p99Ms, 2),
+        fmt(m.p999Ms, 2),
+        errorsCell(m),
+        m.ratioToCeiling === undefined ? '-' : fmt(m.ratioToCeiling, 2),
+        m.redisScriptsPerDecision === undefined ? '-' : fmt(m.redisScriptsPerDecision, 2),
+        m.redisCommandsPerDecision === undefined ? '-' : fmt(m.redisCommandsPerDecision, 2),
+        fmt(m.cpuCores * 100),
+        fmt(m.rssMiB),
+      ];
+    });
+  return markdownTable(
+    ['scenario / generator', 'decisions/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'errors', 'vs ceiling', 'Redis calls/decision', 'Redis cmds/decision', 'CPU %', 'RSS MiB'],
+    rows,
+    ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+  );
+}
+
+/** The fixed-rate table: the service beside the no-op server at the same rate and connections. */
+export function rateTable(result: BenchResult): string {
+  const rated = result.scenarios.filter((s) => s.kind === 'rate');
+  const keys = [...new Set(rated.map((s) => `${s.rps}/${s.connections}`))];
+  const rows = keys.map((k) => {
+    const [rps, conns] = k.split('/').map(Number);
+    const pick = (target: 'noop' | 'service'): ScenarioSummary | undefined =>
+      rated.find((s) => s.target === target && s.rps === rps && s.connections === conns)?.summary;
+    const svc = pick('service');
+    const noop = pick('noop');
+    const lat = (m?: ScenarioSummary): string[] => (m ? [fmt(m.p50Ms, 2), fmt(m.p99Ms, 2), fmt(m.p999Ms, 2)] : ['-', '-', '-']);
+    return [
+      `${fmt(rps)}/s over ${conns} conns`,
+      ...lat(svc),
+      svc ? errorsCell(svc) : '-',
+      svc ? fmt(svc.cpuCores * 100) : '-',
+      ...lat(noop),
+    ];
+  });
+  return markdownTable(
+    ['calls', 'redis p50 ms', 'p99 ms', 'p99.9 ms', 'errors', 'CPU %', 'no-op p50 ms', 'no-op p99 ms', 'no-op p99.9 ms'],
+    rows,
+    ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+  );
+}
+
+/** slidegate with Redis in this run (when given) beside the reference server's separately measured figures. */
+export function comparisonTable(result?: BenchResult): string {
+  const find = (f: (s: ScenarioResult) => boolean): ScenarioSummary | undefined => result?.scenarios.find((s) => f(s) && s.summary)?.summary;
+  const primary = (s: ScenarioResult): boolean => s.generator !== 'grpc-js-load' && s.transport === 'http2' && s.target === 'service' && s.backend === 'redis';
+  const maxOf = (w: ScenarioResult['workload']): string => {
+    const m = find((s) => primary(s) && s.kind === 'max' && s.workload === w);
+    return m ? fmt(m.decisionsPerS) : '-';
+  };
+  const p99At = (conns: number): string => {
+    const m = find((s) => primary(s) && s.kind === 'rate' && s.rps === 8000 && s.connections === conns);
+    return m ? `${fmt(m.p99Ms, 1)} ms` : '-';
+  };
+  const ours = result ? [maxOf('one'), maxOf('five'), p99At(4), p99At(40)] : Array<string>(4).fill('run `make bench`');
+  const r = REFERENCE_FIGURES;
+  return markdownTable(
+    ['with Redis, h2load -t 1 -m 50', 'slidegate, this run', 'envoyproxy/ratelimit (measured separately, not in this run)'],
+    [
+      ['max decisions/s, 1 descriptor, 4 conns', ours[0], fmt(r.maxOneDescriptor)],
+      ['max decisions/s, 5 descriptors, 4 conns', ours[1], fmt(r.maxFiveDescriptors)],
+      ['p99 at 8,000 calls/s, 4 conns', ours[2], `${r.p99MsAt8kOver4} ms`],
+      ['p99 at 8,000 calls/s, 40 conns', ours[3], `${r.p99MsAt8kOver40} ms`],
+    ],
+    ['l', 'r', 'r'],
+  );
+}
+
+/** Throughput of the `max` scenarios and p99 of every scenario. */
+export function benchSvg(result: BenchResult): string {
+  const ok = result.scenarios.filter((s) => s.summary);
+  return barChartSvg({
+    title: `slidegate: throughput and tail latency (${result.date}, ${result.machine.nproc} CPUs)`,
+    series: [`median of ${result.options.repeats} runs`],
+    panels: [
+      {
+        title: 'Decisions per second',
+        unit: 'thousands',
+        decimals: 1,
+        groups: ok.filter((s) => s.kind === 'max').map((s) => ({ label: s.name, values: [s.summary!.decisionsPerS / 1000] })),
+      },
+      { title: 'p99 latency', unit: 'ms', decimals: 2, groups: ok.map((s) => ({ label: s.name, values: [s.summary!.p99Ms] })) },
+    ],
+  });
+}
+
+/** The standalone Markdown written next to the JSON. */
+export function resultMarkdown(result: BenchResult): string {
+  return [
+    `# make bench, ${result.date}`,
+    '',
+    `Machine: ${machineLine(result.machine)}.`,
+    '',
+    benchTable(result),
+    '',
+    rateTable(result),
+    '',
+    comparisonTable(result),
+    '',
+  ].join('\n');
+}
+
+const GENERATORS =
+  'h2load `-t 1 -c 4 -m 50` posting one prebuilt call, or bench/http2-load.ts (raw node:http2, same connections and streams) ' +
+  'where calls need different bodies; bench/grpc-js-load.ts, a grpc-js client, re-measures one scenario as a cross-check';
+
+/**
+ * The block between `<!-- bench:start -->` and `<!-- bench:end -->`: method, tables and chart of a
+ * full run, or the method and a placeholder when there is no result yet. `base` prefixes repository
+ * paths (README: '', docs/: '../').
+ */
+export function docsBlock(result: BenchResult | undefined, base: string): string {
+  const method = result
+    ? `Measured by \`make bench\` on ${result.date}: ${result.machine.nproc} CPUs (${result.machine.cpuModel}), ` +
+      `${result.machine.memoryGiB} GiB RAM, ${result.machine.os}, Node ${result.machine.node}. ` +
+      `The service runs as shipped (\`GRPC_TRANSPORT=http2\`; \`WORKERS\` left at its default: 1 with memory, ` +
+      `${result.scenarios.find((s) => s.backend === 'redis' && s.workers)?.workers ?? 'one per core'} with Redis), ` +
+      `beside its own redis-server and the load generator on the same cores, over 127.0.0.1. `
+    : 'Measured by `make bench` (the machine is named with the results: nproc, CPU model, memory). ' +
+      'The service runs as shipped (`GRPC_TRANSPORT=http2`, `WORKERS` at its default), beside its own redis-server and the load generator on the same cores, over 127.0.0.1. ';
+  const parts = [
+    method +
+      `Load: ${GENERATORS}. ${result ? `Medians of ${result.options.repeats} runs of ${result.options.durationS} s after a ${result.options.warmupS} s warm-up. ` : ''}` +
+      '*vs ceiling* divides decisions/s by what a no-op server (it parses the call and answers OK, deciding nothing) reaches on the same transport ' +
+      'with the same generator and bodies: the share of the machine\'s gRPC capacity that remains once every call is decided; 1.00 would mean deciding is free. ' +
+      '*errors* counts every failed call, gRPC errors included.',
+  ];
+  if (result) {
+    parts.push(benchTable(result), 'Fixed rate (h2load `--rps`, which sends each connection\'s share in bursts), the no-op http2 server at the same rate beside:', rateTable(result));
+  } else {
+    parts.push('No published run yet: run `make bench` on an otherwise idle machine to fill in the tables here.');
+  }
+  parts.push(
+    'Against the reference server (its figures were measured separately on the same kind of machine, not by this run):',
+    comparisonTable(result),
+  );
+  if (result) parts.push(`![throughput and p99](${base}bench/results/${result.date}.svg)\n\nRaw numbers: [bench/results/${result.date}.json](${base}bench/results/${result.date}.json).`);
+  if (base === '') parts.push('Method, scenarios and columns in detail: [docs/performance.md](docs/performance.md).');
+  return parts.join('\n\n');
+}
