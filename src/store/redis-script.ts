@@ -3,8 +3,8 @@ import type { Algorithm } from '../limiter/types';
 /**
  * The Redis scripts. DECIDE_SCRIPT mirrors src/limiter/algorithms.ts line by line (same integer-ms
  * arithmetic, same IEEE doubles in Lua and JS), so a Redis decision equals a memory-store decision
- * at the same instant. Time is Redis `TIME`, read once per call: every replica of the service
- * shares Redis's clock, whatever its own clock says.
+ * at the same instant. Time is Redis `TIME`, read once per call (every request of a batch is decided
+ * at that one instant): every replica of the service shares Redis's clock, whatever its own clock says.
  */
 
 /** Algorithm codes passed in ARGV. */
@@ -14,34 +14,92 @@ export const ALGORITHM_CODE: Readonly<Record<Algorithm, string>> = {
   sliding_log: 'sl',
 };
 
-/** Entries per counter in the decide reply: allowed, remaining, resetMs, charge token. */
-export const DECIDE_REPLY_STRIDE = 4;
-/** ARGV entries per counter in the decide call (after ARGV[1]). */
-export const DECIDE_ARGV_STRIDE = 4;
+/**
+ * Reads a DECIDE reply counter by counter, without splitting it: `remaining()` then `resetMs()`
+ * then `token()` (or `skipToken()`), for each counter in KEYS order.
+ */
+export class DecideReplyReader {
+  private pos = 0;
+  constructor(private readonly reply: string) {}
+
+  /** The counter's remaining quota, or -1 when it was denied. */
+  remaining(): number {
+    return this.int();
+  }
+
+  resetMs(): number {
+    return this.int();
+  }
+
+  token(): string {
+    const end = this.fieldEnd();
+    const token = this.reply.slice(this.pos, end);
+    this.pos = end + 1;
+    return token;
+  }
+
+  skipToken(): void {
+    this.pos = this.fieldEnd() + 1;
+  }
+
+  private fieldEnd(): number {
+    const end = this.reply.indexOf(',', this.pos);
+    return end < 0 ? this.reply.length : end;
+  }
+
+  private int(): number {
+    const s = this.reply;
+    let i = this.pos;
+    let sign = 1;
+    if (s.charCodeAt(i) === 45 /* - */) {
+      sign = -1;
+      i++;
+    }
+    let n = 0;
+    for (let c = s.charCodeAt(i); c >= 48 && c <= 57; c = s.charCodeAt(++i)) n = n * 10 + (c - 48);
+    this.pos = i + 1;
+    return sign * n;
+  }
+}
+
+/** Names under which the store defines the scripts on its client (numkeys is passed per call). */
+export const DECIDE_COMMAND = 'slidegate_decide';
+export const REFUND_COMMAND = 'slidegate_refund';
 
 /**
- * DECIDE: decide every counter of one request, then charge them all or none.
+ * DECIDE: decide a batch of requests, one after the other, each all-or-nothing on its own: a
+ * request's counters are charged together or not at all, and a request sees the charges of the
+ * requests before it in the batch, exactly as if each had been a call of its own at the same instant.
  *
- * KEYS[i]  base key of counter i: `<prefix>{<counter key>}`. The braces make the counter key the
- *          Redis Cluster hash tag, so every key derived from a base lives in the base's slot.
+ * KEYS     base keys of every counter of every request, request after request: `<prefix>{<counter
+ *          key>}`. The braces make the counter key the Redis Cluster hash tag, so every key derived
+ *          from a base lives in the base's slot (a batch sent to a cluster holds one slot's keys).
  *          Keys derived inside the script (same slot as the declared base):
  *            sliding_window  `<base>:<n>` and `<base>:<n-1>`, n = floor(now / W), string counters
  *            fixed_window    `<base>:<n>`, a string counter
  *            sliding_log     `<base>` itself, a sorted set: score = admission ms,
  *                            member = `<hits>:<redis time in us>:<i>[:<k>]` (unique per admitted batch)
- * ARGV[1]  '1' to charge every counter even when denied (countDenied), else '0'
- * ARGV[2 + 4(i-1)]  algorithm of counter i: 'sw' | 'fw' | 'sl'
- * ARGV[3 + 4(i-1)]  window W, ms (integer)
- * ARGV[4 + 4(i-1)]  limit L
- * ARGV[5 + 4(i-1)]  hits h (0 = check without counting)
+ * ARGV     for each request, in KEYS order:
+ *            countDenied ('1' to charge every counter even when one is denied, else '0'),
+ *            number of counters c, then for each of its c counters:
+ *              algorithm ('sw' | 'fw' | 'sl'), window W in ms (integer), limit L, hits h (0 = check only)
  *
- * Reply: 4 entries per counter, in KEYS order:
- *   allowed (1|0), remaining, resetMs, charge token ('' when nothing was added; else the window
- *   number n for sw/fw, or the sorted-set member for sl: exactly what REFUND_SCRIPT takes back).
+ * Reply: one string, 3 comma-separated fields per counter in KEYS order (one bulk string is far
+ *   cheaper for the client to read than an array of 4 entries per counter; see DecideReplyReader):
+ *   remaining (-1 when denied: a denied counter's remaining is 0), resetMs, charge token ('' when
+ *   nothing was added; else the window number n for sw/fw, or the sorted-set member for sl:
+ *   exactly what REFUND_SCRIPT takes back). Tokens hold digits and ':' only.
  *
- * Writes: only when every counter is allowed (or ARGV[1] = '1'), only counters with h > 0.
- * TTLs: sliding_window 2W (a window is still read as "previous" until the end of the next one),
- * fixed_window W, sliding_log W (its newest record leaves the window W after admission).
+ * Writes: only for a request whose counters are all allowed (or with countDenied), only counters
+ * with h > 0. String counters are read once per call and written once per call (INCRBY of the
+ * batch's total), so a hot counter costs one read and one write per batch, not per request.
+ * TTLs, set when a key is created (INCRBY returns exactly what was added), never refreshed:
+ *   sliding_window 2W: `<base>:<n>` is created inside window n and read until the end of window
+ *     n+1 (as "previous"), so at most 2W after its creation;
+ *   fixed_window W: created inside window n, read only until its end;
+ *   sliding_log W, renewed on every admission: the newest record must stay W after it was added
+ *     (records older than W are trimmed at the same time, so the set stays O(L)).
+ * A key that expires is simply created again, with its TTL, by the next write.
  */
 export const DECIDE_SCRIPT = `
 -- Redis < 5 replicates scripts verbatim, which forbids writes after TIME; from 5 on this is a no-op.
@@ -49,146 +107,210 @@ if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nowUs = t[1] .. string.format('%06d', tonumber(t[2]))
-local countDenied = ARGV[1] == '1'
 local function fmt(x) return string.format('%.0f', x) end
 
-local n = #KEYS
+-- String counters as this call sees them (read once, then kept current here); what the call adds
+-- to each, and the TTL it gets if the call creates it, written once at the end in first-charge order.
+local val, added, ttl, written = {}, {}, {}, {}
+-- Sorted sets this call appended to: longest window, trimmed and expired once at the end.
+local logs, logKeys = {}, {}
+-- Window numbers n and n - 1 as key suffixes, by window length.
+local curWin, prevWin = {}, {}
+-- Per counter of the batch: its ARGV offset, the key it charges, its charge token.
+local argAt, chargeKey, chargeTok = {}, {}, {}
+
 local out = {}
-local charge = {}
-local allAllowed = true
+local a = 1
+local k = 0
+local nargs = #ARGV
+while a <= nargs do
+  local countDenied = ARGV[a] == '1'
+  local n = tonumber(ARGV[a + 1])
+  a = a + 2
+  local first, last = k + 1, k + n
+  -- Hits of this request's earlier counters, by key: a later counter on the same key sees them.
+  local pending = nil
+  if n > 1 then pending = {} end
+  local allAllowed = true
 
-for i = 1, n do
-  local o = 1 + (i - 1) * 4
-  local alg = ARGV[o + 1]
-  local w = tonumber(ARGV[o + 2])
-  local limit = tonumber(ARGV[o + 3])
-  local hits = tonumber(ARGV[o + 4])
-  local base = KEYS[i]
-  local start = now - (now % w)
-  local toEnd = start + w - now
-  local allowed, remaining, reset = 0, 0, 0
-  -- The same counter twice in one call: the later one sees the earlier one's hits.
-  local pending = 0
-  for j = 1, i - 1 do
-    local p = 1 + (j - 1) * 4
-    if KEYS[j] == base and ARGV[p + 1] == alg and ARGV[p + 2] == ARGV[o + 2] and (out[(j - 1) * 4 + 1] == 1 or countDenied) then
-      pending = pending + tonumber(ARGV[p + 4])
-    end
-  end
+  for i = first, last do
+    local wArg = ARGV[a + 1]
+    local alg, w, limit, hits = ARGV[a], tonumber(wArg), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    argAt[i] = a
+    a = a + 4
+    local base = KEYS[i]
+    local start = now - (now % w)
+    local toEnd = start + w - now
+    local allowed, remaining, reset = 0, 0, 0
+    local key
 
-  if alg == 'sw' then
-    local win = fmt(start / w)
-    local cur = (tonumber(redis.call('GET', base .. ':' .. win)) or 0) + pending
-    local prev = tonumber(redis.call('GET', base .. ':' .. fmt(start / w - 1))) or 0
-    local used = math.floor((cur * w + prev * toEnd) / w)
-    if used + hits <= limit then
-      allowed = 1
-      remaining = limit - used - hits
-      if cur + hits > 0 then reset = toEnd + w
-      elseif prev > 0 then reset = toEnd end
-    elseif hits > limit then
-      reset = w
-    else
-      local target = limit - hits + 1
-      if cur < target then
-        reset = toEnd - (math.ceil((target - cur) * w / prev) - 1)
-      else
-        reset = toEnd + w - (math.ceil(target * w / cur) - 1)
-      end
-    end
-    charge[i] = win
-
-  elseif alg == 'fw' then
-    local win = fmt(start / w)
-    local count = (tonumber(redis.call('GET', base .. ':' .. win)) or 0) + pending
-    if count + hits <= limit then
-      allowed = 1
-      remaining = limit - count - hits
-      reset = toEnd
-    elseif hits > limit then
-      reset = w
-    else
-      reset = toEnd
-    end
-    charge[i] = win
-
-  else -- 'sl'
-    local from = now - w
-    local recs = redis.call('ZRANGEBYSCORE', base, '(' .. fmt(from), '+inf', 'WITHSCORES')
-    local count = 0
-    local newest = nil
-    for j = 1, #recs, 2 do
-      count = count + tonumber(string.match(recs[j], '^%d+'))
-      local at = tonumber(recs[j + 1])
-      if newest == nil or at > newest then newest = at end
-    end
-    -- Pending hits act as a record admitted now, after every stored one.
-    if pending > 0 then
-      count = count + pending
-      newest = now
-    end
-    if count + hits <= limit then
-      allowed = 1
-      remaining = limit - count - hits
-      if hits > 0 then reset = w
-      elseif count > 0 then reset = newest + w - now end
-    elseif hits > limit then
-      reset = w
-    else
-      -- Drop the oldest records until h fits; if only a pending record is left, it leaves W from now.
-      local left = count
-      reset = w
+    if alg == 'sl' then
+      key = base
+      local from = now - w
+      local recs = redis.call('ZRANGEBYSCORE', base, '(' .. fmt(from), '+inf', 'WITHSCORES')
+      local count = 0
+      local newest = nil
       for j = 1, #recs, 2 do
-        left = left - tonumber(string.match(recs[j], '^%d+'))
-        if left + hits <= limit then
-          reset = tonumber(recs[j + 1]) + w - now
-          break
-        end
+        count = count + tonumber(string.match(recs[j], '^%d+'))
+        local at = tonumber(recs[j + 1])
+        if newest == nil or at > newest then newest = at end
       end
-    end
-  end
-
-  if allowed == 0 then allAllowed = false end
-  out[(i - 1) * 4 + 1] = allowed
-  out[(i - 1) * 4 + 2] = remaining
-  out[(i - 1) * 4 + 3] = reset
-  out[(i - 1) * 4 + 4] = ''
-end
-
-if allAllowed or countDenied then
-  for i = 1, n do
-    local o = 1 + (i - 1) * 4
-    local alg = ARGV[o + 1]
-    local w = tonumber(ARGV[o + 2])
-    local hits = tonumber(ARGV[o + 4])
-    if hits > 0 then
-      local base = KEYS[i]
-      if alg == 'sl' then
-        local member = ARGV[o + 4] .. ':' .. nowUs .. ':' .. i
-        local k = 0
-        while redis.call('ZADD', base, 'NX', now, member) == 0 do
-          k = k + 1
-          member = ARGV[o + 4] .. ':' .. nowUs .. ':' .. i .. ':' .. k
-        end
-        redis.call('ZREMRANGEBYSCORE', base, '-inf', fmt(now - w))
-        redis.call('PEXPIRE', base, w)
-        out[(i - 1) * 4 + 4] = member
+      -- Pending hits act as a record admitted now, after every stored one.
+      local p = pending and pending[key] or 0
+      if p > 0 then
+        count = count + p
+        newest = now
+      end
+      if count + hits <= limit then
+        allowed = 1
+        remaining = limit - count - hits
+        if hits > 0 then reset = w
+        elseif count > 0 then reset = newest + w - now end
+      elseif hits > limit then
+        reset = w
       else
-        local key = base .. ':' .. charge[i]
-        redis.call('INCRBY', key, hits)
-        if alg == 'sw' then redis.call('PEXPIRE', key, 2 * w) else redis.call('PEXPIRE', key, w) end
-        out[(i - 1) * 4 + 4] = charge[i]
+        -- Drop the oldest records until h fits; if only a pending record is left, it leaves W from now.
+        local left = count
+        reset = w
+        for j = 1, #recs, 2 do
+          left = left - tonumber(string.match(recs[j], '^%d+'))
+          if left + hits <= limit then
+            reset = tonumber(recs[j + 1]) + w - now
+            break
+          end
+        end
+      end
+
+    else
+      local win = curWin[wArg]
+      if win == nil then
+        win = fmt(start / w)
+        curWin[wArg] = win
+        prevWin[wArg] = fmt(start / w - 1)
+      end
+      key = base .. ':' .. win
+      chargeTok[i] = win
+      local cur = val[key]
+      if alg == 'sw' then
+        local prevKey = base .. ':' .. prevWin[wArg]
+        local prev = val[prevKey]
+        if cur == nil or prev == nil then
+          local got = redis.call('MGET', key, prevKey)
+          if cur == nil then cur = tonumber(got[1]) or 0; val[key] = cur end
+          if prev == nil then prev = tonumber(got[2]) or 0; val[prevKey] = prev end
+        end
+        if pending then
+          cur = cur + (pending[key] or 0)
+          prev = prev + (pending[prevKey] or 0)
+        end
+        local used = math.floor((cur * w + prev * toEnd) / w)
+        if used + hits <= limit then
+          allowed = 1
+          remaining = limit - used - hits
+          if cur + hits > 0 then reset = toEnd + w
+          elseif prev > 0 then reset = toEnd end
+        elseif hits > limit then
+          reset = w
+        else
+          local target = limit - hits + 1
+          if cur < target then
+            reset = toEnd - (math.ceil((target - cur) * w / prev) - 1)
+          else
+            reset = toEnd + w - (math.ceil(target * w / cur) - 1)
+          end
+        end
+      else -- 'fw'
+        if cur == nil then
+          cur = tonumber(redis.call('GET', key)) or 0
+          val[key] = cur
+        end
+        if pending then cur = cur + (pending[key] or 0) end
+        if cur + hits <= limit then
+          allowed = 1
+          remaining = limit - cur - hits
+          reset = toEnd
+        elseif hits > limit then
+          reset = w
+        else
+          reset = toEnd
+        end
+      end
+    end
+
+    chargeKey[i] = key
+    if allowed == 0 then allAllowed = false end
+    if pending and hits > 0 and (allowed == 1 or countDenied) then pending[key] = (pending[key] or 0) + hits end
+    local o = (i - 1) * 3
+    if allowed == 1 then out[o + 1] = remaining else out[o + 1] = -1 end
+    out[o + 2] = reset
+    out[o + 3] = ''
+  end
+
+  if allAllowed or countDenied then
+    for i = first, last do
+      local p = argAt[i]
+      local hitsArg = ARGV[p + 3]
+      local hits = tonumber(hitsArg)
+      if hits > 0 then
+        local key = chargeKey[i]
+        local alg = ARGV[p]
+        local w = tonumber(ARGV[p + 1])
+        if alg == 'sl' then
+          -- Written at once: the next request of the batch reads this set again.
+          local member = hitsArg .. ':' .. nowUs .. ':' .. i
+          local m = member
+          local j = 0
+          while redis.call('ZADD', key, 'NX', now, m) == 0 do
+            j = j + 1
+            m = member .. ':' .. j
+          end
+          local lw = logs[key]
+          if lw == nil then
+            logKeys[#logKeys + 1] = key
+            logs[key] = w
+          elseif w > lw then
+            logs[key] = w
+          end
+          out[i * 3] = m
+        else
+          val[key] = val[key] + hits
+          local life = w
+          if alg == 'sw' then life = 2 * w end
+          local sum = added[key]
+          if sum == nil then
+            written[#written + 1] = key
+            added[key] = hits
+            ttl[key] = life
+          else
+            added[key] = sum + hits
+            if life > ttl[key] then ttl[key] = life end
+          end
+          out[i * 3] = chargeTok[i]
+        end
       end
     end
   end
+  k = last
 end
 
-return out
+for j = 1, #written do
+  local key = written[j]
+  local sum = added[key]
+  if redis.call('INCRBY', key, sum) == sum then redis.call('PEXPIRE', key, ttl[key]) end
+end
+for j = 1, #logKeys do
+  local key = logKeys[j]
+  local w = logs[key]
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - w))
+  redis.call('PEXPIRE', key, w)
+end
+
+return table.concat(out, ',')
 `;
 
 /**
- * REFUND: take back exactly what one DECIDE call added (used when a multi-slot cluster request was
- * denied in another slot, or failed there).
+ * REFUND: take back exactly what DECIDE added for one request (used when a multi-slot cluster
+ * request was denied in another slot, or failed there).
  *
  * KEYS[i]  base key of counter i, as in DECIDE
  * ARGV[1 + 3(i-1)]  algorithm of counter i: 'sw' | 'fw' | 'sl'

@@ -1,33 +1,48 @@
 import type { Clock } from '../limiter/types';
 import type { Settings } from '../settings';
 import { createRedisClient, parseRedisTarget, type RedisClient } from './redis-connection';
-import { ALGORITHM_CODE, DECIDE_ARGV_STRIDE, DECIDE_REPLY_STRIDE, DECIDE_SCRIPT, REFUND_SCRIPT } from './redis-script';
+import {
+  ALGORITHM_CODE,
+  DECIDE_COMMAND,
+  DECIDE_SCRIPT,
+  DecideReplyReader,
+  REFUND_COMMAND,
+  REFUND_SCRIPT,
+} from './redis-script';
 import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from './store';
 
 /**
- * The Redis adapter: one DECIDE script call per request (see src/store/redis-script.ts), time from
- * Redis, a hard deadline per call.
+ * The Redis adapter: time from Redis, a hard deadline per call, and decide() calls coalesced into
+ * batches: the calls made while the previous batch is on the wire (or, with nothing on the wire,
+ * during the current loop turn) go out together as one DECIDE script call (see
+ * src/store/redis-script.ts), which decides each of them all-or-nothing on its own, in arrival
+ * order. A lone call is sent at the end of its turn (setImmediate), never held for a timer; a batch
+ * is cut into several script calls past MAX_BATCH_REQUESTS requests or MAX_BATCH_KEYS counters, so
+ * that one script never blocks Redis for long.
  *
- * Redis Cluster: counters are grouped by hash slot. All in one slot (the common case, and always for
- * a single descriptor): one script call, atomic. Across slots: one call per slot, in parallel, each
- * atomic for its own counters; when any slot denies (or fails), the slots that charged are refunded
- * with REFUND_SCRIPT, which removes exactly what DECIDE added. Guarantee across slots:
+ * Redis Cluster: a batch holds one hash slot's calls (a batch per slot, sent together). A call
+ * whose counters all share a slot (the common case, and always for a single descriptor) is atomic.
+ * Across slots: one share of the call per slot, each atomic for its own counters; when any slot
+ * denies (or fails), the slots that charged are refunded with REFUND_SCRIPT, which removes exactly
+ * what DECIDE added. Guarantee across slots:
  * - never more admitted than a single atomic store would admit: a charge is only ever kept when
  *   every slot allowed, so no request is admitted on a quota it did not get;
  * - between a charge and its refund (about one round trip) other requests may see the extra hits
  *   and be denied when an atomic store would have admitted them (conservative, transient);
- * - a refund that cannot be delivered (node down) leaves the charge in place until its window
- *   expires: over-counting, never under-counting.
+ * - a share that missed its deadline is refunded when its answer comes in after all; a refund that
+ *   cannot be delivered (node down) leaves the charge in place until its window expires:
+ *   over-counting, never under-counting.
  */
 
 /** What went wrong, for the store-errors metric. */
 export type RedisErrorKind = 'timeout' | 'disconnected' | 'error' | 'refund';
 
 export interface RedisStoreOptions {
+  /** An ioredis client; the store defines its scripts on it and sends them outside ioredis's auto-pipeline. */
   readonly client: RedisClient;
   /** CACHE_KEY_PREFIX, prepended to every key. */
   readonly keyPrefix?: string;
-  /** Deadline of one decide() call, ms (settings.storeTimeoutMs). */
+  /** Deadline of one decide() call once its batch is on the wire, ms (settings.storeTimeoutMs). */
   readonly timeoutMs?: number;
   /** Consecutive failed health probes (PING) after which isHealthy() turns false until one succeeds. Default 3. */
   readonly probeFailureThreshold?: number;
@@ -43,32 +58,38 @@ export interface RedisStoreOptions {
   readonly onConnectionChange?: (state: 'ready' | 'lost', error?: Error) => void;
 }
 
-type ScriptCall = (...args: (string | number)[]) => Promise<unknown>;
+/** Requests per DECIDE script call, at most. */
+export const MAX_BATCH_REQUESTS = 64;
+/** Counters per DECIDE script call, at most (a single larger request still goes alone). */
+export const MAX_BATCH_KEYS = 256;
 
-/** One decide() call awaiting its answer or its deadline, whichever comes first. */
-interface PendingCall {
-  settled: boolean;
-  readonly reject: (err: Error) => void;
-  readonly batch: CallBatch;
+type ScriptCall = (args: (string | number)[]) => Promise<unknown>;
+
+/** A multi-slot call's share in one slot: its decisions, and its charge tokens for a refund. */
+interface SlotShare {
+  readonly decisions: CounterDecision[];
+  readonly tokens: string[];
 }
 
-/**
- * Calls that ioredis sends together, sharing one deadline. ioredis queues commands into one
- * auto-pipeline and writes it in the check phase or, while its previous pipeline still awaits
- * answers, right before it hands out that pipeline's answers (one pipeline in flight per
- * connection). So a batch is sealed when its turn ends or when an answer arrives (whatever was
- * queued until then has just been written), and its clock starts once it is sealed and the batch
- * before it has settled: when it is on the wire.
- */
+/** One decide() call (on a cluster, one slot's share of it) in a batch. */
+interface PendingCall {
+  readonly counters: readonly CounterRequest[];
+  readonly countDenied: boolean;
+  /** Hash slot of its keys on a cluster; 0 elsewhere. */
+  readonly slot: number;
+  /** A share of a multi-slot call: answered with a SlotShare, and refunded if it answers too late. */
+  readonly share: boolean;
+  settled: boolean;
+  resolve(value: CounterDecision[] | SlotShare): void;
+  reject(err: Error): void;
+}
+
+/** Calls sent together, sharing one deadline that starts when they are sent. */
 class CallBatch {
   readonly calls: PendingCall[] = [];
+  /** Calls not settled yet. */
   open = 0;
-  /** Its turn has ended: no call joins any more. */
-  closed = false;
-  started = false;
   timer: NodeJS.Timeout | undefined;
-  prev: CallBatch | undefined;
-  next: CallBatch | undefined;
 }
 
 const DISCONNECTED = /Stream isn't writeable|Connection is closed|MaxRetriesPerRequest|isn't ready|enableOfflineQueue|ECONNREFUSED|ECONNRESET|EPIPE|CLUSTERDOWN|None of startup nodes/i;
@@ -77,8 +98,12 @@ const DISCONNECTED = /Stream isn't writeable|Connection is closed|MaxRetriesPerR
 const MIN_PROBE_TIMEOUT_MS = 250;
 
 /**
- * The Redis Store: atomic decide-and-charge in one script call, settling within `timeoutMs` (plus
- * at most one event-loop turn).
+ * The Redis Store: atomic decide-and-charge per call, calls batched into shared script calls,
+ * each call settling within `timeoutMs` of its batch being sent (plus at most one event-loop turn).
+ *
+ * One batch is on the wire at a time: calls made meanwhile wait for its answer, then go out
+ * together (group commit, as ioredis's auto-pipeline does for single commands). The busier the
+ * service, the larger the batches, and the fewer script calls, TIME reads and promises per call.
  *
  * Health means "Redis is reachable": the connection is ready and the PING probe answers. Failed
  * calls only start the probe; they never flip health on their own, because under load calls miss
@@ -89,11 +114,10 @@ const MIN_PROBE_TIMEOUT_MS = 250;
 export class RedisStore implements Store {
   readonly name = 'redis';
   private readonly client: RedisClient;
-  // Script commands by key count: a command defined with its numberOfKeys lets ioredis route (and
-  // auto-pipeline) it by its first key in a cluster, which a leading numkeys argument would hide.
-  private readonly decideCalls: ScriptCall[] = [];
-  private readonly refundCalls: ScriptCall[] = [];
-  private readonly prefix: string;
+  private readonly decideCall: ScriptCall;
+  private readonly refundCall: ScriptCall;
+  // `<prefix>{`: a counter's Redis key is this, its counter key, and `}`.
+  private readonly tagOpen: string;
   private readonly timeoutMs: number;
   private readonly timeoutMessage: string;
   private readonly probeFailureThreshold: number;
@@ -107,13 +131,13 @@ export class RedisStore implements Store {
   private probeTimer: NodeJS.Timeout | undefined;
   private probeActive = false;
   private closed = false;
-  // The batch of the current loop turn, and the newest batch not yet settled (the chain's tail).
+  // Calls waiting to be sent, and the batch on the wire.
   private collecting: CallBatch | undefined;
-  private newest: CallBatch | undefined;
+  private inFlight: CallBatch | undefined;
 
   constructor(options: RedisStoreOptions) {
     this.client = options.client;
-    this.prefix = options.keyPrefix ?? '';
+    this.tagOpen = `${options.keyPrefix ?? ''}{`;
     this.timeoutMs = options.timeoutMs ?? 10;
     this.timeoutMessage = `redis did not answer within ${this.timeoutMs} ms`;
     this.probeFailureThreshold = options.probeFailureThreshold ?? 3;
@@ -121,6 +145,21 @@ export class RedisStore implements Store {
     this.probeIntervalMs = options.probeIntervalMs ?? 200;
     this.onError = options.onError ?? (() => {});
     this.isCluster = this.client.isCluster === true;
+
+    // The scripts take their key count as an argument (a batch has any number of keys). ioredis's
+    // auto-pipeline would route such a command by that count on a cluster, and would only add a
+    // turn of latency to batches that are already one command each: they are sent directly, and
+    // ioredis still routes them by their first key.
+    const clientOptions = this.client.options;
+    const ignored = clientOptions.autoPipeliningIgnoredCommands ?? (clientOptions.autoPipeliningIgnoredCommands = []);
+    for (const name of [DECIDE_COMMAND, REFUND_COMMAND]) if (!ignored.includes(name)) ignored.push(name);
+    // defineCommand gives EVALSHA by hash, and EVAL when the server answers NOSCRIPT (restart, failover, SCRIPT FLUSH).
+    this.client.defineCommand(DECIDE_COMMAND, { lua: DECIDE_SCRIPT });
+    this.client.defineCommand(REFUND_COMMAND, { lua: REFUND_SCRIPT });
+    const commands = this.client as unknown as Record<string, ScriptCall>;
+    this.decideCall = (args) => commands[DECIDE_COMMAND](args);
+    this.refundCall = (args) => commands[REFUND_COMMAND](args);
+
     const onChange = options.onConnectionChange;
     let connected = false;
     this.client.on('ready', () => {
@@ -146,9 +185,9 @@ export class RedisStore implements Store {
     if (counters.length === 0) return Promise.resolve([]);
     if (this.closed) return Promise.reject(new StoreUnavailableError('redis store is closed'));
     const countDenied = options?.countDenied === true;
-    const work =
-      this.isCluster && counters.length > 1 ? this.decideAcrossSlots(counters, countDenied) : this.run(counters, countDenied).then(toDecisions);
-    return this.withDeadline(work);
+    if (!this.isCluster) return this.enqueue(counters, countDenied, 0, false) as Promise<CounterDecision[]>;
+    if (counters.length === 1) return this.enqueue(counters, countDenied, keySlot(this.keyOf(counters[0])), false) as Promise<CounterDecision[]>;
+    return this.decideAcrossSlots(counters, countDenied);
   }
 
   /** False while disconnected, or after `probeFailureThreshold` consecutive failed probes until one succeeds. */
@@ -161,6 +200,9 @@ export class RedisStore implements Store {
     if (this.closed) return;
     this.closed = true;
     if (this.probeTimer !== undefined) clearTimeout(this.probeTimer);
+    const queued = this.collecting;
+    this.collecting = undefined;
+    if (queued !== undefined) this.rejectAll(queued.calls, new StoreUnavailableError('redis store is closed'), undefined);
     try {
       await Promise.race([this.client.quit(), new Promise((resolve) => setTimeout(resolve, 500).unref())]);
     } catch {
@@ -191,41 +233,158 @@ export class RedisStore implements Store {
   }
 
   private keyOf(c: CounterRequest): string {
-    return `${this.prefix}{${c.key}}`;
+    return this.tagOpen + c.key + '}';
+  }
+
+  /** Adds a call to the batch being collected; a lone call goes out at the end of this turn. */
+  private enqueue(counters: readonly CounterRequest[], countDenied: boolean, slot: number, share: boolean): Promise<CounterDecision[] | SlotShare> {
+    return new Promise((resolve, reject) => {
+      let batch = this.collecting;
+      if (batch === undefined) {
+        batch = this.collecting = new CallBatch();
+        // With a batch on the wire, its answer sends this one (see finish()).
+        if (this.inFlight === undefined) setImmediate(this.flush);
+      }
+      batch.calls.push({ counters, countDenied, slot, share, settled: false, resolve, reject });
+      batch.open++;
+    });
+  }
+
+  /** Sends the collected batch: one script call per slot and per MAX_BATCH_* calls. */
+  private readonly flush = (): void => {
+    const batch = this.collecting;
+    if (batch === undefined || this.inFlight !== undefined) return;
+    this.collecting = undefined;
+    if (this.closed) {
+      this.rejectAll(batch.calls, new StoreUnavailableError('redis store is closed'), undefined);
+      return;
+    }
+    this.inFlight = batch;
+    batch.timer = setTimeout(this.onDeadline, this.timeoutMs, batch);
+    const calls = batch.calls;
+    if (!this.isCluster) {
+      this.sendChunks(batch, calls);
+      return;
+    }
+    const bySlot = new Map<number, PendingCall[]>();
+    for (const call of calls) {
+      const group = bySlot.get(call.slot);
+      if (group === undefined) bySlot.set(call.slot, [call]);
+      else group.push(call);
+    }
+    for (const group of bySlot.values()) this.sendChunks(batch, group);
+  };
+
+  private sendChunks(batch: CallBatch, calls: readonly PendingCall[]): void {
+    let from = 0;
+    let keys = 0;
+    for (let i = 0; i < calls.length; i++) {
+      const n = calls[i].counters.length;
+      if (i > from && (i - from === MAX_BATCH_REQUESTS || keys + n > MAX_BATCH_KEYS)) {
+        this.send(batch, calls, from, i, keys);
+        from = i;
+        keys = 0;
+      }
+      keys += n;
+    }
+    this.send(batch, calls, from, calls.length, keys);
+  }
+
+  /** One DECIDE call for calls[from, to), which hold `keys` counters in all. */
+  private send(batch: CallBatch, calls: readonly PendingCall[], from: number, to: number, keys: number): void {
+    // Keys first, then ARGV: filled by push, so that the array stays packed (ioredis copies it).
+    const args: (string | number)[] = [keys];
+    for (let i = from; i < to; i++) {
+      const counters = calls[i].counters;
+      for (let j = 0; j < counters.length; j++) args.push(this.tagOpen + counters[j].key + '}');
+    }
+    for (let i = from; i < to; i++) {
+      const call = calls[i];
+      const counters = call.counters;
+      args.push(call.countDenied ? '1' : '0', counters.length);
+      for (let j = 0; j < counters.length; j++) {
+        const c = counters[j];
+        args.push(ALGORITHM_CODE[c.algorithm], c.windowMs, c.limit, c.hits);
+      }
+    }
+    this.decideCall(args).then(
+      (reply) => this.answer(batch, calls, from, to, new DecideReplyReader(reply as string)),
+      (err: unknown) => {
+        const kind = this.classify(err);
+        this.rejectAll(calls.slice(from, to), new StoreUnavailableError(`redis ${kind === 'disconnected' ? 'unavailable' : 'error'}: ${messageOf(err)}`, { cause: err }), kind, batch);
+      },
+    );
+  }
+
+  private answer(batch: CallBatch, calls: readonly PendingCall[], from: number, to: number, reply: DecideReplyReader): void {
+    for (let i = from; i < to; i++) {
+      const call = calls[i];
+      const n = call.counters.length;
+      if (!call.share) {
+        const decisions = readDecisions(reply, n, undefined);
+        if (call.settled) continue;
+        call.resolve(decisions);
+        this.settle(call, batch);
+        continue;
+      }
+      const tokens = new Array<string>(n);
+      const decisions = readDecisions(reply, n, tokens);
+      if (!call.settled) {
+        call.resolve({ decisions, tokens });
+        this.settle(call, batch);
+      } else {
+        // The call already failed (deadline): its slot's charges must not outlive it.
+        this.refund(call.counters, tokens);
+      }
+    }
+  }
+
+  /** Rejects every unsettled call with `err`, counting each as a failure of `kind` (none: not counted). */
+  private rejectAll(calls: readonly PendingCall[], err: Error, kind: RedisErrorKind | undefined, batch?: CallBatch): void {
+    for (const call of calls) {
+      if (call.settled) continue;
+      call.settled = true;
+      if (kind !== undefined) this.failed(kind);
+      call.reject(err);
+      if (batch !== undefined && --batch.open === 0) this.finish(batch);
+    }
+  }
+
+  private settle(call: PendingCall, batch: CallBatch): void {
+    call.settled = true;
+    if (--batch.open === 0) this.finish(batch);
+  }
+
+  /** Every call of `batch` has settled: the calls collected meanwhile go out now. */
+  private finish(batch: CallBatch): void {
+    if (batch.timer !== undefined) clearTimeout(batch.timer);
+    batch.timer = undefined;
+    if (this.inFlight !== batch) return;
+    this.inFlight = undefined;
+    if (this.collecting !== undefined) this.flush();
   }
 
   /**
-   * The script command for `keys` keys, defined on first use. defineCommand gives EVALSHA by hash,
-   * and EVAL when the server answers NOSCRIPT (restart, failover, SCRIPT FLUSH).
+   * A busy event loop must not fail calls that Redis answers promptly, hence: the clock starts when
+   * the batch is sent, not when decide() ran; timers run before the poll phase that reads sockets,
+   * so a timer may fire while the answer sits unread in the socket buffer: expiry waits one
+   * setImmediate, which runs after that poll. When a batch expires, the calls queued behind it (not
+   * yet sent) expire with it: Redis is not answering, and they could only be answered after it.
+   * With Redis silent, a call settles about `timeoutMs` plus one loop turn after its batch is sent.
    */
-  private scriptCall(kind: 'decide' | 'refund', keys: number): ScriptCall {
-    const calls = kind === 'decide' ? this.decideCalls : this.refundCalls;
-    let call = calls[keys];
-    if (call === undefined) {
-      const name = `slidegate_${kind}_${keys}`;
-      this.client.defineCommand(name, { lua: kind === 'decide' ? DECIDE_SCRIPT : REFUND_SCRIPT, numberOfKeys: keys });
-      const client = this.client as unknown as Record<string, ScriptCall>;
-      call = (...args) => client[name](...args);
-      calls[keys] = call;
-    }
-    return call;
-  }
+  private readonly onDeadline = (batch: CallBatch): void => {
+    batch.timer = undefined;
+    setImmediate(this.expire, batch);
+  };
 
-  private run(counters: readonly CounterRequest[], countDenied: boolean): Promise<(number | string)[]> {
-    const n = counters.length;
-    const args: (string | number)[] = new Array(n + 1 + n * DECIDE_ARGV_STRIDE);
-    args[n] = countDenied ? '1' : '0';
-    for (let i = 0; i < n; i++) {
-      const c = counters[i];
-      args[i] = this.keyOf(c);
-      const o = n + 1 + i * DECIDE_ARGV_STRIDE;
-      args[o] = ALGORITHM_CODE[c.algorithm];
-      args[o + 1] = c.windowMs;
-      args[o + 2] = c.limit;
-      args[o + 3] = c.hits;
-    }
-    return this.scriptCall('decide', n)(...args) as Promise<(number | string)[]>;
-  }
+  private readonly expire = (batch: CallBatch): void => {
+    if (batch.open === 0) return;
+    const queued = this.inFlight === batch ? this.collecting : undefined;
+    if (queued !== undefined) this.collecting = undefined;
+    const err = new StoreUnavailableError(this.timeoutMessage);
+    this.rejectAll(batch.calls, err, 'timeout', batch);
+    if (queued !== undefined) this.rejectAll(queued.calls, err, 'timeout');
+  };
 
   private async decideAcrossSlots(counters: readonly CounterRequest[], countDenied: boolean): Promise<CounterDecision[]> {
     const groups = new Map<number, number[]>();
@@ -235,10 +394,12 @@ export class RedisStore implements Store {
       if (g === undefined) groups.set(slot, [i]);
       else g.push(i);
     }
-    if (groups.size === 1) return toDecisions(await this.run(counters, countDenied));
+    if (groups.size === 1) return (await this.enqueue(counters, countDenied, groups.keys().next().value as number, false)) as CounterDecision[];
 
-    const parts = [...groups.values()];
-    const settled = await Promise.allSettled(parts.map((idx) => this.run(idx.map((i) => counters[i]), countDenied)));
+    const parts = [...groups.entries()];
+    const settled = await Promise.allSettled(
+      parts.map(([slot, idx]) => this.enqueue(idx.map((i) => counters[i]), countDenied, slot, true) as Promise<SlotShare>),
+    );
     const decisions = new Array<CounterDecision>(counters.length);
     let failure: unknown;
     let anyDenied = false;
@@ -247,136 +408,33 @@ export class RedisStore implements Store {
         failure ??= r.reason;
         return;
       }
-      const part = toDecisions(r.value);
-      parts[g].forEach((i, k) => {
-        decisions[i] = part[k];
-        if (!part[k].allowed) anyDenied = true;
+      parts[g][1].forEach((i, k) => {
+        decisions[i] = r.value.decisions[k];
+        if (!r.value.decisions[k].allowed) anyDenied = true;
       });
     });
     // A failed slot fails the call; a denial in one slot undoes the others' charges (all-or-nothing).
     if (failure !== undefined || (anyDenied && !countDenied)) {
       settled.forEach((r, g) => {
-        if (r.status === 'fulfilled') this.refund(parts[g].map((i) => counters[i]), r.value);
+        if (r.status === 'fulfilled') this.refund(parts[g][1].map((i) => counters[i]), r.value.tokens);
       });
     }
     if (failure !== undefined) throw failure;
     return decisions;
   }
 
-  /** Best effort, not awaited: the answer does not depend on it. */
-  private refund(counters: readonly CounterRequest[], reply: readonly (number | string)[]): void {
+  /** Takes back what DECIDE charged for `counters` (`tokens`: its charge tokens). Best effort, not awaited. */
+  private refund(counters: readonly CounterRequest[], tokens: readonly string[]): void {
     const keys: string[] = [];
     const argv: (string | number)[] = [];
     for (let i = 0; i < counters.length; i++) {
-      const token = reply[i * DECIDE_REPLY_STRIDE + 3];
-      if (token === '' || token === undefined || token === null) continue;
+      if (tokens[i] === '') continue;
       keys.push(this.keyOf(counters[i]));
-      argv.push(ALGORITHM_CODE[counters[i].algorithm], counters[i].hits, String(token));
+      argv.push(ALGORITHM_CODE[counters[i].algorithm], counters[i].hits, tokens[i]);
     }
     if (keys.length === 0) return;
-    this.scriptCall('refund', keys.length)(...keys, ...argv).catch(() => this.onError('refund'));
+    this.refundCall([keys.length, ...keys, ...argv]).catch(() => this.onError('refund'));
   }
-
-  /**
-   * Rejects `work` with StoreUnavailableError unless it settles in time. A busy event loop must not
-   * fail calls that Redis answers promptly, hence:
-   * - the clock starts when the call's batch is on the wire (see CallBatch), not when decide() ran,
-   *   and a whole batch shares one timer (one per pipeline rather than one per call);
-   * - timers run before the poll phase that reads sockets, so a timer may fire while the answer sits
-   *   unread in the socket buffer: expiry waits one setImmediate, which runs after that poll;
-   * - when a batch expires, the batches queued behind it (not yet sent) expire with it: Redis is not
-   *   answering, and they could only be answered after it.
-   * With Redis silent, a call settles about `timeoutMs` plus one loop turn after its turn ends.
-   */
-  private withDeadline<T>(work: Promise<T>): Promise<T> {
-    let batch = this.collecting;
-    if (batch === undefined) {
-      batch = this.collecting = new CallBatch();
-      const newest = this.newest;
-      if (newest !== undefined) {
-        batch.prev = newest;
-        newest.next = batch;
-      }
-      this.newest = batch;
-      // Queued after ioredis's own flush (the command was issued before this), so it runs after it.
-      setImmediate(this.closeBatch, batch);
-    }
-    const owner = batch;
-    return new Promise<T>((resolve, reject) => {
-      const call: PendingCall = { settled: false, reject, batch: owner };
-      owner.calls.push(call);
-      owner.open++;
-      work.then(
-        (value) => {
-          if (call.settled) return;
-          if (this.collecting !== undefined) this.closeBatch(this.collecting);
-          this.settle(call);
-          resolve(value);
-        },
-        (err: unknown) => {
-          if (call.settled) return;
-          if (this.collecting !== undefined) this.closeBatch(this.collecting);
-          this.settle(call);
-          const kind = this.classify(err);
-          this.failed(kind);
-          reject(new StoreUnavailableError(`redis ${kind === 'disconnected' ? 'unavailable' : 'error'}: ${messageOf(err)}`, { cause: err }));
-        },
-      );
-    });
-  }
-
-  private readonly closeBatch = (batch: CallBatch): void => {
-    if (batch.closed) return;
-    if (this.collecting === batch) this.collecting = undefined;
-    batch.closed = true;
-    if (batch.open === 0) this.finish(batch);
-    else if (batch.prev === undefined) this.start(batch);
-  };
-
-  private start(batch: CallBatch): void {
-    batch.started = true;
-    batch.timer = setTimeout(this.onDeadline, this.timeoutMs, batch);
-  }
-
-  private readonly onDeadline = (batch: CallBatch): void => {
-    batch.timer = undefined;
-    setImmediate(this.expire, batch);
-  };
-
-  private settle(call: PendingCall): void {
-    call.settled = true;
-    const batch = call.batch;
-    if (--batch.open === 0 && batch.closed) this.finish(batch);
-  }
-
-  /** Every call of `batch` has settled: unlink it, and start the clock of the batch it held back. */
-  private finish(batch: CallBatch): void {
-    if (batch.timer !== undefined) clearTimeout(batch.timer);
-    const { prev, next } = batch;
-    batch.prev = batch.next = undefined;
-    if (prev !== undefined) prev.next = next;
-    if (this.newest === batch) this.newest = prev;
-    if (next === undefined) return;
-    next.prev = prev;
-    if (prev === undefined && next.closed && !next.started) this.start(next);
-  }
-
-  private readonly expire = (batch: CallBatch): void => {
-    if (batch.open === 0) return;
-    const doomed: CallBatch[] = [];
-    for (let b: CallBatch | undefined = batch; b !== undefined && b.closed; b = b.next) {
-      b.started = true;
-      doomed.push(b);
-    }
-    for (const b of doomed) {
-      for (const call of b.calls) {
-        if (call.settled) continue;
-        this.settle(call);
-        this.failed('timeout');
-        call.reject(new StoreUnavailableError(this.timeoutMessage));
-      }
-    }
-  };
 
   private classify(err: unknown): RedisErrorKind {
     if (this.client.status !== 'ready') return 'disconnected';
@@ -433,12 +491,14 @@ export class RedisStore implements Store {
   }
 }
 
-function toDecisions(reply: readonly (number | string)[]): CounterDecision[] {
-  const n = reply.length / DECIDE_REPLY_STRIDE;
+/** Reads the next `n` counters of a DECIDE reply, and their charge tokens into `tokens` when given. */
+function readDecisions(reply: DecideReplyReader, n: number, tokens: string[] | undefined): CounterDecision[] {
   const out = new Array<CounterDecision>(n);
   for (let i = 0; i < n; i++) {
-    const o = i * DECIDE_REPLY_STRIDE;
-    out[i] = { allowed: Number(reply[o]) === 1, remaining: Number(reply[o + 1]), resetMs: Number(reply[o + 2]) };
+    const remaining = reply.remaining();
+    out[i] = remaining < 0 ? { allowed: false, remaining: 0, resetMs: reply.resetMs() } : { allowed: true, remaining, resetMs: reply.resetMs() };
+    if (tokens === undefined) reply.skipToken();
+    else tokens[i] = reply.token();
   }
   return out;
 }
@@ -460,7 +520,26 @@ const CRC16 = (() => {
 
 /** Redis Cluster hash slot of a key (hash tag rules included), over its UTF-8 bytes. */
 export function keySlot(key: string): number {
-  const bytes = Buffer.from(key, 'utf8');
+  for (let i = 0; i < key.length; i++) {
+    if (key.charCodeAt(i) > 0x7f) return bytesSlot(Buffer.from(key, 'utf8'));
+  }
+  // ASCII: one byte per character, no copy needed.
+  let start = 0;
+  let end = key.length;
+  const open = key.indexOf('{');
+  if (open >= 0) {
+    const close = key.indexOf('}', open + 1);
+    if (close > open + 1) {
+      start = open + 1;
+      end = close;
+    }
+  }
+  let crc = 0;
+  for (let i = start; i < end; i++) crc = ((crc << 8) & 0xffff) ^ CRC16[((crc >> 8) ^ key.charCodeAt(i)) & 0xff];
+  return crc & 16383;
+}
+
+function bytesSlot(bytes: Buffer): number {
   let start = 0;
   let end = bytes.length;
   const open = bytes.indexOf(0x7b); // '{'

@@ -42,6 +42,21 @@ describe('the redis store on a cluster', () => {
     expect(owner).toBeDefined();
   });
 
+  it('coalesces concurrent calls into one script call per hash slot, each call still exact', async () => {
+    const [a, b] = keysInDifferentSlots('coalesce');
+    const scriptCalls = (): number =>
+      cluster.nodes.reduce((sum, n) => sum + [...n.cli('INFO', 'commandstats').matchAll(/cmdstat_eval(?:sha)?:calls=(\d+)/g)].reduce((x, m) => x + Number(m[1]), 0), 0);
+    // Loads the script on every node's connection first.
+    await Promise.all([a, b].map((key) => store.decide([{ key, limit: 100, windowMs: 60_000, algorithm: 'fixed_window', hits: 0 }])));
+    const before = scriptCalls();
+    const decisions = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => store.decide([{ key: i % 2 === 0 ? a : b, limit: 10, windowMs: 60_000, algorithm: 'sliding_window', hits: 1 }])),
+    );
+    expect(decisions.filter((d, i) => i % 2 === 0 && d[0].allowed)).toHaveLength(10);
+    expect(decisions.filter((d, i) => i % 2 === 1 && d[0].allowed)).toHaveLength(10);
+    expect(scriptCalls() - before).toBe(2);
+  });
+
   it('stays all-or-nothing across slots: a denial in one slot refunds the charges in the others', async () => {
     const [a, b] = keysInDifferentSlots('refund');
     const call = (): Promise<unknown[]> =>

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import Redis from 'ioredis';
 import { fixedWindow, slidingLog, slidingWindow, type Verdict } from '../../src/limiter/algorithms';
-import { DECIDE_SCRIPT, REFUND_SCRIPT } from '../../src/store/redis-script';
+import { DECIDE_SCRIPT, DecideReplyReader, REFUND_SCRIPT } from '../../src/store/redis-script';
 import { startRedis, type RedisServer } from '../helpers/redis';
 
 /**
@@ -34,8 +34,18 @@ describe('the decide script', () => {
   });
 
   async function decide(nowMs: number, key: string, alg: 'sw' | 'fw' | 'sl', windowMs: number, limit: number, hits: number): Promise<{ verdict: Verdict; token: string }> {
-    const out = (await r.eval(pinned(nowMs), 1, key, '0', alg, windowMs, limit, hits)) as (number | string)[];
-    return { verdict: { allowed: out[0] === 1, remaining: Number(out[1]), resetMs: Number(out[2]) }, token: String(out[3]) };
+    const [out] = read((await r.eval(pinned(nowMs), 1, key, '0', 1, alg, windowMs, limit, hits)) as string, 1);
+    return out;
+  }
+
+  /** The first `n` counters of a DECIDE reply. */
+  function read(reply: string, n: number): { verdict: Verdict; token: string }[] {
+    const reader = new DecideReplyReader(reply);
+    return Array.from({ length: n }, () => {
+      const remaining = reader.remaining();
+      const resetMs = reader.resetMs();
+      return { verdict: { allowed: remaining >= 0, remaining: Math.max(remaining, 0), resetMs }, token: reader.token() };
+    });
   }
 
   const base = fc.record({
@@ -43,6 +53,15 @@ describe('the decide script', () => {
     windowMs: fc.constantFrom(1_000, 7_000, 60_000, 3_600_000, 86_400_000, 31_536_000_000),
     limit: fc.integer({ min: 1, max: 1_000 }),
     hits: fc.oneof(fc.integer({ min: 0, max: 5 }), fc.integer({ min: 0, max: 1_200 })),
+  });
+
+  it('reads a reply field by field: denials as -1, empty and log tokens, the last field unterminated', () => {
+    const reader = new DecideReplyReader('4,2000,28333333,-1,60000,,0,1000,3:1700000000500123:3');
+    expect([reader.remaining(), reader.resetMs(), reader.token()]).toEqual([4, 2000, '28333333']);
+    expect([reader.remaining(), reader.resetMs(), reader.token()]).toEqual([-1, 60000, '']);
+    expect(reader.remaining()).toBe(0);
+    expect(reader.resetMs()).toBe(1000);
+    expect(reader.token()).toBe('3:1700000000500123:3');
   });
 
   it('mirrors the sliding window arithmetic exactly', async () => {
@@ -96,6 +115,89 @@ describe('the decide script', () => {
       }),
       { numRuns: 150 },
     );
+  });
+
+  /** One request of a DECIDE batch: its counters as [key, algorithm, window, limit, hits]. */
+  type Req = { countDenied: boolean; counters: [string, 'sw' | 'fw' | 'sl', number, number, number][] };
+
+  async function decideBatch(nowMs: number, reqs: readonly Req[]): Promise<{ verdict: Verdict; token: string }[]> {
+    const keys: string[] = [];
+    const argv: string[] = [];
+    for (const q of reqs) {
+      argv.push(q.countDenied ? '1' : '0', String(q.counters.length));
+      for (const [key, alg, w, limit, hits] of q.counters) {
+        keys.push(key);
+        argv.push(alg, String(w), String(limit), String(hits));
+      }
+    }
+    return read((await r.eval(pinned(nowMs), keys.length, ...keys, ...argv)) as string, keys.length);
+  }
+
+  /** Every key's value (counters) or record hits (logs), for comparing two runs. */
+  async function state(): Promise<Record<string, string>> {
+    const out: Record<string, string> = {};
+    for (const key of (await r.keys('*')).sort()) {
+      expect({ key, ttl: (await r.pttl(key)) > 0 }).toEqual({ key, ttl: true });
+      out[key] = (await r.type(key)) === 'zset' ? (await r.zrange(key, '0', '-1')).map((m) => m.split(':')[0]).join(',') : String(await r.get(key));
+    }
+    return out;
+  }
+
+  it('decides a batch of requests exactly as the same requests called one by one', async () => {
+    const counter = fc.tuple(
+      fc.constantFrom('a', 'b', 'c'),
+      fc.constantFrom('sw' as const, 'fw' as const, 'sl' as const),
+      fc.constantFrom(1_000, 60_000),
+      fc.integer({ min: 0, max: 6 }),
+      fc.integer({ min: 0, max: 3 }),
+    );
+    const request = fc.record({ countDenied: fc.boolean(), counters: fc.array(counter, { minLength: 1, maxLength: 4 }) });
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 1_600_000_000_000, max: 1_900_000_000_000 }), fc.array(request, { minLength: 1, maxLength: 8 }), async (nowMs, raw) => {
+        // The algorithm and window are part of a real counter key.
+        const reqs: Req[] = raw.map((q) => ({ countDenied: q.countDenied, counters: q.counters.map(([k, alg, w, l, h]) => [`${k}|${alg}${w}`, alg, w, l, h]) }));
+        await r.flushall();
+        const batched = await decideBatch(nowMs, reqs);
+        const batchedState = await state();
+        await r.flushall();
+        const single: { verdict: Verdict; token: string }[] = [];
+        for (const q of reqs) single.push(...(await decideBatch(nowMs, [q])));
+        expect(await state()).toEqual(batchedState);
+        // Log tokens name the counter's place in its call; everything else is identical.
+        const comparable = (out: { verdict: Verdict; token: string }[]): unknown[] => out.map((d) => ({ ...d, token: d.token.split(':')[0] }));
+        expect(comparable(batched)).toEqual(comparable(single));
+      }),
+      { numRuns: 120 },
+    );
+  });
+
+  it('keeps each request of a batch all-or-nothing on its own', async () => {
+    await r.flushall();
+    const now = 1_700_000_000_500;
+    const out = await decideBatch(now, [
+      { countDenied: false, counters: [['shared', 'sw', 1_000, 10, 2], ['gate', 'fw', 1_000, 0, 1]] },
+      { countDenied: false, counters: [['shared', 'sw', 1_000, 10, 3]] },
+      { countDenied: true, counters: [['shared', 'sw', 1_000, 10, 1], ['gate', 'fw', 1_000, 0, 1]] },
+    ]);
+    expect(out.map((d) => d.verdict.allowed)).toEqual([true, false, true, true, false]);
+    // The denied request charged nothing; the next one and the countDenied one did.
+    expect(out[2].verdict.remaining).toBe(7);
+    expect(await r.get('shared:1700000000')).toBe('4');
+    expect(await r.get('gate:1700000000')).toBe('1');
+  });
+
+  it('sets a counter\'s TTL when it creates the key and never extends it', async () => {
+    await r.flushall();
+    const now = 1_700_000_000_500;
+    await decideBatch(now, [{ countDenied: false, counters: [['sw', 'sw', 60_000, 10, 1], ['fw', 'fw', 60_000, 10, 1]] }]);
+    expect(await r.pttl('sw:28333333')).toBeGreaterThan(2 * 60_000 - 1_000);
+    expect(await r.pttl('fw:28333333')).toBeGreaterThan(60_000 - 1_000);
+    await r.pexpire('sw:28333333', 5_000);
+    await r.pexpire('fw:28333333', 5_000);
+    await decideBatch(now, [{ countDenied: false, counters: [['sw', 'sw', 60_000, 10, 1], ['fw', 'fw', 60_000, 10, 1]] }]);
+    expect(await r.pttl('sw:28333333')).toBeLessThanOrEqual(5_000);
+    expect(await r.pttl('fw:28333333')).toBeLessThanOrEqual(5_000);
+    expect(await r.get('sw:28333333')).toBe('2');
   });
 
   it('keeps every admitted batch as its own log record, even within one millisecond', async () => {

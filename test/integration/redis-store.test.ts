@@ -1,7 +1,7 @@
 import Redis from 'ioredis';
 import { counterKey, counterKeyPrefix } from '../../src/limiter/keys';
 import type { Algorithm } from '../../src/limiter/types';
-import type { RedisStore } from '../../src/store/redis-store';
+import { MAX_BATCH_KEYS, MAX_BATCH_REQUESTS, type RedisStore } from '../../src/store/redis-store';
 import type { CounterRequest } from '../../src/store/store';
 import { FakeClock } from '../helpers/fake-clock';
 import { connectStore, startRedis, type RedisServer } from '../helpers/redis';
@@ -133,17 +133,76 @@ describe('the redis store on a single redis', () => {
     expect(await allKeys()).toHaveLength(descriptors.length);
   });
 
-  it('makes one script call per decide, whatever the number of counters', async () => {
+  async function scriptCalls(): Promise<number> {
+    const stats = await admin.info('commandstats');
+    const callsOf = (cmd: string): number => Number(new RegExp(`cmdstat_${cmd}:calls=(\\d+)`).exec(stats)?.[1] ?? 0);
+    return callsOf('evalsha') + callsOf('eval');
+  }
+
+  it('makes at most one script call per decide, and exactly one for a lone call whatever the number of counters', async () => {
     const counters = (n: number): CounterRequest[] =>
       Array.from({ length: n }, (_, i) => ({ key: `rt|${n}|${i}`, limit: 100, windowMs: 60_000, algorithm: (['sliding_window', 'fixed_window', 'sliding_log'] as const)[i % 3], hits: 1 }));
-    for (const n of [1, 2, 5, 12]) await store.decide(counters(n)); // loads every script variant
+    await store.decide(counters(1)); // loads the script on this connection
+    await admin.config('RESETSTAT');
+    await store.decide(counters(5));
+    const stats = await admin.info('commandstats');
+    expect(/cmdstat_evalsha:calls=(\d+)/.exec(stats)?.[1]).toBe('1');
+    expect(stats).not.toContain('cmdstat_eval:');
     await admin.config('RESETSTAT');
     const calls = 10;
     for (let i = 0; i < calls; i++) for (const n of [1, 2, 5, 12]) await store.decide(counters(n));
-    const stats = await admin.info('commandstats');
-    const callsOf = (cmd: string): number => Number(new RegExp(`cmdstat_${cmd}:calls=(\\d+)`).exec(stats)?.[1] ?? 0);
-    expect(callsOf('evalsha') + callsOf('eval')).toBe(calls * 4);
-    expect(callsOf('evalsha')).toBe(calls * 4);
+    expect(await scriptCalls()).toBe(calls * 4);
+  });
+
+  it('coalesces 100 concurrent calls into far fewer script calls, in shared round trips', async () => {
+    await admin.config('RESETSTAT');
+    const decisions = await Promise.all(
+      Array.from({ length: 100 }, (_, i) => store.decide([{ key: `batch|${i % 10}`, limit: 1_000, windowMs: 60_000, algorithm: 'sliding_window', hits: 1 }])),
+    );
+    expect(decisions.every((d) => d[0].allowed)).toBe(true);
+    // Each counter was charged once per call: 10 calls on each of the 10 keys.
+    const checks = await Promise.all(
+      Array.from({ length: 10 }, (_, k) => store.decide([{ key: `batch|${k}`, limit: 1_000, windowMs: 60_000, algorithm: 'sliding_window', hits: 0 }])),
+    );
+    expect(checks.map((d) => d[0].remaining)).toEqual(Array.from({ length: 10 }, () => 990));
+    expect(await scriptCalls()).toBeLessThanOrEqual(2 + Math.ceil(100 / MAX_BATCH_REQUESTS));
+    const stats = await admin.info('all');
+    expect(Number(/total_reads_processed:(\d+)/.exec(stats)?.[1])).toBeLessThan(30);
+    const clients = (await admin.client('LIST')) as string;
+    expect(clients.split('\n').filter((l) => l.includes('name=slidegate'))).toHaveLength(1);
+  });
+
+  it('cuts a large batch into script calls of at most MAX_BATCH_REQUESTS calls and MAX_BATCH_KEYS counters', async () => {
+    await admin.config('RESETSTAT');
+    const one = (i: number): CounterRequest[] => [{ key: `cut|${i % 7}`, limit: 10_000, windowMs: 60_000, algorithm: 'fixed_window', hits: 1 }];
+    await Promise.all(Array.from({ length: 3 * MAX_BATCH_REQUESTS }, (_, i) => store.decide(one(i))));
+    expect(await scriptCalls()).toBe(3);
+    await admin.config('RESETSTAT');
+    const wide = (i: number): CounterRequest[] =>
+      Array.from({ length: MAX_BATCH_KEYS / 2 }, (_, j) => ({ key: `wide|${i}|${j}`, limit: 10, windowMs: 60_000, algorithm: 'sliding_window', hits: 1 }));
+    const results = await Promise.all([0, 1, 2, 3].map((i) => store.decide(wide(i))));
+    expect(results.every((d) => d.length === MAX_BATCH_KEYS / 2 && d.every((x) => x.allowed && x.remaining === 9))).toBe(true);
+    expect(await scriptCalls()).toBe(2);
+  });
+
+  it('keeps every call of a batch all-or-nothing on its own', async () => {
+    await admin.config('RESETSTAT');
+    // Odd calls carry a counter that is always denied: they must charge nothing on the shared counter.
+    const decisions = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        store.decide([
+          { key: 'aon|shared', limit: 5, windowMs: 60_000, algorithm: 'sliding_window', hits: 1 },
+          { key: `aon|gate|${i % 2}`, limit: i % 2 === 0 ? 1_000 : 0, windowMs: 60_000, algorithm: 'fixed_window', hits: 1 },
+        ]),
+      ),
+    );
+    expect(await scriptCalls()).toBe(1);
+    const admitted = decisions.map((d, i) => (d.every((x) => x.allowed) ? i : -1)).filter((i) => i >= 0);
+    expect(admitted).toEqual([0, 2, 4, 6, 8]);
+    expect(decisions.filter((_, i) => i % 2 === 1).every((d) => d[1].allowed === false)).toBe(true);
+    const [check] = await store.decide([{ key: 'aon|shared', limit: 5, windowMs: 60_000, algorithm: 'sliding_window', hits: 0 }]);
+    expect(check.remaining).toBe(0);
+    expect(await admin.keys(`${PREFIX}{aon|gate|1}*`)).toEqual([]);
   });
 
   it('reloads its script after redis forgets it', async () => {
@@ -151,20 +210,5 @@ describe('the redis store on a single redis', () => {
     expect((await store.decide([c]))[0].remaining).toBe(2);
     await admin.script('FLUSH');
     expect((await store.decide([c]))[0].remaining).toBe(1);
-  });
-
-  it('batches concurrent calls into shared round trips', async () => {
-    await admin.config('RESETSTAT');
-    const decisions = await Promise.all(
-      Array.from({ length: 100 }, (_, i) => store.decide([{ key: `batch|${i % 10}`, limit: 1_000, windowMs: 60_000, algorithm: 'sliding_window', hits: 1 }])),
-    );
-    expect(decisions.every((d) => d[0].allowed)).toBe(true);
-    const stats = await admin.info('all');
-    const calls = (cmd: string): number => Number(new RegExp(`cmdstat_${cmd}:calls=(\\d+)`).exec(stats)?.[1] ?? 0);
-    expect(calls('evalsha') + calls('eval')).toBe(100);
-    // 100 script calls arrived in far fewer socket reads: they were pipelined.
-    expect(Number(/total_reads_processed:(\d+)/.exec(stats)?.[1])).toBeLessThan(30);
-    const clients = (await admin.client('LIST')) as string;
-    expect(clients.split('\n').filter((l) => l.includes('name=slidegate'))).toHaveLength(1);
   });
 });
