@@ -238,23 +238,13 @@ export class Metrics {
 
   /** One failed store call of the given kind (the store's own view; a failure policy may still have answered). */
   recordStoreError(kind: string): void {
-    let child = this.storeErrorChildren.get(kind);
-    if (child === undefined) {
-      child = this.storeErrorsByKind.labels({ kind });
-      this.storeErrorChildren.set(kind, child);
-    }
-    child.inc(1);
+    labelled(this.storeErrorChildren, kind, () => this.storeErrorsByKind.labels({ kind })).inc(1);
     this.statsd?.increment(`ratelimit.service.store_error.${statsdSafe(kind)}`, 1);
   }
 
   /** One call answered by the store failure policy instead of the store. */
   recordStoreFallback(policy: string): void {
-    let child = this.storeFallbackChildren.get(policy);
-    if (child === undefined) {
-      child = this.storeFallbacks.labels({ policy });
-      this.storeFallbackChildren.set(policy, child);
-    }
-    child.inc(1);
+    labelled(this.storeFallbackChildren, policy, () => this.storeFallbacks.labels({ policy })).inc(1);
     this.statsd?.increment(`ratelimit.service.store_fallback.${statsdSafe(policy)}`, 1);
   }
 
@@ -413,4 +403,14 @@ export function instrumentDecider(decider: RateLimitDecider, metrics: Metrics): 
       );
     },
   };
+}
+
+/** The labelled child of a counter, looked up once per label value (the set of values is small and fixed). */
+function labelled(children: Map<string, Inc>, value: string, create: () => Inc): Inc {
+  let child = children.get(value);
+  if (child === undefined) {
+    child = create();
+    children.set(value, child);
+  }
+  return child;
 }

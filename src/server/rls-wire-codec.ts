@@ -339,13 +339,14 @@ function wholeMs(ms: number): number {
   return ms > 0 ? Math.round(ms) : 0;
 }
 
+/** Encoded size of a google.protobuf.Duration's fields (zero fields are omitted). */
+function durationBodySize(seconds: number, nanos: number): number {
+  return (seconds !== 0 ? 1 + varintSize(seconds) : 0) + (nanos !== 0 ? 1 + varintSize(nanos) : 0);
+}
+
 function durationSize(ms: number): number {
   const whole = wholeMs(ms);
-  const seconds = Math.floor(whole / 1000);
-  const nanos = (whole % 1000) * 1_000_000;
-  let inner = 0;
-  if (seconds !== 0) inner += 1 + varintSize(seconds);
-  if (nanos !== 0) inner += 1 + varintSize(nanos);
+  const inner = durationBodySize(Math.floor(whole / 1000), (whole % 1000) * 1_000_000);
   return varintSize(inner) + inner;
 }
 
@@ -353,10 +354,7 @@ function writeDuration(buf: Buffer, pos: number, ms: number): number {
   const whole = wholeMs(ms);
   const seconds = Math.floor(whole / 1000);
   const nanos = (whole % 1000) * 1_000_000;
-  let inner = 0;
-  if (seconds !== 0) inner += 1 + varintSize(seconds);
-  if (nanos !== 0) inner += 1 + varintSize(nanos);
-  pos = writeVarint(buf, pos, inner);
+  pos = writeVarint(buf, pos, durationBodySize(seconds, nanos));
   if (seconds !== 0) {
     buf[pos++] = 0x08;
     pos = writeVarint(buf, pos, seconds);
