@@ -1,22 +1,5 @@
-import type { RedisStore } from '../../src/store/redis-store';
-import { connectStore, sleep, startSentinel } from '../helpers/redis';
+import { startSentinel } from '../helpers/redis';
+import { redisFixture } from './redis-fixture';
 import { describeStoreContract } from './store-contract';
 
-describeStoreContract('redis (sentinel)', async () => {
-  const setup = await startSentinel();
-  let store: RedisStore;
-  try {
-    store = await connectStore({ type: 'sentinel', url: setup.url });
-  } catch (err) {
-    await setup.stop();
-    throw err;
-  }
-  return {
-    store,
-    advance: (ms: number) => sleep(ms),
-    close: async () => {
-      await store.close();
-      await setup.stop();
-    },
-  };
-});
+describeStoreContract('redis (sentinel)', redisFixture('sentinel', () => startSentinel()));
