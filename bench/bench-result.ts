@@ -35,12 +35,12 @@ export interface ScenarioSummary {
   readonly cpuCores: number;
   readonly redisCpuCores?: number;
   readonly rssMiB: number;
+  /** h2load-mix: the attacker's share of all calls, as measured. */
+  readonly attackShare?: number;
 }
 
 export interface ScenarioResult extends ScenarioSpec {
   readonly descriptors: number;
-  /** Processes answering calls (the service's WORKERS). */
-  readonly workers?: number;
   readonly runs: readonly RunMeasure[];
   readonly summary?: ScenarioSummary;
   readonly error?: string;

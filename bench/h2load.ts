@@ -53,9 +53,18 @@ export async function h2loadAvailable(): Promise<boolean> {
   }
 }
 
-/** Runs h2load once and reports successes as gRPC sees them. */
-export async function runH2load(opts: H2loadOptions): Promise<LoadResult> {
-  const log = join(opts.tmpDir, `h2load-${process.pid}-${Date.now()}.log`);
+/** One h2load process's counts: calls done, HTTP 200s, DATA bytes, the successes they imply, latencies (ms). */
+interface H2loadCounts {
+  readonly done: number;
+  readonly http200: number;
+  readonly data: number;
+  readonly okAtMost: number;
+  readonly okAtLeast: number;
+  readonly samples: Float64Array;
+}
+
+async function h2loadCounts(opts: H2loadOptions, logName: string): Promise<H2loadCounts> {
+  const log = join(opts.tmpDir, `h2load-${process.pid}-${Date.now()}-${logName}.log`);
   const args = [
     '-c', String(opts.clients),
     '-m', String(opts.streams),
@@ -68,21 +77,19 @@ export async function runH2load(opts: H2loadOptions): Promise<LoadResult> {
   ];
   if (opts.rps !== undefined) args.push(`--rps=${Math.max(1, Math.round(opts.rps / opts.clients))}`);
   args.push(`http://127.0.0.1:${opts.port}${SHOULD_RATE_LIMIT_PATH}`);
-  const r = await runCommand('h2load', args, (opts.durationS + 20) * 1000);
-  if (r.code !== 0) throw new Error(`h2load exited ${r.code}: ${r.stderr.trim() || r.stdout.trim()}`);
-  // "requests: 1000 total, 1000 started, 1000 done, 998 succeeded, 2 failed, 2 errored, 0 timeout"
-  const m = /requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded/.exec(r.stdout);
-  // "traffic: 3.66MB (3835812) total, 1.19MB (1250046) headers (space savings 93.21%), 1.91MB (2000040) data"
-  const t = /traffic: .*\((\d+)\) data/.exec(r.stdout);
-  if (!m || !t) throw new Error(`unexpected h2load output: ${r.stdout.slice(0, 500)}`);
-  const done = Number(m[3]);
-  const http200 = Number(m[4]);
-  const data = Number(t[1]);
-  const { okAtMost, okAtLeast } = successesFromData({ http200, dataBytes: data, okBytes: opts.okBytes });
-  let samples = new Float64Array(0);
   try {
+    const r = await runCommand('h2load', args, (opts.durationS + 20) * 1000);
+    if (r.code !== 0) throw new Error(`h2load exited ${r.code}: ${r.stderr.trim() || r.stdout.trim()}`);
+    // "requests: 1000 total, 1000 started, 1000 done, 998 succeeded, 2 failed, 2 errored, 0 timeout"
+    const m = /requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded/.exec(r.stdout);
+    // "traffic: 3.66MB (3835812) total, 1.19MB (1250046) headers (space savings 93.21%), 1.91MB (2000040) data"
+    const t = /traffic: .*\((\d+)\) data/.exec(r.stdout);
+    if (!m || !t) throw new Error(`unexpected h2load output: ${r.stdout.slice(0, 500)}`);
+    const done = Number(m[3]);
+    const http200 = Number(m[4]);
+    const data = Number(t[1]);
     const lines = readFileSync(log, 'utf8').split('\n');
-    samples = new Float64Array(lines.length);
+    let samples = new Float64Array(lines.length);
     let n = 0;
     // Columns: start time (µs since the epoch), HTTP status, duration (µs).
     for (const line of lines) {
@@ -90,22 +97,62 @@ export async function runH2load(opts: H2loadOptions): Promise<LoadResult> {
       if (cols.length >= 3) samples[n++] = Number(cols[2]) / 1000;
     }
     samples = samples.subarray(0, n);
+    return { done, http200, data, ...successesFromData({ http200, dataBytes: data, okBytes: opts.okBytes }), samples };
   } finally {
     rmSync(log, { force: true });
   }
+}
+
+function loadResult(generator: 'h2load' | 'h2load-mix', parts: readonly H2loadCounts[], durationS: number, attackShare?: number): LoadResult {
+  const sum = (f: (c: H2loadCounts) => number): number => parts.reduce((n, c) => n + f(c), 0);
+  const done = sum((c) => c.done);
+  const okAtMost = sum((c) => c.okAtMost);
+  const samples = new Float64Array(sum((c) => c.samples.length));
+  let at = 0;
+  for (const c of parts) {
+    samples.set(c.samples, at);
+    at += c.samples.length;
+  }
   const errors = done - okAtMost;
   return {
-    generator: 'h2load',
+    generator,
     requests: done,
     ok: okAtMost,
     errors,
-    errorsUpperBound: done - okAtLeast,
-    durationS: opts.durationS,
-    rps: okAtMost / opts.durationS,
+    errorsUpperBound: done - sum((c) => c.okAtLeast),
+    durationS,
+    rps: okAtMost / durationS,
     latencyMs: summarize(samples),
+    attackShare,
     firstError:
       errors > 0
-        ? `${done} calls, ${http200} HTTP 200, ${data} DATA bytes: at least ${errors} answers without a message (gRPC errors)`
+        ? `${done} calls, ${sum((c) => c.http200)} HTTP 200, ${sum((c) => c.data)} DATA bytes: at least ${errors} answers without a message (gRPC errors)`
         : undefined,
   };
+}
+
+/** Runs h2load once and reports successes as gRPC sees them. */
+export async function runH2load(opts: H2loadOptions): Promise<LoadResult> {
+  return loadResult('h2load', [await h2loadCounts(opts, 'one')], opts.durationS);
+}
+
+/** The attack mix: two bodies, each posted by its own h2load process, with the DATA size of its answers. */
+export interface H2loadMixOptions extends Omit<H2loadOptions, 'bodyFile' | 'clients' | 'okBytes' | 'rps'> {
+  readonly attacker: { readonly bodyFile: string; readonly clients: number; readonly okBytes: { readonly min: number; readonly max: number } };
+  readonly normal: { readonly bodyFile: string; readonly clients: number; readonly okBytes: { readonly min: number; readonly max: number } };
+}
+
+/**
+ * Runs two h2load processes at once for the same duration, one posting the attacker body and one
+ * the normal body, and sums their counts and latencies. Each counts its successes from its own DATA
+ * bytes and answer size (an OVER_LIMIT answer is a success, of another size than an OK one).
+ * `attackShare` is the attacker's share of all calls done, as measured.
+ */
+export async function runH2loadMix(opts: H2loadMixOptions): Promise<LoadResult> {
+  const [attacker, normal] = await Promise.all([
+    h2loadCounts({ ...opts, ...opts.attacker }, 'attacker'),
+    h2loadCounts({ ...opts, ...opts.normal }, 'normal'),
+  ]);
+  const all = attacker.done + normal.done;
+  return loadResult('h2load-mix', [attacker, normal], opts.durationS, all > 0 ? attacker.done / all : undefined);
 }

@@ -1,7 +1,10 @@
 import type { LatencySummary } from './latency';
 
-/** The load generators: nghttp2's h2load, and two in this directory (raw node:http2, grpc-js). */
-export type GeneratorName = 'h2load' | 'http2-load' | 'grpc-js-load';
+/**
+ * The load generators: nghttp2's h2load, and two in this directory (raw node:http2, grpc-js).
+ * `h2load-mix` is two h2load processes at once, each posting its own body (see h2load.ts).
+ */
+export type GeneratorName = 'h2load' | 'h2load-mix' | 'http2-load' | 'grpc-js-load';
 
 /** What one load-generator run measured, whichever generator produced it. */
 export interface LoadResult {
@@ -20,6 +23,8 @@ export interface LoadResult {
   /** ok / durationS. */
   readonly rps: number;
   readonly latencyMs: LatencySummary;
+  /** h2load-mix only: the attacker process's share of all calls, as measured. */
+  readonly attackShare?: number;
   /** First error message seen, for diagnosis. */
   readonly firstError?: string;
 }

@@ -1,11 +1,14 @@
 import * as grpc from '@grpc/grpc-js';
+import cluster from 'node:cluster';
 import * as http2 from 'node:http2';
 import { countDescriptors, encodeOkResponse, grpcFrame, SHOULD_RATE_LIMIT_PATH } from './rls-codec';
 
 /**
  * A ShouldRateLimit server that decides nothing: it parses the request, answers OK for every
  * descriptor, and so measures the ceiling a transport allows on this machine. Two transports, as the
- * service has: grpc-js, and raw node:http2 with hand-written framing.
+ * service has: grpc-js, and raw node:http2 with hand-written framing. With `--workers N` it runs as
+ * the service does with WORKERS=N: a primary that only supervises, and N node:cluster workers
+ * sharing the port, so a ceiling and the service it bounds use the same number of processes.
  */
 
 export type NoopTransport = 'grpc-js' | 'http2';
@@ -87,12 +90,21 @@ async function startHttp2(port: number): Promise<NoopServer> {
   };
 }
 
-// `node dist/bench/noop-server.js --transport grpc-js|http2 [--port N]`: runs until SIGTERM.
-if (require.main === module) {
+// `node dist/bench/noop-server.js --transport grpc-js|http2 [--port N] [--workers N]`: runs until
+// SIGTERM. Every serving process prints `listening <port>` once it listens.
+function main(): void {
   const args = process.argv.slice(2);
-  const transport = (args[args.indexOf('--transport') + 1] ?? 'grpc-js') as NoopTransport;
-  const port = args.includes('--port') ? Number(args[args.indexOf('--port') + 1]) : 0;
+  const flag = (name: string): string | undefined => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined);
+  const transport = (flag('--transport') ?? 'grpc-js') as NoopTransport;
+  const port = Number(flag('--port') ?? 0);
+  const workers = Number(flag('--workers') ?? 1);
   if (transport !== 'grpc-js' && transport !== 'http2') throw new Error(`unknown transport ${transport}`);
+  if (!Number.isInteger(workers) || workers < 1 || workers > 64) throw new Error('--workers must be 1..64');
+  if (workers > 1 && port === 0) throw new Error('--workers needs a fixed --port (workers must share one)');
+  if (workers > 1 && cluster.isPrimary) {
+    superviseNoop(workers);
+    return;
+  }
   void startNoopServer({ transport, port }).then((s) => {
     process.stdout.write(`listening ${s.port}\n`);
     const stop = (): void => void s.close().then(() => process.exit(0));
@@ -100,3 +112,31 @@ if (require.main === module) {
     process.on('SIGINT', stop);
   });
 }
+
+// The primary serves nothing: it forks the workers (they inherit its stdout), passes a stop signal
+// on, and exits once they have all gone. A worker that dies otherwise ends the whole server, so a
+// run never goes on measuring fewer processes than it reports.
+function superviseNoop(workers: number): void {
+  let stopping = false;
+  let failed = false;
+  let live = workers;
+  const stop = (): void => {
+    if (stopping) return;
+    stopping = true;
+    for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGTERM');
+  };
+  cluster.on('exit', () => {
+    live--;
+    if (!stopping) {
+      failed = true;
+      process.stderr.write('a no-op worker exited; stopping\n');
+      stop();
+    }
+    if (live === 0) process.exit(failed ? 1 : 0);
+  });
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+  for (let i = 0; i < workers; i++) cluster.fork();
+}
+
+if (require.main === module) main();

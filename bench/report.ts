@@ -33,9 +33,10 @@ export function benchTable(result: BenchResult): string {
     .filter((s) => s.kind === 'max')
     .map((s) => {
       const m = s.summary;
-      if (!m) return [s.name, 'failed', '-', '-', '-', '-', '-', '-', '-', '-', '-'];
+      if (!m) return [s.name, String(s.workers ?? '-'), 'failed', '-', '-', '-', '-', '-', '-', '-', '-', '-'];
       return [
         s.name,
+        String(s.workers ?? '-'),
         fmt(m.decisionsPerS),
         fmt(m.p50Ms, 2),
         fmt(m.p99Ms, 2),
@@ -49,10 +50,18 @@ export function benchTable(result: BenchResult): string {
       ];
     });
   return markdownTable(
-    ['scenario / generator', 'decisions/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'errors', 'vs ceiling', 'Redis calls/decision', 'Redis cmds/decision', 'CPU %', 'RSS MiB'],
+    ['scenario / generator', 'processes', 'decisions/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'errors', 'vs ceiling', 'Redis calls/decision', 'Redis cmds/decision', 'CPU %', 'RSS MiB'],
     rows,
-    ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
   );
+}
+
+/** The attack share each h2load-mix scenario measured (attacker calls / all calls), or '' without one. */
+export function attackShareLine(result: BenchResult): string {
+  const measured = result.scenarios.filter((s) => s.summary?.attackShare !== undefined);
+  if (measured.length === 0) return '';
+  const shares = measured.map((s) => `${s.name} ${fmt(100 * s.summary!.attackShare!, 1)}%`).join(', ');
+  return `Attack share measured in the h2load mix (attacker calls / all calls): ${shares}.`;
 }
 
 /** The fixed-rate table: the service beside the no-op server at the same rate and connections. */
@@ -127,6 +136,7 @@ export function benchSvg(result: BenchResult): string {
 
 /** The standalone Markdown written next to the JSON. */
 export function resultMarkdown(result: BenchResult): string {
+  const share = attackShareLine(result);
   return [
     `# make bench, ${result.date}`,
     '',
@@ -134,6 +144,7 @@ export function resultMarkdown(result: BenchResult): string {
     '',
     benchTable(result),
     '',
+    ...(share ? [share, ''] : []),
     rateTable(result),
     '',
     comparisonTable(result),
@@ -142,8 +153,11 @@ export function resultMarkdown(result: BenchResult): string {
 }
 
 const GENERATORS =
-  'h2load `-t 1 -c 4 -m 50` posting one prebuilt call, or bench/http2-load.ts (raw node:http2, same connections and streams) ' +
-  'where calls need different bodies; bench/grpc-js-load.ts, a grpc-js client, re-measures one scenario as a cross-check';
+  'h2load `-t 1 -c 4 -m 50` posting one prebuilt call; for the attack scenarios, *h2load-mix*: two h2load processes at once, ' +
+  '`-c 9 -m 50` posting a key already over its limit and `-c 1 -m 50` posting a normal key, their counts summed and their latency logs merged ' +
+  '(the attack share they reach is measured and given below the table); bench/http2-load.ts (raw node:http2, 4 connections, 50 streams each) ' +
+  'where calls need many different bodies, and to re-measure the attack mix over 100 keys; bench/grpc-js-load.ts, a grpc-js client, ' +
+  're-measures one attack scenario as a check on the counting';
 
 /**
  * The block between `<!-- bench:start -->` and `<!-- bench:end -->`: method, tables and chart of a
@@ -163,11 +177,19 @@ export function docsBlock(result: BenchResult | undefined, base: string): string
     method +
       `Load: ${GENERATORS}. ${result ? `Medians of ${result.options.repeats} runs of ${result.options.durationS} s after a ${result.options.warmupS} s warm-up. ` : ''}` +
       '*vs ceiling* divides decisions/s by what a no-op server (it parses the call and answers OK, deciding nothing) reaches on the same transport ' +
-      'with the same generator and bodies: the share of the machine\'s gRPC capacity that remains once every call is decided; 1.00 would mean deciding is free. ' +
-      '*errors* counts every failed call, gRPC errors included.',
+      'with the same generator, bodies and number of processes (*processes*: 1 with memory; with Redis as many node:cluster workers as the service runs, ' +
+      'the no-op rows marked `-w<N>`): the share of the machine\'s gRPC capacity that remains once every call is decided; 1.00 would mean deciding is free. ' +
+      'Rows without a ratio re-measure a scenario with another generator. *errors* counts every failed call, gRPC errors included; ' +
+      'an OVER_LIMIT answer is a successful call.',
   ];
   if (result) {
-    parts.push(benchTable(result), 'Fixed rate (h2load `--rps`, which sends each connection\'s share in bursts), the no-op http2 server at the same rate beside:', rateTable(result));
+    const share = attackShareLine(result);
+    parts.push(
+      benchTable(result),
+      ...(share ? [share] : []),
+      'Fixed rate (h2load `--rps`, which sends each connection\'s share in bursts), the no-op http2 server with as many processes at the same rate beside:',
+      rateTable(result),
+    );
   } else {
     parts.push('No published run yet: run `make bench` on an otherwise idle machine to fill in the tables here.');
   }

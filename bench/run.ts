@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { availableParallelism, cpus, platform, release, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import type { BenchResult, BenchSettings, Machine, RunMeasure, ScenarioResult, ScenarioSummary } from './bench-result';
-import { h2loadAvailable, runH2load } from './h2load';
+import { h2loadAvailable, runH2load, runH2loadMix } from './h2load';
 import { median } from './latency';
 import type { GeneratorName, LoadResult } from './load-result';
 import { fmt, replaceBetweenMarkers } from './markdown';
@@ -10,7 +10,7 @@ import { isoDate, repoRoot } from './paths';
 import { processUsage, runCommand } from './processes';
 import { benchSvg, docsBlock, resultMarkdown } from './report';
 import { grpcFrame } from './rls-codec';
-import { CONFIG_YAML, scenarioPlan, workloadBodies, type ScenarioSpec, type Workload } from './scenarios';
+import { ATTACK_MIX_CONNECTIONS, attackMixBodies, CONFIG_YAML, scenarioPlan, workloadBodies, type ScenarioSpec, type Workload } from './scenarios';
 import { probeAnswers, redisCommandCalls, startNoop, startRedis, startService, type RedisProcess, type Target } from './targets';
 
 export type { BenchResult, RunMeasure, ScenarioResult, ScenarioSummary } from './bench-result';
@@ -18,7 +18,8 @@ export type { BenchResult, RunMeasure, ScenarioResult, ScenarioSummary } from '.
 /**
  * `make bench`: throughput and latency of the service as shipped, end to end over gRPC on 127.0.0.1.
  * Starts its own redis-server, the service (memory and redis stores; the http2 transport, and
- * grpc-js for comparison) and the no-op servers (each transport's ceiling), drives every scenario of
+ * grpc-js for comparison) and the no-op servers (each transport's ceiling, with as many processes as
+ * the service it bounds), drives every scenario of
  * bench/scenarios.ts with h2load, bench/http2-load.ts or bench/grpc-js-load.ts, and records
  * decisions/s, latency percentiles, errors, Redis commands per decision, CPU and RSS. Writes
  * bench/results/<date>.{json,svg,md} and, for full runs, the tables of README.md and
@@ -51,14 +52,42 @@ interface WorkloadFiles {
   readonly bodyFile: string;
   readonly firstFrame: Buffer;
   readonly descriptors: number;
+  /** The attack workload's two bodies for h2load-mix, one frame per file. */
+  readonly mix?: { readonly attacker: MixBody; readonly normal: MixBody };
+}
+
+interface MixBody {
+  readonly bodyFile: string;
+  readonly frame: Buffer;
+}
+
+type SizeRange = { readonly min: number; readonly max: number };
+
+/** DATA sizes of successful answers, per body h2load posts (see h2load.ts). */
+interface AnswerSizes {
+  readonly first?: SizeRange;
+  readonly attacker?: SizeRange;
+  readonly normal?: SizeRange;
 }
 
 // How many answers (over one second) are sampled for the size range h2load's success count relies on.
 const SIZE_SAMPLES = 50;
 
-async function generate(s: ScenarioSpec, target: Target, files: WorkloadFiles, okBytes: { min: number; max: number } | undefined, durationS: number, opts: BenchOptions, tmp: string): Promise<LoadResult> {
+async function generate(s: ScenarioSpec, target: Target, files: WorkloadFiles, sizes: AnswerSizes, durationS: number, opts: BenchOptions, tmp: string): Promise<LoadResult> {
   if (s.generator === 'h2load') {
-    return runH2load({ port: target.port, bodyFile: files.bodyFile, clients: s.connections, streams: opts.streams, threads: 1, durationS, rps: s.rps, okBytes: okBytes!, tmpDir: tmp });
+    return runH2load({ port: target.port, bodyFile: files.bodyFile, clients: s.connections, streams: opts.streams, threads: 1, durationS, rps: s.rps, okBytes: sizes.first!, tmpDir: tmp });
+  }
+  if (s.generator === 'h2load-mix') {
+    const mix = files.mix!;
+    return runH2loadMix({
+      port: target.port,
+      streams: opts.streams,
+      threads: 1,
+      durationS,
+      tmpDir: tmp,
+      attacker: { bodyFile: mix.attacker.bodyFile, clients: ATTACK_MIX_CONNECTIONS.attacker, okBytes: sizes.attacker! },
+      normal: { bodyFile: mix.normal.bodyFile, clients: ATTACK_MIX_CONNECTIONS.normal, okBytes: sizes.normal! },
+    });
   }
   // The node generators run in their own process, so they never share an event loop with the harness.
   const args =
@@ -111,6 +140,7 @@ function summarise(runs: readonly RunMeasure[], ceiling?: number): ScenarioSumma
     cpuCores: med((r) => r.cpuCores),
     redisCpuCores: finite(med((r) => r.redisCpuCores)),
     rssMiB: med((r) => r.rssMiB),
+    attackShare: finite(med((r) => r.load.attackShare)),
   };
 }
 
@@ -150,7 +180,17 @@ function writeWorkloads(tmp: string): Map<Workload, WorkloadFiles> {
     const bodyFile = join(tmp, `${w}.body`);
     writeFileSync(framesFile, Buffer.concat(frames));
     writeFileSync(bodyFile, frames[0]);
-    files.set(w, { framesFile, bodyFile, firstFrame: frames[0], descriptors });
+    let mix: WorkloadFiles['mix'];
+    if (w === 'attack') {
+      const body = (name: string, message: Buffer): MixBody => {
+        const frame = grpcFrame(message);
+        writeFileSync(join(tmp, `attack-${name}.body`), frame);
+        return { bodyFile: join(tmp, `attack-${name}.body`), frame };
+      };
+      const m = attackMixBodies();
+      mix = { attacker: body('attacker', m.attacker), normal: body('normal', m.normal) };
+    }
+    files.set(w, { framesFile, bodyFile, firstFrame: frames[0], descriptors, mix });
   }
   return files;
 }
@@ -178,12 +218,12 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
   let redis: Promise<RedisProcess> | undefined;
   const getRedis = (): Promise<RedisProcess> => (redis ??= startRedis());
   const getTarget = (s: ScenarioSpec): Promise<Target> => {
-    const key = `${s.target}:${s.transport}:${s.backend ?? ''}`;
+    const key = `${s.target}:${s.transport}:${s.backend ?? ''}:${s.workers}`;
     let t = targets.get(key);
     if (!t) {
       t =
         s.target === 'noop'
-          ? startNoop(s.transport, probeFrame)
+          ? startNoop(s.transport, probeFrame, s.workers)
           : (s.backend === 'redis' ? getRedis() : Promise.resolve(undefined)).then((r) =>
               startService({ backend: s.backend!, transport: s.transport, configDir, redisPort: r?.port, probeFrame, env: serviceEnv }),
             );
@@ -193,32 +233,38 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
     return t;
   };
 
-  const answerSizes = new Map<string, { min: number; max: number }>();
+  const answerSizes = new Map<string, AnswerSizes>();
+  const sample = (port: number, frame: Buffer): Promise<SizeRange> =>
+    probeAnswers(port, frame, { timeoutMs: 10_000, samples: SIZE_SAMPLES, spreadMs: 1000, alive: () => true });
   const results: ScenarioResult[] = [];
   try {
     for (const s of specs) {
       const f = files.get(s.workload)!;
-      let workers: number | undefined;
       try {
         const target = await getTarget(s);
-        workers = s.target === 'service' ? target.workers : undefined;
         const r = s.backend === 'redis' ? await getRedis() : undefined;
-        let okBytes: { min: number; max: number } | undefined;
-        if (s.generator === 'h2load') {
-          const key = `${s.target}:${s.transport}:${s.backend ?? ''}:${s.workload}`;
-          okBytes = answerSizes.get(key) ?? (await probeAnswers(target.port, f.firstFrame, { timeoutMs: 10_000, samples: SIZE_SAMPLES, spreadMs: 1000, alive: () => true }));
-          answerSizes.set(key, okBytes);
+        const key = `${s.target}:${s.transport}:${s.backend ?? ''}:${s.workers}:${s.workload}:${s.generator}`;
+        let sizes = answerSizes.get(key) ?? {};
+        if (s.generator === 'h2load' && !sizes.first) sizes = { first: await sample(target.port, f.firstFrame) };
+        if (s.generator === 'h2load-mix' && !sizes.attacker) {
+          // One call first puts the attacker key over its limit, so the sizes sampled next (and every
+          // call of the run) are OVER_LIMIT answers; the normal key's are OK answers.
+          await probeAnswers(target.port, f.mix!.attacker.frame, { timeoutMs: 10_000, samples: 0, alive: () => true });
+          sizes = { attacker: await sample(target.port, f.mix!.attacker.frame), normal: await sample(target.port, f.mix!.normal.frame) };
         }
-        if (opts.warmupS > 0) await generate(s, target, f, okBytes, opts.warmupS, opts, tmp);
+        answerSizes.set(key, sizes);
+        if (opts.warmupS > 0) await generate(s, target, f, sizes, opts.warmupS, opts, tmp);
         const runs: RunMeasure[] = [];
-        for (let i = 0; i < opts.repeats; i++) runs.push(await measure(() => generate(s, target, f, okBytes, opts.durationS, opts, tmp), target, r));
+        for (let i = 0; i < opts.repeats; i++) runs.push(await measure(() => generate(s, target, f, sizes, opts.durationS, opts, tmp), target, r));
         const ceiling = s.ceiling ? results.find((x) => x.name === s.ceiling)?.summary?.decisionsPerS : undefined;
         const summary = summarise(runs, ceiling);
-        results.push({ ...s, descriptors: f.descriptors, workers, runs, summary });
-        process.stderr.write(`${s.name}: ${fmt(summary.decisionsPerS)} decisions/s, p99 ${fmt(summary.p99Ms, 2)} ms, ${summary.errors} errors\n`);
+        // The processes that actually served (the plan's count, unless the service was started otherwise).
+        results.push({ ...s, descriptors: f.descriptors, workers: target.workers, runs, summary });
+        const share = summary.attackShare === undefined ? '' : `, attack share ${fmt(100 * summary.attackShare, 1)}%`;
+        process.stderr.write(`${s.name}: ${fmt(summary.decisionsPerS)} decisions/s, p99 ${fmt(summary.p99Ms, 2)} ms, ${summary.errors} errors${share}\n`);
       } catch (e) {
         const error = e instanceof Error ? e.message : String(e);
-        results.push({ ...s, descriptors: f.descriptors, workers, runs: [], error });
+        results.push({ ...s, descriptors: f.descriptors, runs: [], error });
         process.stderr.write(`${s.name}: FAILED ${error.split('\n')[0]}\n`);
       }
     }

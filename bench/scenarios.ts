@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os';
 import type { GeneratorName } from './load-result';
 import { encodeRateLimitRequest, type BenchDescriptor } from './rls-codec';
 
@@ -22,9 +23,11 @@ export interface ScenarioSpec {
   readonly workload: Workload;
   readonly generator: GeneratorName;
   readonly connections: number;
+  /** Processes serving calls: a no-op server's, or the service's default for its store. */
+  readonly workers: number;
   /** Calls per second over all connections (kind `rate` only). */
   readonly rps?: number;
-  /** The scenario whose decisions/s is this one's ceiling: a no-op server, same transport, generator and bodies. */
+  /** The scenario whose decisions/s is this one's ceiling: a no-op server, same transport, generator, bodies and process count. */
   readonly ceiling?: string;
 }
 
@@ -62,6 +65,25 @@ descriptors:
 
 const d = (key: string, value: string): BenchDescriptor => ({ entries: [[key, value]] });
 
+/**
+ * The service's WORKERS default (src/settings.ts) for a store: one per core (at most 64) with Redis,
+ * 1 with memory. The benchmark starts the service with it and gives each ceiling as many processes.
+ */
+export function defaultWorkers(backend: Backend): number {
+  return backend === 'redis' ? Math.min(64, availableParallelism()) : 1;
+}
+
+/** Connections of the two h2load processes of the attack mix: 9 on the attacker body, 1 on the normal one. */
+export const ATTACK_MIX_CONNECTIONS = { attacker: 9, normal: 1 } as const;
+
+/**
+ * The two bodies of the h2load attack mix (protobuf, without the gRPC frame): one attacker key,
+ * over its limit once it has been called once, and one normal key.
+ */
+export function attackMixBodies(): { attacker: Buffer; normal: Buffer } {
+  return { attacker: encodeRateLimitRequest(DOMAIN, [d('attacker', 'a-mix')]), normal: encodeRateLimitRequest(DOMAIN, [d('client', 'n-mix')]) };
+}
+
 /** Request messages of a workload (protobuf, without the gRPC frame) and descriptors per request. */
 export function workloadBodies(w: Workload): { bodies: Buffer[]; descriptors: number } {
   switch (w) {
@@ -91,36 +113,62 @@ const WORKLOAD_TEXT: Record<Workload, string> = {
   attack: '90% of calls on keys already over their limit, 10% normal',
 };
 
+const MIX_TEXT =
+  `two h2load processes at once: ${ATTACK_MIX_CONNECTIONS.attacker} connections posting a key over its limit, ` +
+  `${ATTACK_MIX_CONNECTIONS.normal} posting a normal key (the attack share is measured)`;
+
 /** The scenarios of a run, in the order they are measured (every ceiling before what it bounds). */
 export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
   const specs: ScenarioSpec[] = [];
   const p = opts.primary;
   const v = opts.varied;
-  const noop = (transport: Transport, workload: Workload, generator: GeneratorName): string => {
-    const name = `noop-${transport}${workload === 'one' ? '' : '-' + WORKLOAD_LABEL[workload]}/${generator}`;
-    specs.push({ name, description: `no-op ${transport} server (the ceiling), ${WORKLOAD_TEXT[workload]}`, kind: 'max', target: 'noop', transport, workload, generator, connections: 4 });
+  const connectionsOf = (generator: GeneratorName): number => (generator === 'h2load-mix' ? ATTACK_MIX_CONNECTIONS.attacker + ATTACK_MIX_CONNECTIONS.normal : 4);
+  const text = (workload: Workload, generator: GeneratorName): string => (generator === 'h2load-mix' ? `${WORKLOAD_TEXT[workload]}; ${MIX_TEXT}` : WORKLOAD_TEXT[workload]);
+  // A ceiling runs as many processes as the service it bounds: `-w2` in its name when more than one.
+  const noop = (transport: Transport, workload: Workload, generator: GeneratorName, workers: number): string => {
+    const name = `noop-${transport}${workers > 1 ? `-w${workers}` : ''}${workload === 'one' ? '' : '-' + WORKLOAD_LABEL[workload]}/${generator}`;
+    if (specs.some((s) => s.name === name)) return name;
+    const procs = workers > 1 ? `, ${workers} processes` : '';
+    specs.push({
+      name,
+      description: `no-op ${transport} server${procs} (the ceiling), ${text(workload, generator)}`,
+      kind: 'max',
+      target: 'noop',
+      transport,
+      workload,
+      generator,
+      connections: connectionsOf(generator),
+      workers,
+    });
     return name;
   };
-  const svc = (backend: Backend, workload: Workload, generator: GeneratorName, ceiling?: string, transport: Transport = 'http2'): void => {
+  /** A service scenario, preceded by its ceiling unless `ceiling` is false (cross-checks of another generator). */
+  const svc = (backend: Backend, workload: Workload, generator: GeneratorName, o: { ceiling?: boolean; transport?: Transport } = {}): void => {
+    const transport = o.transport ?? 'http2';
+    const workers = defaultWorkers(backend);
+    const ceiling = o.ceiling === false ? undefined : noop(transport, workload, generator, workers);
     const suffix = transport === 'http2' ? '' : `-${transport}`;
     specs.push({
       name: `${backend}-${WORKLOAD_LABEL[workload]}${suffix}/${generator}`,
-      description: `${backend} store${transport === 'http2' ? '' : `, GRPC_TRANSPORT=${transport}`}, ${WORKLOAD_TEXT[workload]}`,
+      description: `${backend} store${transport === 'http2' ? '' : `, GRPC_TRANSPORT=${transport}`}, ${text(workload, generator)}`,
       kind: 'max',
       target: 'service',
       transport,
       backend,
       workload,
       generator,
-      connections: 4,
+      connections: connectionsOf(generator),
+      workers,
       ceiling,
     });
   };
   const rate = (target: 'noop' | 'service', connections: number, rps: number): void => {
-    const who = target === 'noop' ? 'noop-http2' : 'redis-1-descriptor';
+    // The no-op server at the same rate runs as many processes as the service beside it.
+    const workers = defaultWorkers('redis');
+    const who = target === 'noop' ? `noop-http2${workers > 1 ? `-w${workers}` : ''}` : 'redis-1-descriptor';
     specs.push({
       name: `${who}@${fmtRate(rps)}-${connections}c/${p}`,
-      description: `${target === 'noop' ? 'no-op http2 server' : 'redis store, one descriptor'}, ${rps} calls/s over ${connections} connections`,
+      description: `${target === 'noop' ? `no-op http2 server (${workers} process${workers > 1 ? 'es' : ''})` : 'redis store, one descriptor'}, ${rps} calls/s over ${connections} connections`,
       kind: 'rate',
       target,
       transport: 'http2',
@@ -128,37 +176,41 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
       workload: 'one',
       generator: p,
       connections,
+      workers,
       rps,
     });
   };
+  // The attack mix needs h2load; without it, the node generator that varies bodies runs it alone.
+  const attackGenerator: GeneratorName = p === 'h2load' ? 'h2load-mix' : v;
 
   if (opts.tiny) {
-    // One of each moving part: both generators that vary bodies, h2load's success counting, both
-    // stores, worker processes (redis), and a fixed-rate run low enough to hold on a busy machine.
-    const ceiling = noop('http2', 'one', p);
-    svc('memory', 'one', p, ceiling);
-    svc('redis', 'one', p, ceiling);
-    const attack = noop('http2', 'attack', v);
-    svc('memory', 'attack', v, attack);
-    if (v !== 'grpc-js-load') svc('redis', 'attack', 'grpc-js-load');
+    // One of each moving part: both generators that vary bodies, h2load's success counting (one
+    // body, and the two-body attack mix), both stores, worker processes (redis, and its ceiling),
+    // and a fixed-rate run low enough to hold on a busy machine.
+    svc('memory', 'one', p);
+    svc('redis', 'one', p);
+    svc('memory', 'attack', v);
+    if (attackGenerator !== v) svc('memory', 'attack', attackGenerator);
+    if (v !== 'grpc-js-load') svc('redis', 'attack', 'grpc-js-load', { ceiling: false });
     rate('service', 4, opts.rate);
     return specs;
   }
-  const grpcJs = noop('grpc-js', 'one', p);
-  const http2 = noop('http2', 'one', p);
   for (const backend of ['memory', 'redis'] as const) {
-    svc(backend, 'one', p, http2);
-    svc(backend, 'five', p, http2);
+    svc(backend, 'one', p);
+    svc(backend, 'five', p);
   }
-  svc('redis', 'one', p, grpcJs, 'grpc-js');
-  const keys = noop('http2', 'keys10k', v);
-  svc('memory', 'keys10k', v, keys);
-  svc('redis', 'keys10k', v, keys);
-  const attack = noop('http2', 'attack', v);
-  svc('memory', 'attack', v, attack);
-  svc('redis', 'attack', v, attack);
-  // The same calls through a second, independent client: a check on http2-load's counting.
-  if (v !== 'grpc-js-load') svc('redis', 'attack', 'grpc-js-load');
+  svc('redis', 'one', p, { transport: 'grpc-js' });
+  svc('memory', 'keys10k', v);
+  svc('redis', 'keys10k', v);
+  svc('memory', 'attack', attackGenerator);
+  svc('redis', 'attack', attackGenerator);
+  // The same mix through the node generators, which cycle through 100 keys: a check on the h2load
+  // mix's counting (and, for grpc-js-load, on http2-load's).
+  if (attackGenerator !== v) {
+    svc('memory', 'attack', v, { ceiling: false });
+    svc('redis', 'attack', v, { ceiling: false });
+  }
+  if (v !== 'grpc-js-load') svc('redis', 'attack', 'grpc-js-load', { ceiling: false });
   for (const connections of [4, 40]) {
     rate('noop', connections, opts.rate);
     rate('service', connections, opts.rate);

@@ -1,11 +1,10 @@
 import { existsSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { callOn, connectSession } from './http2-load';
 import { repoRoot } from './paths';
 import { freePort, runCommand, sleep, spawnTracked, stopProcess, waitForPort } from './processes';
 import { overallCode } from './rls-codec';
-import type { Backend, Transport } from './scenarios';
+import { defaultWorkers, type Backend, type Transport } from './scenarios';
 
 /** The processes a benchmark measures: its own redis-server, the no-op servers and the service. */
 
@@ -104,19 +103,46 @@ export async function probeAnswers(
   throw new Error(`no OK answer within ${opts.timeoutMs} ms (last: ${last})`);
 }
 
-/** Starts a no-op server (bench/noop-server.ts) in its own process. */
-export async function startNoop(transport: Transport, probeFrame: Buffer): Promise<Target> {
+/**
+ * Starts a no-op server (bench/noop-server.ts) with `workers` processes (more than one: node:cluster
+ * workers under a primary, as the service runs) and resolves once every one listens and a call is answered.
+ */
+export async function startNoop(transport: Transport, probeFrame: Buffer, workers = 1): Promise<Target> {
   const port = await freePort();
-  const child = spawnTracked(process.execPath, [join(__dirname, 'noop-server.js'), '--transport', transport, '--port', String(port)]);
+  const child = spawnTracked(process.execPath, [join(__dirname, 'noop-server.js'), '--transport', transport, '--port', String(port), '--workers', String(workers)]);
+  const listening = countLines(child, 'listening ');
   const alive = (): boolean => child.exitCode === null && child.signalCode === null;
   try {
     await waitForPort(port, 10_000, alive);
+    await waitForWorkers(workers, listening, alive);
     await probeAnswers(port, probeFrame, { timeoutMs: 5_000, samples: 0, alive });
   } catch (e) {
     await stopProcess(child);
     throw new Error(`no-op ${transport} server did not become ready: ${e instanceof Error ? e.message : e}\n${child.stderrTail()}`);
   }
-  return { port, pid: child.pid!, workers: 1, stop: () => stopProcess(child) };
+  return { port, pid: child.pid!, workers, stop: () => stopProcess(child) };
+}
+
+/** Counts the lines a child (and its cluster workers, which share its stdout) writes containing `marker`. */
+function countLines(child: ReturnType<typeof spawnTracked>, marker: string): () => number {
+  let n = 0;
+  const count = (d: Buffer): void => {
+    n += d.toString().split(marker).length - 1;
+  };
+  child.stdout?.on('data', count);
+  child.stderr?.on('data', count);
+  return () => n;
+}
+
+// Until every worker listens, node:cluster hands every connection to the ones that do, and a load
+// generator's few long-lived connections would stay on them for the whole run.
+async function waitForWorkers(workers: number, listening: () => number, alive: () => boolean): Promise<void> {
+  const until = Date.now() + 20_000;
+  while (listening() < workers) {
+    if (!alive()) throw new Error('process exited');
+    if (Date.now() > until) throw new Error(`${listening()} of ${workers} workers listening after 20 s`);
+    await sleep(50);
+  }
 }
 
 export interface ServiceOptions {
@@ -158,25 +184,14 @@ export async function startService(opts: ServiceOptions): Promise<Target> {
   };
   if (opts.backend === 'redis') env.REDIS_URL = `redis://127.0.0.1:${opts.redisPort}`;
   // The service's own default (src/settings.ts): the benchmark measures what ships.
-  const workers = opts.backend === 'redis' ? Math.min(64, availableParallelism()) : 1;
+  const workers = defaultWorkers(opts.backend);
   const child = spawnTracked(process.execPath, [main], { env });
-  let listening = 0;
-  const count = (d: Buffer): void => {
-    listening += d.toString().split('"gRPC listening"').length - 1;
-  };
-  child.stdout?.on('data', count);
-  child.stderr?.on('data', count);
+  // info-level logs: each worker logs this once it listens.
+  const listening = countLines(child, '"gRPC listening"');
   const alive = (): boolean => child.exitCode === null && child.signalCode === null;
   try {
     await waitForPort(grpcPort, 20_000, alive);
-    // Until every worker listens, node:cluster hands every connection to the ones that do, and a
-    // load generator's few long-lived connections would stay on them for the whole run.
-    const until = Date.now() + 20_000;
-    while (listening < workers) {
-      if (!alive()) throw new Error('process exited');
-      if (Date.now() > until) throw new Error(`${listening} of ${workers} workers listening after 20 s`);
-      await sleep(50);
-    }
+    await waitForWorkers(workers, listening, alive);
     await probeAnswers(grpcPort, opts.probeFrame, { timeoutMs: 10_000, samples: 0, alive });
   } catch (e) {
     await stopProcess(child, 6000);
