@@ -1,6 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { readFileSync } from 'node:fs';
 import { LatencyHistogram } from './latency';
+import { arg, printLoadResult } from './load-command';
 import type { LoadResult } from './load-result';
 import { overallCode, splitGrpcFrames, SHOULD_RATE_LIMIT_PATH } from './rls-codec';
 
@@ -114,10 +115,6 @@ export async function runNodeLoad(opts: NodeLoadOptions): Promise<LoadResult> {
   };
 }
 
-function arg(args: readonly string[], name: string): string | undefined {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
-}
 
 // `node dist/bench/grpc-js-load.js --target H:P --bodies FILE --concurrency N --connections K --duration S [--rps R]`
 // FILE holds concatenated gRPC frames; prints one JSON LoadResult.
@@ -127,21 +124,14 @@ if (require.main === module) {
   const file = arg(args, '--bodies');
   if (!target || !file) throw new Error('usage: grpc-js-load --target host:port --bodies FILE [--concurrency N] [--connections K] [--duration S] [--rps R]');
   const rps = arg(args, '--rps');
-  void runNodeLoad({
-    target,
-    bodies: splitGrpcFrames(readFileSync(file)),
-    concurrency: Number(arg(args, '--concurrency') ?? 50),
-    connections: Number(arg(args, '--connections') ?? 1),
-    durationS: Number(arg(args, '--duration') ?? 5),
-    rps: rps === undefined ? undefined : Number(rps),
-  }).then(
-    (r) => {
-      process.stdout.write(JSON.stringify(r) + '\n');
-      process.exit(0);
-    },
-    (e: unknown) => {
-      process.stderr.write(`${e instanceof Error ? e.message : String(e)}\n`);
-      process.exit(1);
-    },
+  printLoadResult(
+    runNodeLoad({
+      target,
+      bodies: splitGrpcFrames(readFileSync(file)),
+      concurrency: Number(arg(args, '--concurrency') ?? 50),
+      connections: Number(arg(args, '--connections') ?? 1),
+      durationS: Number(arg(args, '--duration') ?? 5),
+      rps: rps === undefined ? undefined : Number(rps),
+    }),
   );
 }

@@ -1,8 +1,9 @@
 import { readFileSync } from 'node:fs';
 import * as http2 from 'node:http2';
 import { LatencyHistogram } from './latency';
+import { arg, printLoadResult } from './load-command';
 import type { LoadResult } from './load-result';
-import { SHOULD_RATE_LIMIT_PATH } from './rls-codec';
+import { SHOULD_RATE_LIMIT_PATH, splitGrpcFrames } from './rls-codec';
 
 /**
  * A raw node:http2 gRPC load generator for ShouldRateLimit. h2load posts one fixed body and cannot
@@ -235,21 +236,9 @@ export async function runHttp2Load(opts: Http2LoadOptions): Promise<LoadResult> 
 
 /** Splits concatenated gRPC frames into frames (prefix kept). */
 export function framesOf(data: Buffer): Buffer[] {
-  const out: Buffer[] = [];
-  let at = 0;
-  while (at + 5 <= data.length) {
-    const end = at + 5 + data.readUInt32BE(at + 1);
-    if (end > data.length) throw new Error('truncated gRPC frame');
-    out.push(data.subarray(at, end));
-    at = end;
-  }
-  return out;
+  return splitGrpcFrames(data, { keepPrefix: true });
 }
 
-function arg(args: readonly string[], name: string): string | undefined {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
-}
 
 // `node dist/bench/http2-load.js --port P --frames FILE --connections K --streams M --duration S [--rps R]`
 // FILE holds concatenated gRPC frames; prints one JSON LoadResult.
@@ -259,21 +248,14 @@ if (require.main === module) {
   const file = arg(args, '--frames');
   if (!port || !file) throw new Error('usage: http2-load --port P --frames FILE [--connections K] [--streams M] [--duration S] [--rps R]');
   const rps = arg(args, '--rps');
-  void runHttp2Load({
-    port,
-    frames: framesOf(readFileSync(file)),
-    connections: Number(arg(args, '--connections') ?? 4),
-    streams: Number(arg(args, '--streams') ?? 50),
-    durationS: Number(arg(args, '--duration') ?? 5),
-    rps: rps === undefined ? undefined : Number(rps),
-  }).then(
-    (r) => {
-      process.stdout.write(JSON.stringify(r) + '\n');
-      process.exit(0);
-    },
-    (e: unknown) => {
-      process.stderr.write(`${e instanceof Error ? e.message : String(e)}\n`);
-      process.exit(1);
-    },
+  printLoadResult(
+    runHttp2Load({
+      port,
+      frames: framesOf(readFileSync(file)),
+      connections: Number(arg(args, '--connections') ?? 4),
+      streams: Number(arg(args, '--streams') ?? 50),
+      durationS: Number(arg(args, '--duration') ?? 5),
+      rps: rps === undefined ? undefined : Number(rps),
+    }),
   );
 }

@@ -42,15 +42,15 @@ export function grpcFrame(message: Buffer): Buffer {
   return Buffer.concat([header, message]);
 }
 
-/** Splits concatenated gRPC frames (the bodies file format) back into messages. */
-export function splitGrpcFrames(data: Buffer): Buffer[] {
+/** Splits concatenated gRPC frames (the bodies file format) back into messages, or into whole frames with `keepPrefix`. */
+export function splitGrpcFrames(data: Buffer, options: { keepPrefix?: boolean } = {}): Buffer[] {
   const out: Buffer[] = [];
   let at = 0;
   while (at + 5 <= data.length) {
-    const len = data.readUInt32BE(at + 1);
-    if (at + 5 + len > data.length) throw new Error('truncated gRPC frame');
-    out.push(data.subarray(at + 5, at + 5 + len));
-    at += 5 + len;
+    const end = at + 5 + data.readUInt32BE(at + 1);
+    if (end > data.length) throw new Error('truncated gRPC frame');
+    out.push(data.subarray(options.keepPrefix === true ? at : at + 5, end));
+    at = end;
   }
   return out;
 }
