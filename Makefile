@@ -5,7 +5,7 @@ SHELL := /bin/bash
 NODE_MODULES := node_modules/.package-lock.json
 CONFIG ?= examples
 
-.PHONY: help install build run test typecheck validate bench accuracy ghz clean redis-server
+.PHONY: help install build run test typecheck validate bench accuracy ghz clean tools
 
 help:
 	@echo "make run        start the service (memory store, config from examples/)"
@@ -27,23 +27,28 @@ run: build
 	CONFIG_PATH=$${CONFIG_PATH:-$(CONFIG)} BACKEND_TYPE=$${BACKEND_TYPE:-memory} LOG_LEVEL=$${LOG_LEVEL:-info} \
 	  exec node dist/src/main.js
 
-# Tests start their own redis-server processes; install the binary when it is missing.
-redis-server:
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
-	  echo "installing redis-server"; \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server; \
-	  else sudo apt-get update -qq && sudo apt-get install -y -qq redis-server; fi; }
+# Tests start their own redis-server processes, and the benchmarks (also their smoke test) drive
+# load with h2load: install Debian's packages when a binary is missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+tools:
+	@missing=""; \
+	command -v redis-server >/dev/null && command -v redis-cli >/dev/null || missing="$$missing redis-server"; \
+	command -v h2load >/dev/null || missing="$$missing nghttp2-client"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
 
 typecheck: install
 	npx tsc -p tsconfig.json --noEmit
 
-test: install redis-server build
+test: install tools build
 	npx jest --ci
 
 validate: build
 	node dist/src/cli.js validate $(CONFIG)
 
-bench: build
+bench: tools build
 	node dist/bench/run.js
 
 accuracy: build
