@@ -41,6 +41,10 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
 }
 
 if (require.main === module) {
+  // A reader that stops early (`slidegate client ... | head -1`) is not an error of ours.
+  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EPIPE') throw err;
+  });
   runCli(process.argv.slice(2)).then(
     (code) => {
       if (code !== undefined) process.exitCode = code;
