@@ -1,6 +1,5 @@
 import type { BenchResult, Machine, ScenarioResult, ScenarioSummary } from './bench-result';
 import { fmt, markdownTable } from './markdown';
-import { fmtRate } from './scenarios';
 import { barChartSvg } from './svg';
 
 /** Turns a BenchResult into the Markdown tables, the SVG chart and the blocks of README.md and docs/performance.md. */

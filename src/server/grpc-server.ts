@@ -1,4 +1,3 @@
-import * as fs from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import { InvalidRequestError, NotReadyError } from '../errors';
 import type { Logger } from '../log';
@@ -44,15 +43,6 @@ export function classifyError(err: unknown): { code: grpc.status; details: strin
 /** Builds the listening address, bracketing IPv6 literals. */
 export function bindAddress(host: string, port: number): string {
   return host.includes(':') && !host.startsWith('[') ? `[${host}]:${port}` : `${host}:${port}`;
-}
-
-/** Plaintext, TLS, or mutual TLS (when a client CA is configured). Reads the files once, at start. */
-export function serverCredentials(tls: Settings['grpcTls']): grpc.ServerCredentials {
-  if (!tls.enabled) return grpc.ServerCredentials.createInsecure();
-  const certChain = fs.readFileSync(tls.certPath as string);
-  const privateKey = fs.readFileSync(tls.keyPath as string);
-  const clientCa = tls.clientCaPath ? fs.readFileSync(tls.clientCaPath) : null;
-  return grpc.ServerCredentials.createSsl(clientCa, [{ cert_chain: certChain, private_key: privateKey }], clientCa !== null);
 }
 
 export class GrpcServer {
