@@ -61,6 +61,17 @@ interface MixBody {
   readonly frame: Buffer;
 }
 
+/** A scenario ready to run: its target, bodies and answer sizes, and the runs measured so far. */
+interface Prepared {
+  readonly spec: ScenarioSpec;
+  readonly files: WorkloadFiles;
+  readonly target: Target;
+  readonly redis?: RedisProcess;
+  readonly sizes: AnswerSizes;
+  readonly runs: RunMeasure[];
+  error?: string;
+}
+
 type SizeRange = { readonly min: number; readonly max: number };
 
 /** DATA sizes of successful answers, per body h2load posts (see h2load.ts). */
@@ -123,7 +134,11 @@ async function measure(run: () => Promise<LoadResult>, target: Target, redis?: R
   };
 }
 
-function summarise(runs: readonly RunMeasure[], ceiling?: number): ScenarioSummary {
+/**
+ * Medians of a scenario's runs. The ratio to its ceiling is the median of the run-by-run ratios when
+ * the two were measured in alternation (`paired`), else the ratio of the medians.
+ */
+function summarise(runs: readonly RunMeasure[], ceiling?: { readonly runs: readonly RunMeasure[]; readonly paired: boolean }): ScenarioSummary {
   const med = (f: (r: RunMeasure) => number | undefined): number => median(runs.map(f).filter((x): x is number => x !== undefined));
   const finite = (x: number): number | undefined => (Number.isFinite(x) ? x : undefined);
   const decisionsPerS = med((r) => r.load.rps);
@@ -134,7 +149,7 @@ function summarise(runs: readonly RunMeasure[], ceiling?: number): ScenarioSumma
     p999Ms: med((r) => r.load.latencyMs.p999),
     errors: runs.reduce((n, r) => n + r.load.errors, 0),
     calls: runs.reduce((n, r) => n + r.load.requests, 0),
-    ratioToCeiling: ceiling ? decisionsPerS / ceiling : undefined,
+    ratioToCeiling: ceiling === undefined ? undefined : ratioTo(runs, ceiling.runs, ceiling.paired),
     redisScriptsPerDecision: finite(med((r) => r.redisScriptsPerDecision)),
     redisCommandsPerDecision: finite(med((r) => r.redisCommandsPerDecision)),
     cpuCores: med((r) => r.cpuCores),
@@ -142,6 +157,15 @@ function summarise(runs: readonly RunMeasure[], ceiling?: number): ScenarioSumma
     rssMiB: med((r) => r.rssMiB),
     attackShare: finite(med((r) => r.load.attackShare)),
   };
+}
+
+function ratioTo(runs: readonly RunMeasure[], ceiling: readonly RunMeasure[], paired: boolean): number {
+  if (paired && runs.length === ceiling.length) return median(runs.map((r, i) => r.load.rps / ceiling[i].load.rps));
+  return median(runs.map((r) => r.load.rps)) / median(ceiling.map((r) => r.load.rps));
+}
+
+function message(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
 }
 
 async function describeMachine(): Promise<Machine> {
@@ -236,37 +260,76 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
   const answerSizes = new Map<string, AnswerSizes>();
   const sample = (port: number, frame: Buffer): Promise<SizeRange> =>
     probeAnswers(port, frame, { timeoutMs: 10_000, samples: SIZE_SAMPLES, spreadMs: 1000, alive: () => true });
+  /** Starts (or reuses) the scenario's target, learns its answer sizes and warms it up. */
+  const prepare = async (s: ScenarioSpec): Promise<Prepared> => {
+    const f = files.get(s.workload)!;
+    const target = await getTarget(s);
+    const r = s.backend === 'redis' ? await getRedis() : undefined;
+    const key = `${s.target}:${s.transport}:${s.backend ?? ''}:${s.workers}:${s.workload}:${s.generator}`;
+    let sizes = answerSizes.get(key) ?? {};
+    if (s.generator === 'h2load' && !sizes.first) sizes = { first: await sample(target.port, f.firstFrame) };
+    if (s.generator === 'h2load-mix' && !sizes.attacker) {
+      // One call first puts the attacker key over its limit, so the sizes sampled next (and every
+      // call of the run) are OVER_LIMIT answers; the normal key's are OK answers.
+      await probeAnswers(target.port, f.mix!.attacker.frame, { timeoutMs: 10_000, samples: 0, alive: () => true });
+      sizes = { attacker: await sample(target.port, f.mix!.attacker.frame), normal: await sample(target.port, f.mix!.normal.frame) };
+    }
+    answerSizes.set(key, sizes);
+    if (opts.warmupS > 0) await generate(s, target, f, sizes, opts.warmupS, opts, tmp);
+    return { spec: s, files: f, target, redis: r, sizes, runs: [] };
+  };
   const results: ScenarioResult[] = [];
-  try {
-    for (const s of specs) {
-      const f = files.get(s.workload)!;
+  const failed = (s: ScenarioSpec, error: string): void => {
+    results.push({ ...s, descriptors: files.get(s.workload)!.descriptors, runs: [], error });
+    process.stderr.write(`${s.name}: FAILED ${error.split('\n')[0]}\n`);
+  };
+  /**
+   * Measures scenarios together: each is prepared, then their runs alternate (a, b, a, b, ...), so
+   * a no-op ceiling and the service it bounds see the same machine.
+   */
+  const measureTogether = async (group: readonly ScenarioSpec[]): Promise<void> => {
+    const ready: Prepared[] = [];
+    for (const s of group) {
       try {
-        const target = await getTarget(s);
-        const r = s.backend === 'redis' ? await getRedis() : undefined;
-        const key = `${s.target}:${s.transport}:${s.backend ?? ''}:${s.workers}:${s.workload}:${s.generator}`;
-        let sizes = answerSizes.get(key) ?? {};
-        if (s.generator === 'h2load' && !sizes.first) sizes = { first: await sample(target.port, f.firstFrame) };
-        if (s.generator === 'h2load-mix' && !sizes.attacker) {
-          // One call first puts the attacker key over its limit, so the sizes sampled next (and every
-          // call of the run) are OVER_LIMIT answers; the normal key's are OK answers.
-          await probeAnswers(target.port, f.mix!.attacker.frame, { timeoutMs: 10_000, samples: 0, alive: () => true });
-          sizes = { attacker: await sample(target.port, f.mix!.attacker.frame), normal: await sample(target.port, f.mix!.normal.frame) };
-        }
-        answerSizes.set(key, sizes);
-        if (opts.warmupS > 0) await generate(s, target, f, sizes, opts.warmupS, opts, tmp);
-        const runs: RunMeasure[] = [];
-        for (let i = 0; i < opts.repeats; i++) runs.push(await measure(() => generate(s, target, f, sizes, opts.durationS, opts, tmp), target, r));
-        const ceiling = s.ceiling ? results.find((x) => x.name === s.ceiling)?.summary?.decisionsPerS : undefined;
-        const summary = summarise(runs, ceiling);
-        // The processes that actually served (the plan's count, unless the service was started otherwise).
-        results.push({ ...s, descriptors: f.descriptors, workers: target.workers, runs, summary });
-        const share = summary.attackShare === undefined ? '' : `, attack share ${fmt(100 * summary.attackShare, 1)}%`;
-        process.stderr.write(`${s.name}: ${fmt(summary.decisionsPerS)} decisions/s, p99 ${fmt(summary.p99Ms, 2)} ms, ${summary.errors} errors${share}\n`);
+        ready.push(await prepare(s));
       } catch (e) {
-        const error = e instanceof Error ? e.message : String(e);
-        results.push({ ...s, descriptors: f.descriptors, runs: [], error });
-        process.stderr.write(`${s.name}: FAILED ${error.split('\n')[0]}\n`);
+        failed(s, message(e));
       }
+    }
+    for (let i = 0; i < opts.repeats; i++) {
+      for (const p of ready) {
+        if (p.error !== undefined) continue;
+        try {
+          p.runs.push(await measure(() => generate(p.spec, p.target, p.files, p.sizes, opts.durationS, opts, tmp), p.target, p.redis));
+        } catch (e) {
+          p.error = message(e);
+        }
+      }
+    }
+    for (const p of ready) {
+      const s = p.spec;
+      if (p.error !== undefined) {
+        failed(s, p.error);
+        continue;
+      }
+      const ceiling = s.kind === 'max' && s.ceiling ? (ready.find((x) => x.spec.name === s.ceiling && !x.error) ?? results.find((x) => x.name === s.ceiling)) : undefined;
+      const summary = summarise(p.runs, ceiling?.runs.length ? { runs: ceiling.runs, paired: 'spec' in ceiling } : undefined);
+      // The processes that actually served (the plan's count, unless the service was started otherwise).
+      results.push({ ...s, descriptors: p.files.descriptors, workers: p.target.workers, runs: p.runs, summary });
+      const share = summary.attackShare === undefined ? '' : `, attack share ${fmt(100 * summary.attackShare, 1)}%`;
+      process.stderr.write(`${s.name}: ${fmt(summary.decisionsPerS)} decisions/s, p99 ${fmt(summary.p99Ms, 2)} ms, ${summary.errors} errors${share}\n`);
+    }
+  };
+  try {
+    // A no-op scenario that bounds others is measured with the first of them, not on its own.
+    const bounding = new Set(specs.map((s) => s.ceiling).filter((c): c is string => c !== undefined));
+    const measured = new Set<string>();
+    for (const s of specs) {
+      if (measured.has(s.name) || (bounding.has(s.name) && specs.some((x) => x.ceiling === s.name && !measured.has(x.name)))) continue;
+      const c = s.ceiling === undefined || measured.has(s.ceiling) ? undefined : specs.find((x) => x.name === s.ceiling);
+      const group = c ? [c, s] : [s];
+      await measureTogether(group);
+      for (const g of group) measured.add(g.name);
     }
   } finally {
     for (const t of targets.values()) await t.then((x) => x.stop()).catch(() => undefined);

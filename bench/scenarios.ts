@@ -27,7 +27,11 @@ export interface ScenarioSpec {
   readonly workers: number;
   /** Calls per second over all connections (kind `rate` only). */
   readonly rps?: number;
-  /** The scenario whose decisions/s is this one's ceiling: a no-op server, same transport, generator, bodies and process count. */
+  /**
+   * The no-op scenario this one is measured against: same transport, generator, bodies and process
+   * count. Their runs alternate (no-op, service, no-op, ...), so that a machine that slows down or
+   * speeds up during the run shifts both alike. For kind `max` its decisions/s is the ceiling.
+   */
   readonly ceiling?: string;
 }
 
@@ -117,7 +121,7 @@ const MIX_TEXT =
   `two h2load processes at once: ${ATTACK_MIX_CONNECTIONS.attacker} connections posting a key over its limit, ` +
   `${ATTACK_MIX_CONNECTIONS.normal} posting a normal key (the attack share is measured)`;
 
-/** The scenarios of a run, in the order they are measured (every ceiling before what it bounds). */
+/** The scenarios of a run, every ceiling before what it bounds (bench/run.ts measures the two in alternation). */
 export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
   const specs: ScenarioSpec[] = [];
   const p = opts.primary;
@@ -165,9 +169,11 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
   const rate = (target: 'noop' | 'service', connections: number, rps: number): void => {
     // The no-op server at the same rate runs as many processes as the service beside it.
     const workers = defaultWorkers('redis');
-    const who = target === 'noop' ? `noop-http2${workers > 1 ? `-w${workers}` : ''}` : 'redis-1-descriptor';
+    const name = (who: 'noop' | 'service'): string =>
+      `${who === 'noop' ? `noop-http2${workers > 1 ? `-w${workers}` : ''}` : 'redis-1-descriptor'}@${fmtRate(rps)}-${connections}c/${p}`;
+    const noopName = name('noop');
     specs.push({
-      name: `${who}@${fmtRate(rps)}-${connections}c/${p}`,
+      name: name(target),
       description: `${target === 'noop' ? `no-op http2 server (${workers} process${workers > 1 ? 'es' : ''})` : 'redis store, one descriptor'}, ${rps} calls/s over ${connections} connections`,
       kind: 'rate',
       target,
@@ -178,6 +184,7 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
       connections,
       workers,
       rps,
+      ceiling: target === 'service' && specs.some((x) => x.name === noopName) ? noopName : undefined,
     });
   };
   // The attack mix needs h2load; without it, the node generator that varies bodies runs it alone.

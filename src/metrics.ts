@@ -1,9 +1,10 @@
 import { performance } from 'node:perf_hooks';
 import { StatsD } from 'hot-shots';
-import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
 import { NotReadyError, StoreUnavailableError } from './errors';
 import type { RateLimitRequest, RateLimitResponse } from './limiter/types';
 import type { DescriptorOutcome } from './limiter/rate-limiter';
+import { TalliedCounter, TalliedHistogram } from './metric-tallies';
 import type { Settings } from './settings';
 
 /**
@@ -77,6 +78,7 @@ interface Series {
 }
 
 const RULE_LABELS = ['domain', 'descriptor'] as const;
+type RuleLabel = (typeof RULE_LABELS)[number];
 const METHOD = 'ShouldRateLimit';
 
 // statsd's line format reserves ':', '|', '@' and '#'; names with them (or whitespace) would be misparsed.
@@ -94,21 +96,21 @@ export class Metrics {
   private readonly statsd?: StatsdSink;
   private readonly storeErrorType: string;
 
-  private readonly totalHits: Counter<(typeof RULE_LABELS)[number]>;
-  private readonly overLimit: Counter<(typeof RULE_LABELS)[number]>;
-  private readonly nearLimit: Counter<(typeof RULE_LABELS)[number]>;
-  private readonly withinLimit: Counter<(typeof RULE_LABELS)[number]>;
-  private readonly shadowMode: Counter<(typeof RULE_LABELS)[number]>;
-  private readonly overLimitWithLocalCache: Counter<(typeof RULE_LABELS)[number]>;
+  // The counters a call touches are tallied (./metric-tallies): the request path only adds numbers.
+  private readonly totalHits: TalliedCounter<RuleLabel>;
+  private readonly overLimit: TalliedCounter<RuleLabel>;
+  private readonly nearLimit: TalliedCounter<RuleLabel>;
+  private readonly withinLimit: TalliedCounter<RuleLabel>;
+  private readonly shadowMode: TalliedCounter<RuleLabel>;
+  private readonly overLimitWithLocalCache: TalliedCounter<RuleLabel>;
 
-  private readonly callErrors: Counter<'err_type'>;
   private readonly storeErrors: Inc;
   private readonly serviceErrors: Inc;
-  private readonly latency: { observe(value: number): void };
+  private readonly latency: TalliedHistogram<'grpc_method'>;
   private readonly requests: Inc;
   private readonly configLoadSuccess: Counter;
   private readonly configLoadError: Counter;
-  private readonly localCacheHits: Counter;
+  private readonly localCacheHits: Inc;
   private readonly globalShadowModeCount: Counter;
   private readonly storeErrorsByKind: Counter<'kind'>;
   private readonly storeFallbacks: Counter<'policy'>;
@@ -126,7 +128,7 @@ export class Metrics {
     this.storeErrorType = `${options.storeName ?? 'store'}_error`;
     const registers = [this.registry];
     const rule = (what: string, help: string) =>
-      new Counter({ name: `ratelimit_service_rate_limit_${what}`, help, labelNames: RULE_LABELS, registers });
+      new TalliedCounter<RuleLabel>({ name: `ratelimit_service_rate_limit_${what}`, help, labelNames: RULE_LABELS, registers });
 
     this.totalHits = rule('total_hits', 'Hits checked against a rule.');
     this.overLimit = rule('over_limit', 'Hits denied by a rule.');
@@ -135,34 +137,33 @@ export class Metrics {
     this.shadowMode = rule('shadow_mode', 'Hits a shadow-mode rule would have denied.');
     this.overLimitWithLocalCache = rule('over_limit_with_local_cache', 'Hits denied from the local denial cache.');
 
-    this.callErrors = new Counter({
+    const callErrors = new TalliedCounter({
       name: 'ratelimit_service_should_rate_limit_error',
       help: 'Failed ShouldRateLimit calls by kind (store: <store>_error; other: service_error).',
       labelNames: ['err_type'],
       registers,
     });
-    this.storeErrors = this.callErrors.labels({ err_type: this.storeErrorType });
-    this.serviceErrors = this.callErrors.labels({ err_type: 'service_error' });
+    this.storeErrors = callErrors.tally({ err_type: this.storeErrorType });
+    this.serviceErrors = callErrors.tally({ err_type: 'service_error' });
 
-    const latency = new Histogram({
+    this.latency = new TalliedHistogram({
       name: 'ratelimit_service_response_time_seconds',
       help: 'ShouldRateLimit latency, from request decoded to response ready.',
       labelNames: ['grpc_method'],
-      buckets: [...LATENCY_BUCKETS_SECONDS],
+      buckets: LATENCY_BUCKETS_SECONDS,
+      labelSet: { grpc_method: METHOD },
       registers,
     });
-    this.latency = latency.labels({ grpc_method: METHOD });
-    const requests = new Counter({
+    this.requests = new TalliedCounter({
       name: 'ratelimit_service_total_requests',
       help: 'ShouldRateLimit calls answered (any outcome).',
       labelNames: ['grpc_method'],
       registers,
-    });
-    this.requests = requests.labels({ grpc_method: METHOD });
+    }).tally({ grpc_method: METHOD });
 
     this.configLoadSuccess = new Counter({ name: 'ratelimit_service_config_load_success', help: 'Config loads that succeeded.', registers });
     this.configLoadError = new Counter({ name: 'ratelimit_service_config_load_error', help: 'Config loads that failed (the previous config stays).', registers });
-    this.localCacheHits = new Counter({ name: 'ratelimit_service_local_cache_hits', help: 'Requests denied from the local denial cache.', registers });
+    this.localCacheHits = new TalliedCounter({ name: 'ratelimit_service_local_cache_hits', help: 'Requests denied from the local denial cache.', registers }).tally({});
     this.globalShadowModeCount = new Counter({
       name: 'ratelimit_service_global_shadow_mode',
       help: 'Requests answered OK only because SHADOW_MODE is on.',
@@ -209,7 +210,7 @@ export class Metrics {
 
   /** One answered ShouldRateLimit call (any outcome), with its latency in milliseconds. */
   recordCall(durationMs: number): void {
-    this.latency.observe(durationMs / 1000);
+    this.latency.record(durationMs / 1000);
     this.requests.inc(1);
     if (this.statsd !== undefined) {
       this.statsd.increment('ratelimit_server.ShouldRateLimit.total_requests', 1);
@@ -327,12 +328,12 @@ export class Metrics {
       };
     }
     return {
-      totalHits: this.totalHits.labels(labels),
-      overLimit: this.overLimit.labels(labels),
-      nearLimit: this.nearLimit.labels(labels),
-      withinLimit: this.withinLimit.labels(labels),
-      shadowMode: this.shadowMode.labels(labels),
-      overLimitWithLocalCache: this.overLimitWithLocalCache.labels(labels),
+      totalHits: this.totalHits.tally(labels),
+      overLimit: this.overLimit.tally(labels),
+      nearLimit: this.nearLimit.tally(labels),
+      withinLimit: this.withinLimit.tally(labels),
+      shadowMode: this.shadowMode.tally(labels),
+      overLimitWithLocalCache: this.overLimitWithLocalCache.tally(labels),
       stat,
     };
   }

@@ -37,6 +37,14 @@ interface Denial {
   readonly untilMs: number;
   /** Hits of the denied request: fewer hits might be allowed earlier. */
   readonly minHits: number;
+  /**
+   * The limit the denial was decided under. The counter key already encodes algorithm and window
+   * (src/limiter/keys.ts), but a request-supplied override may ask another limit of the same key,
+   * and a denial under one limit says nothing about another: such a request is not answered here.
+   */
+  readonly limit: number;
+  readonly windowMs: number;
+  readonly algorithm: CounterRequest['algorithm'];
 }
 
 /** Store decorator answering known denials locally; see the file comment for the guarantee. */
@@ -77,7 +85,10 @@ export class DenialCache implements Store {
     const decisions = await this.store.decide(counters, options);
     for (let i = 0; i < decisions.length; i++) {
       const d = decisions[i];
-      if (!d.allowed && d.resetMs > 0) this.remember(cacheKey(counters[i]), { untilMs: now + d.resetMs, minHits: counters[i].hits });
+      if (!d.allowed && d.resetMs > 0) {
+        const c = counters[i];
+        this.remember(c.key, { untilMs: now + d.resetMs, minHits: c.hits, limit: c.limit, windowMs: c.windowMs, algorithm: c.algorithm });
+      }
     }
     return decisions;
   }
@@ -106,14 +117,14 @@ export class DenialCache implements Store {
     let out: CounterDecision[] | undefined;
     for (let i = 0; i < counters.length; i++) {
       const c = counters[i];
-      const key = cacheKey(c);
+      const key = c.key;
       const denial = this.denials.get(key);
       if (denial === undefined) continue;
       if (denial.untilMs <= now) {
         this.denials.delete(key);
         continue;
       }
-      if (c.hits < denial.minHits) continue;
+      if (c.hits < denial.minHits || c.limit !== denial.limit || c.windowMs !== denial.windowMs || c.algorithm !== denial.algorithm) continue;
       // Recently used: keep it over colder entries.
       this.denials.delete(key);
       this.denials.set(key, denial);
@@ -134,9 +145,3 @@ export class DenialCache implements Store {
 }
 
 const NOT_CONSULTED: CounterDecision = Object.freeze({ allowed: true, remaining: 0, resetMs: 0 });
-
-// The counter key already encodes algorithm and window (src/limiter/keys.ts); the limit may differ
-// per request (overrides), and a denial under one limit says nothing about another.
-function cacheKey(c: CounterRequest): string {
-  return `${c.key}\n${c.limit}\n${c.windowMs}\n${c.algorithm}`;
-}

@@ -83,7 +83,7 @@ describe('DenialCache', () => {
     expect(inner.calls).toBe(4);
   });
 
-  it('keeps denials apart per limit, window and algorithm', async () => {
+  it('answers a denial only for the limit, window and algorithm it was decided under', async () => {
     await cache.decide([counter('a', 2, 2)]);
     expect((await cache.decide([counter('a', 1, 2)]))[0].allowed).toBe(false);
     const calls = inner.calls;
