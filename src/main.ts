@@ -4,7 +4,6 @@ import { RateLimiter } from './limiter/rate-limiter';
 import { createLogger, type Logger } from './log';
 import { createMetrics, instrumentDecider, type Metrics } from './metrics';
 import { DebugServer } from './server/debug-server';
-import { GrpcServer } from './server/grpc-server';
 import { Http2GrpcServer } from './server/http2-grpc-server';
 import { HttpServer } from './server/http-server';
 import { HealthState, watchStoreHealth } from './server/health';
@@ -101,7 +100,9 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   const exposition = settings.usePrometheus ? metrics : undefined;
 
   const grpcOptions = { limiter: decider, health, settings, logger };
-  const grpcServer = settings.grpcTransport === 'http2' ? new Http2GrpcServer(grpcOptions) : new GrpcServer(grpcOptions);
+  // grpc-js is loaded only when it serves: the default transport does without it (less heap to mark).
+  const grpcServer =
+    settings.grpcTransport === 'http2' ? new Http2GrpcServer(grpcOptions) : new (await import('./server/grpc-server')).GrpcServer(grpcOptions);
   const httpServer = new HttpServer({
     host: settings.httpHost,
     port: settings.httpPort,

@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks';
 import { StatsD } from 'hot-shots';
 import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
 import { NotReadyError, StoreUnavailableError } from './errors';
-import type { RateLimitRequest, RateLimitResponse } from './limiter/types';
+import type { RateLimitDecider, RateLimitRequest, RateLimitResponse } from './limiter/types';
 import type { DescriptorOutcome } from './limiter/rate-limiter';
 import { TalliedCounter, TalliedHistogram } from './metric-tallies';
 import type { Settings } from './settings';
@@ -368,11 +368,6 @@ export function createMetrics(
       ? createStatsdClient({ host: settings.statsdHost, port: settings.statsdPort, onError: options.onStatsdError })
       : undefined,
   });
-}
-
-/** Anything that answers ShouldRateLimit (the limiter, or a wrapper around it). */
-export interface RateLimitDecider {
-  shouldRateLimit(request: RateLimitRequest): Promise<RateLimitResponse>;
 }
 
 /**

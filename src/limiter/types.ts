@@ -96,3 +96,8 @@ export interface Clock {
 }
 
 export const systemClock: Clock = { nowMs: () => Date.now() };
+
+/** Anything that answers ShouldRateLimit: the limiter, or a wrapper around it (metrics). What every edge needs. */
+export interface RateLimitDecider {
+  shouldRateLimit(request: RateLimitRequest): Promise<RateLimitResponse>;
+}

@@ -1,44 +1,22 @@
 import * as grpc from '@grpc/grpc-js';
-import { InvalidRequestError, NotReadyError } from '../errors';
-import type { Logger } from '../log';
 import type { RateLimitRequest, RateLimitResponse } from '../limiter/types';
-import type { Settings } from '../settings';
-import { StoreUnavailableError } from '../store/store';
 import { requestFromWire, responseToWire } from './convert';
 import type { HealthState, ServingStatus } from './health';
-import { grpcServiceDefinitions, ServingStatusNumber, type WireRateLimitRequest, type WireRateLimitResponse } from './proto';
+import { grpcServiceDefinitions } from './grpc-definitions';
+import { classifyError, type GrpcServerOptions } from './grpc-edge';
+import { ServingStatusNumber, type WireRateLimitRequest, type WireRateLimitResponse } from './proto';
 import { grpcServerCredentials } from './tls';
 
 /**
- * The gRPC edge on grpc-js: envoy.service.ratelimit.v3.RateLimitService and grpc.health.v1.Health.
- * Errors are classified here and only here: InvalidRequestError -> INVALID_ARGUMENT,
- * StoreUnavailableError and NotReadyError -> UNAVAILABLE (so Envoy's failure_mode_deny decides), anything else -> INTERNAL
- * with one log line. A response never carries overall_code UNKNOWN.
+ * The gRPC edge on grpc-js (GRPC_TRANSPORT=grpc-js): envoy.service.ratelimit.v3.RateLimitService
+ * and grpc.health.v1.Health. Errors are classified by ./grpc-edge. A response never carries
+ * overall_code UNKNOWN.
  */
 
-/** What the edge needs from the limiter. */
-export interface RateLimitDecider {
-  shouldRateLimit(request: RateLimitRequest): Promise<RateLimitResponse>;
-}
-
-export interface GrpcServerOptions {
-  readonly limiter: RateLimitDecider;
-  readonly health: HealthState;
-  readonly settings: Pick<Settings, 'grpcHost' | 'grpcPort' | 'grpcMaxMessageBytes' | 'grpcTls'>;
-  readonly logger: Logger;
-}
+export type { GrpcServerOptions, RateLimitDecider } from './grpc-edge';
 
 type HealthRequest = { service: string };
 type HealthResponse = { status: number };
-
-/** The status and message a failed ShouldRateLimit call answers with. */
-export function classifyError(err: unknown): { code: grpc.status; details: string } {
-  if (err instanceof InvalidRequestError) return { code: grpc.status.INVALID_ARGUMENT, details: err.message };
-  if (err instanceof StoreUnavailableError || err instanceof NotReadyError) {
-    return { code: grpc.status.UNAVAILABLE, details: err.message };
-  }
-  return { code: grpc.status.INTERNAL, details: 'internal error' };
-}
 
 /** Builds the listening address, bracketing IPv6 literals. */
 export function bindAddress(host: string, port: number): string {

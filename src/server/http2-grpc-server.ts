@@ -6,7 +6,7 @@ import { InvalidRequestError } from '../errors';
 import type { RateLimitRequest, RateLimitResponse } from '../limiter/types';
 import { SettingsError } from '../settings';
 import { checkPrefix, encodeGrpcMessage, frameMessage, GrpcStatus, MESSAGE_PREFIX_BYTES, parseGrpcTimeout, unaryMessage } from './grpc-framing';
-import { classifyError, type GrpcServerOptions } from './grpc-server';
+import { classifyError, type GrpcServerOptions } from './grpc-edge';
 import type { ServingStatus } from './health';
 import { HEALTH_SERVICE, protoRoot, RLS_SERVICE, ServingStatusNumber } from './proto';
 import { decodeRateLimitRequest, ResponseEncoder } from './rls-wire-codec';

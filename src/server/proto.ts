@@ -1,12 +1,11 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
 import * as protobuf from 'protobufjs';
 
 /**
- * The wire format, loaded once from proto/ and shared by every edge: grpc-js service definitions
- * (through proto-loader) and a protobufjs Root (for transports and endpoints that encode by hand).
+ * The wire format, loaded once from proto/ and shared by every edge: names, the protobufjs Root (for
+ * transports and endpoints that encode by hand) and the wire shapes. grpc-js service definitions
+ * are in ./grpc-definitions, so that only the grpc-js transport and clients load grpc-js.
  * Field names are lowerCamelCase, as in Envoy's JSON.
  */
 
@@ -26,32 +25,6 @@ function findProtoDir(): string {
     dir = path.dirname(dir);
   }
   throw new Error(`cannot find ${RLS_PROTO} in a proto/ directory above ${__dirname}`);
-}
-
-// Decoded requests: enum names as strings (an undefined enum value stays a number), 64-bit integers
-// as numbers, absent scalars as their defaults and absent messages as null.
-const LOADER_OPTIONS: protoLoader.Options = {
-  keepCase: false,
-  longs: Number,
-  enums: String,
-  defaults: true,
-  arrays: true,
-  oneofs: true,
-  includeDirs: [PROTO_DIR],
-};
-
-let grpcDefinitions: { rls: grpc.ServiceDefinition; health: grpc.ServiceDefinition } | undefined;
-
-/** grpc-js service definitions of RateLimitService and Health (loaded on first use, then cached). */
-export function grpcServiceDefinitions(): { rls: grpc.ServiceDefinition; health: grpc.ServiceDefinition } {
-  if (!grpcDefinitions) {
-    const pkg = protoLoader.loadSync([RLS_PROTO, HEALTH_PROTO], LOADER_OPTIONS);
-    grpcDefinitions = {
-      rls: pkg[RLS_SERVICE] as grpc.ServiceDefinition,
-      health: pkg[HEALTH_SERVICE] as grpc.ServiceDefinition,
-    };
-  }
-  return grpcDefinitions;
 }
 
 let root: protobuf.Root | undefined;
