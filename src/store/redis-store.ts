@@ -1,4 +1,3 @@
-import type { Clock } from '../limiter/types';
 import type { Settings } from '../settings';
 import { createRedisClient, parseRedisTarget, type RedisClient } from './redis-connection';
 import {
@@ -50,8 +49,6 @@ export interface RedisStoreOptions {
   readonly probeTimeoutMs?: number;
   /** Period of the health probe while calls fail or the last probe failed, ms. Default 200. */
   readonly probeIntervalMs?: number;
-  /** Local clock: accepted for symmetry with the other stores; decisions always use Redis `TIME`. */
-  readonly clock?: Clock;
   /** Called once per failed call (and per failed refund), for metrics. */
   readonly onError?: (kind: RedisErrorKind) => void;
   /** Connection state changes, for logs (never per request). */

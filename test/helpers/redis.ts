@@ -3,7 +3,6 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Clock } from '../../src/limiter/types';
 import { loadSettings } from '../../src/settings';
 import { createRedisClient, parseRedisTarget } from '../../src/store/redis-connection';
 import { RedisStore, type RedisErrorKind } from '../../src/store/redis-store';
@@ -346,7 +345,6 @@ export interface TestStoreOptions {
   /** Generous by default: contract cases test behaviour, the fault cases pass their own. */
   readonly timeoutMs?: number;
   readonly keyPrefix?: string;
-  readonly clock?: Clock;
   readonly onError?: (kind: RedisErrorKind) => void;
 }
 
@@ -358,7 +356,6 @@ export async function connectStore(options: TestStoreOptions): Promise<RedisStor
     client,
     timeoutMs: options.timeoutMs ?? 2_000,
     keyPrefix: options.keyPrefix ?? 'test:',
-    clock: options.clock,
     onError: options.onError,
   });
   await waitFor('the store to connect', async () => store.isHealthy(), 10_000, 20);

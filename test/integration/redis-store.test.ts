@@ -3,7 +3,6 @@ import { counterKey, counterKeyPrefix } from '../../src/limiter/keys';
 import type { Algorithm } from '../../src/limiter/types';
 import { MAX_BATCH_KEYS, MAX_BATCH_REQUESTS, type RedisStore } from '../../src/store/redis-store';
 import type { CounterRequest } from '../../src/store/store';
-import { FakeClock } from '../helpers/fake-clock';
 import { connectStore, startRedis, type RedisServer } from '../helpers/redis';
 
 const DAY = 86_400_000;
@@ -42,25 +41,41 @@ describe('the redis store on a single redis', () => {
     return keys.sort();
   }
 
-  it('decides by redis time: two stores whose local clocks differ by minutes decide identically', async () => {
-    const early = await connectStore({ type: 'single', url: redis.url, keyPrefix: PREFIX, clock: new FakeClock(Date.now() - 7 * 60_000) });
-    const late = await connectStore({ type: 'single', url: redis.url, keyPrefix: PREFIX, clock: new FakeClock(Date.now() + 9 * 60_000) });
+  it('decides by redis time: local clocks minutes apart change nothing', async () => {
+    // Two stores as on two hosts whose clocks disagree: only Date is faked (timers, hrtime and
+    // performance stay real, so the client and the call deadline work as usual).
+    const early = await connectStore({ type: 'single', url: redis.url, keyPrefix: PREFIX });
+    const late = await connectStore({ type: 'single', url: redis.url, keyPrefix: PREFIX });
+    const real = Date.now();
+    jest.useFakeTimers({
+      doNotFake: ['hrtime', 'nextTick', 'performance', 'queueMicrotask', 'setImmediate', 'clearImmediate', 'setInterval', 'clearInterval', 'setTimeout', 'clearTimeout'],
+    });
+    const on = <T>(localMs: number, call: () => Promise<T>): Promise<T> => {
+      jest.setSystemTime(localMs);
+      return call();
+    };
     try {
       const c = (hits: number): CounterRequest => ({ key: 'shared', limit: 5, windowMs: DAY, algorithm: 'fixed_window', hits });
       const [t] = await admin.time();
       const redisNow = Number(t) * 1000;
-      const a = await early.decide([c(2)]);
-      const b = await late.decide([c(2)]);
+      const a = await on(real - 7 * 60_000, () => early.decide([c(2)]));
+      const b = await on(real + 9 * 60_000, () => late.decide([c(2)]));
       expect(a[0]).toMatchObject({ allowed: true, remaining: 3 });
       expect(b[0]).toMatchObject({ allowed: true, remaining: 1 });
       // Both reset at the end of the same Redis day, whatever the local clocks say.
       const endOfDay = redisNow - (redisNow % DAY) + DAY;
       for (const d of [a[0], b[0]]) expect(Math.abs(redisNow + d.resetMs - endOfDay)).toBeLessThan(2_000);
       expect(Math.abs(a[0].resetMs - b[0].resetMs)).toBeLessThan(1_000);
-      expect((await early.decide([c(2)]))[0].allowed).toBe(false);
-      expect((await late.decide([c(2)]))[0].allowed).toBe(false);
-      expect((await late.decide([c(1)]))[0]).toMatchObject({ allowed: true, remaining: 0 });
+      // A sliding window too: a local clock a day ahead sees the same window, not an empty one.
+      const s = (hits: number): CounterRequest => ({ key: 'sliding', limit: 3, windowMs: 60_000, algorithm: 'sliding_window', hits });
+      expect((await on(real, () => early.decide([s(3)])))[0].allowed).toBe(true);
+      expect((await on(real + DAY, () => late.decide([s(1)])))[0].allowed).toBe(false);
+      expect((await on(real - DAY, () => early.decide([s(1)])))[0].allowed).toBe(false);
+      expect((await on(real - 7 * 60_000, () => early.decide([c(2)])))[0].allowed).toBe(false);
+      expect((await on(real + 9 * 60_000, () => late.decide([c(2)])))[0].allowed).toBe(false);
+      expect((await on(real + 9 * 60_000, () => late.decide([c(1)])))[0]).toMatchObject({ allowed: true, remaining: 0 });
     } finally {
+      jest.useRealTimers();
       await early.close();
       await late.close();
     }
