@@ -1,7 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
-import { readFileSync } from 'node:fs';
 import { LatencyHistogram } from './latency';
-import { arg, printLoadResult } from './load-command';
+import { arg, commonLoadArgs, printLoadResult } from './load-command';
 import type { LoadResult } from './load-result';
 import { overallCode, splitGrpcFrames, SHOULD_RATE_LIMIT_PATH } from './rls-codec';
 
@@ -121,17 +120,8 @@ export async function runNodeLoad(opts: NodeLoadOptions): Promise<LoadResult> {
 if (require.main === module) {
   const args = process.argv.slice(2);
   const target = arg(args, '--target');
-  const file = arg(args, '--bodies');
-  if (!target || !file) throw new Error('usage: grpc-js-load --target host:port --bodies FILE [--concurrency N] [--connections K] [--duration S] [--rps R]');
-  const rps = arg(args, '--rps');
-  printLoadResult(
-    runNodeLoad({
-      target,
-      bodies: splitGrpcFrames(readFileSync(file)),
-      concurrency: Number(arg(args, '--concurrency') ?? 50),
-      connections: Number(arg(args, '--connections') ?? 1),
-      durationS: Number(arg(args, '--duration') ?? 5),
-      rps: rps === undefined ? undefined : Number(rps),
-    }),
-  );
+  const usage = 'usage: grpc-js-load --target host:port --bodies FILE [--concurrency N] [--connections K] [--duration S] [--rps R]';
+  if (!target) throw new Error(usage);
+  const { data, ...run } = commonLoadArgs(args, '--bodies', 1, usage);
+  printLoadResult(runNodeLoad({ target, bodies: splitGrpcFrames(data), concurrency: Number(arg(args, '--concurrency') ?? 50), ...run }));
 }

@@ -1,7 +1,6 @@
-import { readFileSync } from 'node:fs';
 import * as http2 from 'node:http2';
 import { LatencyHistogram } from './latency';
-import { arg, printLoadResult } from './load-command';
+import { arg, commonLoadArgs, printLoadResult } from './load-command';
 import type { LoadResult } from './load-result';
 import { SHOULD_RATE_LIMIT_PATH, splitGrpcFrames } from './rls-codec';
 
@@ -245,17 +244,8 @@ export function framesOf(data: Buffer): Buffer[] {
 if (require.main === module) {
   const args = process.argv.slice(2);
   const port = Number(arg(args, '--port'));
-  const file = arg(args, '--frames');
-  if (!port || !file) throw new Error('usage: http2-load --port P --frames FILE [--connections K] [--streams M] [--duration S] [--rps R]');
-  const rps = arg(args, '--rps');
-  printLoadResult(
-    runHttp2Load({
-      port,
-      frames: framesOf(readFileSync(file)),
-      connections: Number(arg(args, '--connections') ?? 4),
-      streams: Number(arg(args, '--streams') ?? 50),
-      durationS: Number(arg(args, '--duration') ?? 5),
-      rps: rps === undefined ? undefined : Number(rps),
-    }),
-  );
+  const usage = 'usage: http2-load --port P --frames FILE [--connections K] [--streams M] [--duration S] [--rps R]';
+  if (!port) throw new Error(usage);
+  const { data, ...run } = commonLoadArgs(args, '--frames', 4, usage);
+  printLoadResult(runHttp2Load({ port, frames: framesOf(data), streams: Number(arg(args, '--streams') ?? 50), ...run }));
 }

@@ -31,6 +31,16 @@ export interface TestServiceOptions {
   readonly logger?: Logger;
 }
 
+/** Every listener on 127.0.0.1 and a port the system picks (the service reports the bound ones). */
+export const LOOPBACK_ANY_PORT: Readonly<Record<string, string>> = Object.freeze({
+  GRPC_HOST: '127.0.0.1',
+  GRPC_PORT: '0',
+  HOST: '127.0.0.1',
+  PORT: '0',
+  DEBUG_HOST: '127.0.0.1',
+  DEBUG_PORT: '0',
+});
+
 export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
   const configDir = fs.mkdtempSync(path.join(os.tmpdir(), 'slidegate-test-'));
   const writeConfig = (file: string, yaml: string): void => fs.writeFileSync(path.join(configDir, file), yaml);
@@ -38,12 +48,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
   const settings = loadSettings({
     CONFIG_PATH: configDir,
     BACKEND_TYPE: 'memory',
-    GRPC_HOST: '127.0.0.1',
-    GRPC_PORT: '0',
-    HOST: '127.0.0.1',
-    PORT: '0',
-    DEBUG_HOST: '127.0.0.1',
-    DEBUG_PORT: '0',
+    ...LOOPBACK_ANY_PORT,
     SHUTDOWN_GRACE_MS: '2000',
     ...options.env,
   });

@@ -4,6 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { descriptor, grpc, grpcCode, rlsClient, type RlsClient } from '../helpers/grpc-client';
 import { rawCommand, startRedis, type RedisServer } from '../helpers/redis';
+import { LOOPBACK_ANY_PORT } from '../helpers/service';
 
 /**
  * SIGTERM against the built service (`node dist/src/main.js`) with calls in flight. To hold calls
@@ -117,12 +118,7 @@ describe('SIGTERM', () => {
       REDIS_URL: redis.url,
       // Longer than the pause, so held calls wait for Redis instead of failing.
       STORE_TIMEOUT_MS: '5000',
-      GRPC_HOST: '127.0.0.1',
-      GRPC_PORT: '0',
-      HOST: '127.0.0.1',
-      PORT: '0',
-      DEBUG_HOST: '127.0.0.1',
-      DEBUG_PORT: '0',
+      ...LOOPBACK_ANY_PORT,
       LOG_LEVEL: 'info',
       LOG_FORMAT: 'json',
       SHUTDOWN_GRACE_MS: String(GRACE_MS),
