@@ -5,14 +5,17 @@ import { barChartSvg } from './svg';
 /** Turns a BenchResult into the Markdown tables, the SVG chart and the blocks of README.md and docs/performance.md. */
 
 /**
- * envoyproxy/ratelimit with Redis on the same kind of machine (2 CPUs), measured separately with
- * the same h2load settings. Quoted for comparison; no run of `make bench` measures it.
+ * envoyproxy/ratelimit with Redis on a 2-CPU machine, measured separately with the same h2load
+ * settings. Quoted for comparison; no run of `make bench` measures it. `noopHttp2` is a no-op node
+ * http2 server (1 process, one descriptor) on that same machine: set beside this run's no-op figure,
+ * it tells how fast the two machines are relative to each other.
  */
 export const REFERENCE_FIGURES = {
   maxOneDescriptor: 16_500,
   maxFiveDescriptors: 11_700,
   p99MsAt8kOver4: 15,
   p99MsAt8kOver40: 23,
+  noopHttp2: 31_100,
 } as const;
 
 /** A one-line description of the machine. */
@@ -101,11 +104,13 @@ export function comparisonTable(result?: BenchResult): string {
     const m = find((s) => primary(s) && s.kind === 'rate' && s.rps === 8000 && s.connections === conns);
     return m ? `${fmt(m.p99Ms, 1)} ms` : '-';
   };
-  const ours = result ? [maxOf('one'), maxOf('five'), p99At(4), p99At(40)] : Array<string>(4).fill('run `make bench`');
+  const noop = find((s) => s.target === 'noop' && s.kind === 'max' && s.transport === 'http2' && s.workers === 1 && s.workload === 'one' && s.generator === 'h2load');
+  const ours = result ? [maxOf('one'), maxOf('five'), p99At(4), p99At(40), noop ? fmt(noop.decisionsPerS) : '-'] : Array<string>(5).fill('run `make bench`');
   const r = REFERENCE_FIGURES;
   return markdownTable(
-    ['with Redis, h2load -t 1 -m 50', 'slidegate, this run', 'envoyproxy/ratelimit (measured separately, not in this run)'],
+    ['with Redis, h2load -t 1 -m 50', 'slidegate, this run', 'envoyproxy/ratelimit (measured separately on its own machine, not in this run)'],
     [
+      ['machine speed: no-op node http2 server, 1 process, max calls/s', ours[4], fmt(r.noopHttp2)],
       ['max decisions/s, 1 descriptor, 4 conns', ours[0], fmt(r.maxOneDescriptor)],
       ['max decisions/s, 5 descriptors, 4 conns', ours[1], fmt(r.maxFiveDescriptors)],
       ['p99 at 8,000 calls/s, 4 conns', ours[2], `${r.p99MsAt8kOver4} ms`],
@@ -178,6 +183,8 @@ export function docsBlock(result: BenchResult | undefined, base: string): string
       '*vs ceiling* divides decisions/s by what a no-op server (it parses the call and answers OK, deciding nothing) reaches on the same transport ' +
       'with the same generator, bodies and number of processes (*processes*: 1 with memory; with Redis as many node:cluster workers as the service runs, ' +
       'the no-op rows marked `-w<N>`): the share of the machine\'s gRPC capacity that remains once every call is decided; 1.00 would mean deciding is free. ' +
+      'A no-op row and the row it bounds are measured in alternation (no-op, service, no-op, ...) and *vs ceiling* is the median of the run-by-run ratios, ' +
+      'so that a machine whose speed drifts during the run (shared hosts do) shifts both alike. ' +
       'Rows without a ratio re-measure a scenario with another generator. *errors* counts every failed call, gRPC errors included; ' +
       'an OVER_LIMIT answer is a successful call.',
   ];
@@ -193,7 +200,7 @@ export function docsBlock(result: BenchResult | undefined, base: string): string
     parts.push('No published run yet: run `make bench` on an otherwise idle machine to fill in the tables here.');
   }
   parts.push(
-    'Against the reference server (its figures were measured separately on the same kind of machine, not by this run):',
+    'Against the reference server (its figures were measured separately, on its own 2-CPU machine, not by this run; the first row, the same no-op server on both machines, tells how their speeds compare):',
     comparisonTable(result),
   );
   if (result) parts.push(`![throughput and p99](${base}bench/results/${result.date}.svg)\n\nRaw numbers: [bench/results/${result.date}.json](${base}bench/results/${result.date}.json).`);
