@@ -1,7 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
-import { LatencyHistogram } from './latency';
 import { arg, commonLoadArgs, printLoadResult } from './load-command';
 import type { LoadResult } from './load-result';
+import { DRAIN_MS, LoadRun, paceAtRate } from './load-run';
 import { overallCode, splitGrpcFrames, SHOULD_RATE_LIMIT_PATH } from './rls-codec';
 
 /**
@@ -26,7 +26,6 @@ export interface NodeLoadOptions {
 }
 
 const identity = (b: Buffer): Buffer => b;
-const MAX_IN_FLIGHT = 20_000;
 
 /** Drives load for durationS and resolves with throughput and latency. */
 export async function runNodeLoad(opts: NodeLoadOptions): Promise<LoadResult> {
@@ -39,79 +38,37 @@ export async function runNodeLoad(opts: NodeLoadOptions): Promise<LoadResult> {
   await Promise.all(
     clients.map((c) => new Promise<void>((resolve, reject) => c.waitForReady(deadlineAt, (e) => (e ? reject(e) : resolve())))),
   );
-  const hist = new LatencyHistogram();
-  let requests = 0;
-  let ok = 0;
-  let overLimit = 0;
-  let errors = 0;
-  let firstError: string | undefined;
+  const run = new LoadRun(opts.durationS);
   let next = 0;
-  let inFlight = 0;
-  const start = performance.now();
-  const endAt = start + opts.durationS * 1000;
 
   const send = (from: number, done: () => void): void => {
     const body = opts.bodies[next++ % opts.bodies.length];
     const client = clients[next % clients.length];
-    inFlight++;
+    run.sent();
     client.makeUnaryRequest(SHOULD_RATE_LIMIT_PATH, identity, identity, body, { deadline: Date.now() + 2000 }, (err, reply) => {
-      inFlight--;
-      requests++;
-      hist.record(performance.now() - from);
-      if (err) {
-        errors++;
-        firstError ??= `${err.code} ${err.details}`;
-      } else {
-        ok++;
-        if (reply && overallCode(reply) === 2) overLimit++;
-      }
+      run.answered(from, err ? { error: `${err.code} ${err.details}` } : { overLimit: reply !== undefined && overallCode(reply) === 2 });
       done();
     });
   };
 
-  await new Promise<void>((resolve) => {
-    if (opts.rps === undefined) {
+  if (opts.rps === undefined) {
+    await new Promise<void>((resolve) => {
       let workers = Math.max(1, opts.concurrency);
       const loop = (): void => {
-        if (performance.now() >= endAt) {
+        if (performance.now() >= run.endAt) {
           if (--workers === 0) resolve();
           return;
         }
         send(performance.now(), loop);
       };
       for (let i = 0, n = workers; i < n; i++) loop();
-      return;
-    }
-    const interval = 1000 / opts.rps;
-    let scheduled = 0;
-    const tick = (): void => {
-      const now = performance.now();
-      const until = Math.min(now, endAt);
-      while (start + scheduled * interval <= until && inFlight < MAX_IN_FLIGHT) {
-        send(start + scheduled * interval, () => undefined);
-        scheduled++;
-      }
-      if (now < endAt) setTimeout(tick, 1);
-      else {
-        const drain = (): void => (inFlight === 0 || performance.now() > endAt + 3000 ? resolve() : void setTimeout(drain, 5));
-        drain();
-      }
-    };
-    tick();
-  });
-  const durationS = Math.max((Math.min(performance.now(), endAt + 3000) - start) / 1000, 1e-3);
+    });
+  } else {
+    await paceAtRate(run, opts.rps, (at) => send(at, () => undefined));
+  }
+  const durationS = Math.max((Math.min(performance.now(), run.endAt + DRAIN_MS) - run.start) / 1000, 1e-3);
   for (const c of clients) c.close();
-  return {
-    generator: 'grpc-js-load',
-    requests,
-    ok,
-    errors,
-    overLimit,
-    durationS: Math.min(durationS, opts.durationS + 3),
-    rps: ok / opts.durationS,
-    latencyMs: hist.summary(),
-    firstError,
-  };
+  return run.result('grpc-js-load', Math.min(durationS, opts.durationS + DRAIN_MS / 1000));
 }
 
 

@@ -1,7 +1,7 @@
 import * as http2 from 'node:http2';
-import { LatencyHistogram } from './latency';
 import { arg, commonLoadArgs, printLoadResult } from './load-command';
 import type { LoadResult } from './load-result';
+import { LoadRun, paceAtRate } from './load-run';
 import { SHOULD_RATE_LIMIT_PATH, splitGrpcFrames } from './rls-codec';
 
 /**
@@ -45,11 +45,6 @@ const SESSION_OPTIONS: http2.SecureClientSessionOptions = {
   // Many concurrent small streams per session: node's default session memory refuses some under load.
   maxSessionMemory: 64,
 };
-
-// Open-loop runs never queue more than this many calls, so an overloaded server cannot exhaust memory.
-const MAX_BACKLOG = 20_000;
-// How long in-flight calls get to finish after the run, before they are abandoned.
-const DRAIN_MS = 3000;
 
 /** Opens a session to 127.0.0.1:port (or host) and resolves once it is connected. */
 export function connectSession(port: number, host = '127.0.0.1'): Promise<http2.ClientHttp2Session> {
@@ -155,82 +150,46 @@ export function callOn(session: http2.ClientHttp2Session, frame: Buffer, timeout
 export async function runHttp2Load(opts: Http2LoadOptions): Promise<LoadResult> {
   if (opts.frames.length === 0) throw new Error('no request frames');
   const sessions = await Promise.all(Array.from({ length: Math.max(1, opts.connections) }, () => connectSession(opts.port, opts.host)));
-  const hist = new LatencyHistogram();
-  let requests = 0;
-  let ok = 0;
-  let overLimit = 0;
-  let errors = 0;
-  let firstError: string | undefined;
+  const run = new LoadRun(opts.durationS);
   let next = 0;
-  let inFlight = 0;
-  const start = performance.now();
-  const endAt = start + opts.durationS * 1000;
 
   const send = (session: http2.ClientHttp2Session, from: number, after: () => void): void => {
     const frame = opts.frames[next];
     next = next + 1 === opts.frames.length ? 0 : next + 1;
-    inFlight++;
+    run.sent();
     call(session, frame, (status, first, bytes) => {
-      inFlight--;
-      requests++;
-      hist.record(performance.now() - from);
       if (status === 0 && bytes > 0) {
-        ok++;
         // The answer's first field is overall_code (tag 0x08) right after the 5-byte prefix.
-        if (first !== undefined && first.length > 6 && first[5] === 0x08 && first[6] === 2) overLimit++;
+        run.answered(from, { overLimit: first !== undefined && first.length > 6 && first[5] === 0x08 && first[6] === 2 });
       } else {
-        errors++;
-        firstError ??= status === undefined ? 'stream failed without grpc-status' : `grpc-status ${status}`;
+        run.answered(from, { error: status === undefined ? 'stream failed without grpc-status' : `grpc-status ${status}` });
       }
       after();
     });
   };
 
-  await new Promise<void>((resolve) => {
-    if (opts.rps === undefined) {
+  if (opts.rps === undefined) {
+    await new Promise<void>((resolve) => {
       const perSession = Math.max(1, opts.streams);
       let loops = sessions.length * perSession;
       const loop = (session: http2.ClientHttp2Session): void => {
-        if (performance.now() >= endAt || session.closed || session.destroyed) {
+        if (performance.now() >= run.endAt || session.closed || session.destroyed) {
           if (--loops === 0) resolve();
           return;
         }
         send(session, performance.now(), () => loop(session));
       };
       for (const s of sessions) for (let i = 0; i < perSession; i++) loop(s);
-      return;
-    }
-    const interval = 1000 / opts.rps;
-    let scheduled = 0;
+    });
+  } else {
     let turn = 0;
-    const tick = (): void => {
-      const now = performance.now();
-      const until = Math.min(now, endAt);
-      while (start + scheduled * interval <= until && inFlight < MAX_BACKLOG) {
-        turn = turn + 1 === sessions.length ? 0 : turn + 1;
-        send(sessions[turn], start + scheduled * interval, () => undefined);
-        scheduled++;
-      }
-      if (now < endAt) setTimeout(tick, 1);
-      else {
-        const drain = (): void => (inFlight === 0 || performance.now() > endAt + DRAIN_MS ? resolve() : void setTimeout(drain, 5));
-        drain();
-      }
-    };
-    tick();
-  });
+    await paceAtRate(run, opts.rps, (at) => {
+      turn = turn + 1 === sessions.length ? 0 : turn + 1;
+      send(sessions[turn], at, () => undefined);
+    });
+  }
   for (const s of sessions) s.destroy();
-  return {
-    generator: 'http2-load',
-    requests,
-    ok,
-    errors,
-    overLimit,
-    durationS: opts.durationS,
-    rps: ok / opts.durationS,
-    latencyMs: hist.summary(),
-    firstError,
-  };
+  return run.result('http2-load');
 }
 
 /** Splits concatenated gRPC frames into frames (prefix kept). */
