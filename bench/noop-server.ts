@@ -1,17 +1,20 @@
 import * as grpc from '@grpc/grpc-js';
 import cluster from 'node:cluster';
 import * as http2 from 'node:http2';
+import { encodeHeaderBlock } from '../src/server/h2/hpack';
+import { H2Server } from '../src/server/h2/server';
 import { countDescriptors, encodeOkResponse, grpcFrame, SHOULD_RATE_LIMIT_PATH } from './rls-codec';
 
 /**
  * A ShouldRateLimit server that decides nothing: it parses the request, answers OK for every
- * descriptor, and so measures the ceiling a transport allows on this machine. Two transports, as the
- * service has: grpc-js, and raw node:http2 with hand-written framing. With `--workers N` it runs as
+ * descriptor, and so measures the ceiling a transport allows on this machine. The service's two
+ * transports (its own HTTP/2 layer, and grpc-js), and node:http2 with hand-written gRPC framing, the
+ * machine-speed figure the reference server's numbers were quoted beside. With `--workers N` it runs as
  * the service does with WORKERS=N: a primary that only supervises, and N node:cluster workers
  * sharing the port, so a ceiling and the service it bounds use the same number of processes.
  */
 
-export type NoopTransport = 'grpc-js' | 'http2';
+export type NoopTransport = 'grpc-js' | 'http2' | 'node-http2';
 
 export interface NoopServer {
   readonly port: number;
@@ -20,7 +23,8 @@ export interface NoopServer {
 
 /** Starts a no-op server on 127.0.0.1 (port 0 picks a free one). */
 export async function startNoopServer(opts: { transport: NoopTransport; port?: number }): Promise<NoopServer> {
-  return opts.transport === 'grpc-js' ? startGrpcJs(opts.port ?? 0) : startHttp2(opts.port ?? 0);
+  if (opts.transport === 'grpc-js') return startGrpcJs(opts.port ?? 0);
+  return opts.transport === 'http2' ? startH2(opts.port ?? 0) : startNodeHttp2(opts.port ?? 0);
 }
 
 async function startGrpcJs(port: number): Promise<NoopServer> {
@@ -53,7 +57,47 @@ async function startGrpcJs(port: number): Promise<NoopServer> {
   };
 }
 
-async function startHttp2(port: number): Promise<NoopServer> {
+const RESPONSE_HEADERS = encodeHeaderBlock([
+  [':status', '200'],
+  ['content-type', 'application/grpc'],
+]);
+const OK_TRAILERS = encodeHeaderBlock([['grpc-status', '0']]);
+const INVALID_ARGUMENT = encodeHeaderBlock([
+  [':status', '200'],
+  ['content-type', 'application/grpc'],
+  ['grpc-status', '3'],
+]);
+
+/** The service's own HTTP/2 layer (src/server/h2) with the same connection settings. */
+async function startH2(port: number): Promise<NoopServer> {
+  const server = new H2Server({
+    maxConcurrentStreams: 10_000,
+    initialWindowSize: 1 << 20,
+    connectionWindowSize: 16 << 20,
+    maxHeaderListSize: 64 * 1024,
+    onStream: (stream) => {
+      const chunks: Buffer[] = [];
+      stream.onData = (c) => chunks.push(c);
+      stream.onEnd = () => {
+        const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+        let reply: Buffer;
+        try {
+          reply = grpcFrame(encodeOkResponse(countDescriptors(body.subarray(5))));
+        } catch {
+          stream.respond(INVALID_ARGUMENT, true);
+          return;
+        }
+        stream.respond(RESPONSE_HEADERS, false);
+        stream.write(reply);
+        stream.end(OK_TRAILERS);
+      };
+    },
+  });
+  const bound = await server.listen('127.0.0.1', port);
+  return { port: bound, close: () => server.close(1000) };
+}
+
+async function startNodeHttp2(port: number): Promise<NoopServer> {
   const server = http2.createServer();
   server.on('stream', (stream, headers) => {
     if (headers[':path'] !== SHOULD_RATE_LIMIT_PATH) {
@@ -98,7 +142,7 @@ function main(): void {
   const transport = (flag('--transport') ?? 'grpc-js') as NoopTransport;
   const port = Number(flag('--port') ?? 0);
   const workers = Number(flag('--workers') ?? 1);
-  if (transport !== 'grpc-js' && transport !== 'http2') throw new Error(`unknown transport ${transport}`);
+  if (transport !== 'grpc-js' && transport !== 'http2' && transport !== 'node-http2') throw new Error(`unknown transport ${transport}`);
   if (!Number.isInteger(workers) || workers < 1 || workers > 64) throw new Error('--workers must be 1..64');
   if (workers > 1 && port === 0) throw new Error('--workers needs a fixed --port (workers must share one)');
   if (workers > 1 && cluster.isPrimary) {

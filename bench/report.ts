@@ -104,7 +104,7 @@ export function comparisonTable(result?: BenchResult): string {
     const m = find((s) => primary(s) && s.kind === 'rate' && s.rps === 8000 && s.connections === conns);
     return m ? `${fmt(m.p99Ms, 1)} ms` : '-';
   };
-  const noop = find((s) => s.target === 'noop' && s.kind === 'max' && s.transport === 'http2' && s.workers === 1 && s.workload === 'one' && s.generator === 'h2load');
+  const noop = find((s) => s.target === 'noop' && s.kind === 'max' && s.transport === 'node-http2' && s.workers === 1 && s.workload === 'one' && s.generator === 'h2load');
   const ours = result ? [maxOf('one'), maxOf('five'), p99At(4), p99At(40), noop ? fmt(noop.decisionsPerS) : '-'] : Array<string>(5).fill('run `make bench`');
   const r = REFERENCE_FIGURES;
   return markdownTable(

@@ -7,7 +7,12 @@ import { encodeRateLimitRequest, type BenchDescriptor } from './rls-codec';
  * and the list of scenarios of a full run and of a tiny (smoke) run.
  */
 
-export type Transport = 'grpc-js' | 'http2';
+/**
+ * `http2` is the service's default transport (its own HTTP/2 layer, src/server/h2); `grpc-js` the
+ * alternative. `node-http2` exists only as a no-op server on node's http2 module: the machine-speed
+ * figure that the reference server's numbers were quoted beside.
+ */
+export type Transport = 'grpc-js' | 'http2' | 'node-http2';
 export type Backend = 'memory' | 'redis';
 export type Workload = 'one' | 'five' | 'keys10k' | 'attack';
 
@@ -202,6 +207,7 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
     rate('service', 4, opts.rate);
     return specs;
   }
+  noop('node-http2', 'one', p, 1);
   for (const backend of ['memory', 'redis'] as const) {
     svc(backend, 'one', p);
     svc(backend, 'five', p);

@@ -1,0 +1,668 @@
+import type { Socket } from 'node:net';
+import { HpackDecoder, HpackError } from './hpack';
+import {
+  CONNECTION_PREFACE,
+  DEFAULT_MAX_FRAME_SIZE,
+  DEFAULT_WINDOW,
+  ErrorCode,
+  Flag,
+  frame,
+  FRAME_HEADER_BYTES,
+  frameHeader,
+  FrameType,
+  goawayFrame,
+  MAX_ALLOWED_FRAME_SIZE,
+  MAX_WINDOW,
+  Setting,
+  settingsFrame,
+  wordFrame,
+} from './frames';
+
+/**
+ * The server side of one HTTP/2 connection (RFC 9113), written for many small request/response
+ * exchanges: no object per stream beyond one small record, header blocks decoded to a flat string
+ * list, output frames gathered and written once per tick. What a gRPC server needs, and only that:
+ * client-initiated streams, flow control both ways, SETTINGS, PING, RST_STREAM, GOAWAY (graceful
+ * and on error), CONTINUATION, padding. PRIORITY is read and ignored; PUSH_PROMISE from a client is
+ * a protocol error.
+ */
+
+export interface ConnectionOptions {
+  /** Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS). */
+  readonly maxConcurrentStreams: number;
+  /** Receive window of each stream (SETTINGS_INITIAL_WINDOW_SIZE). */
+  readonly initialWindowSize: number;
+  /** Receive window of the connection as a whole. */
+  readonly connectionWindowSize: number;
+  /** Largest decoded header list accepted (SETTINGS_MAX_HEADER_LIST_SIZE). */
+  readonly maxHeaderListSize: number;
+  /** A new stream, with its request header fields as a flat `[name, value, ...]` list. */
+  readonly onStream: (stream: H2Stream, headers: readonly string[]) => void;
+  /** A stream handler threw: the stream has been reset with INTERNAL_ERROR; the connection goes on. */
+  readonly onHandlerError?: (err: unknown) => void;
+}
+
+const HPACK_TABLE_SIZE = 4096;
+// A header block may be split over frames; more than this is refused before it is decoded.
+const MAX_HEADER_BLOCK_FACTOR = 2;
+
+const EMPTY = Buffer.alloc(0);
+
+/** One request stream: what the application reads and writes. */
+export class H2Stream {
+  /** Called with each DATA payload (not padding), in order. */
+  onData: ((chunk: Buffer) => void) | undefined = undefined;
+  /** Called once when the client has sent END_STREAM. */
+  onEnd: (() => void) | undefined = undefined;
+  /** Called once when the stream is gone before the response ended (reset, or connection lost). */
+  onAbort: (() => void) | undefined = undefined;
+  /** Response HEADERS have been queued. */
+  headersSent = false;
+  /** Nothing more can be sent: the response ended, or the stream was reset or lost. */
+  closed = false;
+  /** @internal */ remoteEnded = false;
+  /** @internal */ sendWindow: number;
+  /** @internal */ recvUnacked = 0;
+  /** @internal Frames held back by flow control (DATA) and what must follow them. */
+  pending: Array<{ data: Buffer; endStream: boolean } | { trailers: Buffer }> | undefined = undefined;
+
+  constructor(
+    readonly id: number,
+    private readonly connection: H2Connection,
+    sendWindow: number,
+  ) {
+    this.sendWindow = sendWindow;
+  }
+
+  /** Sends the response header block (HPACK-encoded); `endStream` makes it a headers-only response. */
+  respond(block: Buffer, endStream: boolean): void {
+    if (this.closed || this.headersSent) return;
+    this.headersSent = true;
+    this.connection.sendHeaders(this, block, endStream);
+  }
+
+  /** Sends message bytes as DATA, flow control permitting (queued otherwise). */
+  write(data: Buffer): void {
+    if (this.closed || !this.headersSent) return;
+    this.connection.sendData(this, data, false);
+  }
+
+  /** Ends the response with a trailer block (after any queued DATA). */
+  end(trailers: Buffer): void {
+    if (this.closed || !this.headersSent) return;
+    this.connection.sendTrailers(this, trailers);
+  }
+
+  /** Abandons the stream with RST_STREAM. */
+  reset(code: ErrorCode = ErrorCode.CANCEL): void {
+    if (this.closed) return;
+    this.connection.resetStream(this, code);
+  }
+}
+
+/** The protocol state of one connection; errors end it with GOAWAY. */
+export class H2Connection {
+  private buffered: Buffer = EMPTY;
+  private prefaceSeen = false;
+  private settingsSeen = false;
+  private readonly streams = new Map<number, H2Stream>();
+  private lastStreamId = 0;
+  private readonly decoder: HpackDecoder;
+  // A header block being continued: its stream, flags and fragments.
+  private continuing: { streamId: number; endStream: boolean; fragments: Buffer[]; bytes: number } | undefined = undefined;
+
+  private peerInitialWindow = DEFAULT_WINDOW;
+  private peerMaxFrameSize = DEFAULT_MAX_FRAME_SIZE;
+  private sendWindow = DEFAULT_WINDOW;
+  private recvUnacked = 0;
+  private readonly blocked = new Set<H2Stream>();
+
+  private out: Buffer[] = [];
+  private flushScheduled = false;
+  private goawaySent = false;
+  private closed = false;
+  private pingOutstanding = false;
+  /** Called once when the socket has closed. */
+  onClose: (() => void) | undefined = undefined;
+
+  constructor(
+    private readonly socket: Socket,
+    private readonly options: ConnectionOptions,
+  ) {
+    this.decoder = new HpackDecoder({ maxTableSize: HPACK_TABLE_SIZE, maxHeaderListSize: options.maxHeaderListSize });
+    socket.setNoDelay(true);
+    this.queue(
+      settingsFrame([
+        [Setting.MAX_CONCURRENT_STREAMS, options.maxConcurrentStreams],
+        [Setting.INITIAL_WINDOW_SIZE, options.initialWindowSize],
+        [Setting.MAX_HEADER_LIST_SIZE, options.maxHeaderListSize],
+      ]),
+    );
+    if (options.connectionWindowSize > DEFAULT_WINDOW) {
+      this.queue(wordFrame(FrameType.WINDOW_UPDATE, 0, options.connectionWindowSize - DEFAULT_WINDOW));
+    }
+    socket.on('data', this.onSocketData);
+    socket.on('drain', this.onDrain);
+    socket.on('error', () => socket.destroy());
+    socket.on('close', this.onSocketClose);
+  }
+
+  /** Open streams. */
+  get streamCount(): number {
+    return this.streams.size;
+  }
+
+  /** Graceful close: GOAWAY naming the last stream taken; the socket ends once those streams finish. */
+  close(): void {
+    if (this.closed) return;
+    if (!this.goawaySent) {
+      this.goawaySent = true;
+      this.queue(goawayFrame(this.lastStreamId, ErrorCode.NO_ERROR));
+    }
+    this.maybeEnd();
+  }
+
+  /** Cuts the connection at once. */
+  destroy(): void {
+    this.socket.destroy();
+  }
+
+  /**
+   * Sends a PING unless one is still unanswered; returns false when the previous one was never
+   * acknowledged (the peer is gone without a FIN).
+   */
+  ping(): boolean {
+    if (this.pingOutstanding) return false;
+    this.pingOutstanding = true;
+    this.queue(frame(FrameType.PING, 0, 0, Buffer.alloc(8)));
+    return true;
+  }
+
+  // ---- sending (called by H2Stream) ----
+
+  sendHeaders(stream: H2Stream, block: Buffer, endStream: boolean): void {
+    this.queueHeaderBlock(stream.id, block, endStream);
+    if (endStream) this.finishLocal(stream);
+  }
+
+  sendData(stream: H2Stream, data: Buffer, endStream: boolean): void {
+    if (stream.pending !== undefined) stream.pending.push({ data, endStream });
+    else if (!this.trySendData(stream, data, endStream)) return;
+    if (endStream && stream.pending === undefined) this.finishLocal(stream);
+  }
+
+  sendTrailers(stream: H2Stream, trailers: Buffer): void {
+    if (stream.pending !== undefined) {
+      stream.pending.push({ trailers });
+      return;
+    }
+    this.queueHeaderBlock(stream.id, trailers, true);
+    this.finishLocal(stream);
+  }
+
+  resetStream(stream: H2Stream, code: ErrorCode): void {
+    this.queue(wordFrame(FrameType.RST_STREAM, stream.id, code));
+    this.closeStream(stream, false);
+  }
+
+  /** Sends what the windows allow of `data`; queues the rest. False when some was held back. */
+  private trySendData(stream: H2Stream, data: Buffer, endStream: boolean): boolean {
+    let offset = 0;
+    while (offset < data.length) {
+      const room = Math.min(stream.sendWindow, this.sendWindow, this.peerMaxFrameSize);
+      if (room <= 0) break;
+      const n = Math.min(room, data.length - offset);
+      const last = offset + n === data.length;
+      this.queue(frameHeader(n, FrameType.DATA, last && endStream ? Flag.END_STREAM : 0, stream.id));
+      this.queue(offset === 0 && last ? data : data.subarray(offset, offset + n));
+      stream.sendWindow -= n;
+      this.sendWindow -= n;
+      offset += n;
+    }
+    if (offset === data.length) {
+      if (data.length === 0) this.queue(frameHeader(0, FrameType.DATA, endStream ? Flag.END_STREAM : 0, stream.id));
+      return true;
+    }
+    stream.pending = [{ data: data.subarray(offset), endStream }];
+    this.blocked.add(stream);
+    return false;
+  }
+
+  /** Sends a blocked stream's queue as far as the windows now allow. */
+  private resume(stream: H2Stream): void {
+    const pending = stream.pending;
+    if (pending === undefined) return;
+    stream.pending = undefined;
+    this.blocked.delete(stream);
+    for (let i = 0; i < pending.length; i++) {
+      const item = pending[i];
+      if ('trailers' in item) {
+        this.queueHeaderBlock(stream.id, item.trailers, true);
+        this.finishLocal(stream);
+        return;
+      }
+      if (!this.trySendData(stream, item.data, item.endStream)) {
+        stream.pending!.push(...pending.slice(i + 1));
+        return;
+      }
+      if (item.endStream) {
+        this.finishLocal(stream);
+        return;
+      }
+    }
+  }
+
+  private queueHeaderBlock(streamId: number, block: Buffer, endStream: boolean): void {
+    const max = this.peerMaxFrameSize;
+    const endFlag = endStream ? Flag.END_STREAM : 0;
+    if (block.length <= max) {
+      this.queue(frame(FrameType.HEADERS, Flag.END_HEADERS | endFlag, streamId, block));
+      return;
+    }
+    for (let offset = 0; offset < block.length; offset += max) {
+      const last = offset + max >= block.length;
+      const type = offset === 0 ? FrameType.HEADERS : FrameType.CONTINUATION;
+      const flags = (last ? Flag.END_HEADERS : 0) | (offset === 0 ? endFlag : 0);
+      this.queue(frame(type, flags, streamId, block.subarray(offset, Math.min(block.length, offset + max))));
+    }
+  }
+
+  /** Our END_STREAM is out: the stream is done (a client still sending is told to stop). */
+  private finishLocal(stream: H2Stream): void {
+    if (!stream.remoteEnded) this.queue(wordFrame(FrameType.RST_STREAM, stream.id, ErrorCode.NO_ERROR));
+    this.closeStream(stream, true);
+  }
+
+  private closeStream(stream: H2Stream, completed: boolean): void {
+    if (stream.closed) return;
+    stream.closed = true;
+    stream.pending = undefined;
+    this.blocked.delete(stream);
+    this.streams.delete(stream.id);
+    const onAbort = stream.onAbort;
+    stream.onData = stream.onEnd = stream.onAbort = undefined;
+    if (!completed && onAbort !== undefined) onAbort();
+    if (this.goawaySent) this.maybeEnd();
+  }
+
+  private maybeEnd(): void {
+    if (this.goawaySent && this.streams.size === 0 && !this.closed) {
+      this.flush();
+      this.socket.end();
+    }
+  }
+
+  private queue(buf: Buffer): void {
+    if (this.closed) return;
+    this.out.push(buf);
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      process.nextTick(this.flush);
+    }
+  }
+
+  private readonly flush = (): void => {
+    this.flushScheduled = false;
+    if (this.out.length === 0 || this.closed) return;
+    const chunk = this.out.length === 1 ? this.out[0] : Buffer.concat(this.out);
+    this.out = [];
+    // A peer that does not read its answers stops being read: no unbounded buffering.
+    if (!this.socket.write(chunk)) this.socket.pause();
+  };
+
+  private readonly onDrain = (): void => {
+    if (!this.closed) this.socket.resume();
+  };
+
+  private readonly onSocketClose = (): void => {
+    this.closed = true;
+    this.out = [];
+    for (const stream of [...this.streams.values()]) this.closeStream(stream, false);
+    const onClose = this.onClose;
+    this.onClose = undefined;
+    onClose?.();
+  };
+
+  /** A connection error: GOAWAY with the code, then the socket ends. */
+  private fail(code: ErrorCode, debug: string): void {
+    if (this.closed) return;
+    this.queue(goawayFrame(this.lastStreamId, code, debug));
+    this.goawaySent = true;
+    this.flush();
+    this.closed = true;
+    this.socket.end();
+    this.socket.destroySoon();
+    for (const stream of [...this.streams.values()]) this.closeStream(stream, false);
+  }
+
+  // ---- receiving ----
+
+  private readonly onSocketData = (chunk: Buffer): void => {
+    const buf = this.buffered.length === 0 ? chunk : Buffer.concat([this.buffered, chunk]);
+    let offset = 0;
+    if (!this.prefaceSeen) {
+      const n = Math.min(buf.length, CONNECTION_PREFACE.length);
+      if (buf.compare(CONNECTION_PREFACE, 0, n, 0, n) !== 0) {
+        this.fail(ErrorCode.PROTOCOL_ERROR, 'bad connection preface');
+        return;
+      }
+      if (buf.length < CONNECTION_PREFACE.length) {
+        this.buffered = buf;
+        return;
+      }
+      this.prefaceSeen = true;
+      offset = CONNECTION_PREFACE.length;
+    }
+    while (!this.closed && buf.length - offset >= FRAME_HEADER_BYTES) {
+      const length = (buf[offset] << 16) | (buf[offset + 1] << 8) | buf[offset + 2];
+      if (length > DEFAULT_MAX_FRAME_SIZE) {
+        this.fail(ErrorCode.FRAME_SIZE_ERROR, 'frame larger than SETTINGS_MAX_FRAME_SIZE');
+        return;
+      }
+      if (buf.length - offset < FRAME_HEADER_BYTES + length) break;
+      const type = buf[offset + 3];
+      const flags = buf[offset + 4];
+      const streamId = buf.readUInt32BE(offset + 5) & MAX_WINDOW;
+      const payload = buf.subarray(offset + FRAME_HEADER_BYTES, offset + FRAME_HEADER_BYTES + length);
+      offset += FRAME_HEADER_BYTES + length;
+      this.onFrame(type, flags, streamId, payload);
+    }
+    if (this.closed) return;
+    // Leftover bytes are copied: `payload` subarrays handed out above must not pin the whole chunk.
+    this.buffered = offset === buf.length ? EMPTY : Buffer.from(buf.subarray(offset));
+  };
+
+  private onFrame(type: number, flags: number, streamId: number, payload: Buffer): void {
+    if (!this.settingsSeen) {
+      if (type !== FrameType.SETTINGS || (flags & Flag.ACK) !== 0) {
+        this.fail(ErrorCode.PROTOCOL_ERROR, 'the first frame must be SETTINGS');
+        return;
+      }
+      this.settingsSeen = true;
+    }
+    if (this.continuing !== undefined && type !== FrameType.CONTINUATION) {
+      this.fail(ErrorCode.PROTOCOL_ERROR, 'expected CONTINUATION');
+      return;
+    }
+    switch (type) {
+      case FrameType.DATA:
+        this.onData(flags, streamId, payload);
+        return;
+      case FrameType.HEADERS:
+        this.onHeaders(flags, streamId, payload);
+        return;
+      case FrameType.CONTINUATION:
+        this.onContinuation(flags, streamId, payload);
+        return;
+      case FrameType.PRIORITY:
+        if (streamId === 0) this.fail(ErrorCode.PROTOCOL_ERROR, 'PRIORITY on stream 0');
+        return;
+      case FrameType.RST_STREAM:
+        this.onRstStream(streamId, payload);
+        return;
+      case FrameType.SETTINGS:
+        this.onSettings(flags, streamId, payload);
+        return;
+      case FrameType.PUSH_PROMISE:
+        this.fail(ErrorCode.PROTOCOL_ERROR, 'PUSH_PROMISE from a client');
+        return;
+      case FrameType.PING:
+        this.onPing(flags, streamId, payload);
+        return;
+      case FrameType.GOAWAY:
+        if (streamId !== 0) this.fail(ErrorCode.PROTOCOL_ERROR, 'GOAWAY on a stream');
+        else this.close();
+        return;
+      case FrameType.WINDOW_UPDATE:
+        this.onWindowUpdate(streamId, payload);
+        return;
+      default:
+      // Unknown frame types are ignored (RFC 9113 section 4.1).
+    }
+  }
+
+  /** The payload without its padding, or undefined after a protocol error. */
+  private unpad(flags: number, payload: Buffer, extra: number): Buffer | undefined {
+    const padded = (flags & Flag.PADDED) !== 0 ? 1 : 0;
+    if (payload.length < padded + extra) {
+      this.fail(ErrorCode.FRAME_SIZE_ERROR, 'padded frame too short');
+      return undefined;
+    }
+    if (padded === 0) return extra === 0 ? payload : payload.subarray(extra);
+    const pad = payload[0];
+    if (pad > payload.length - 1 - extra) {
+      this.fail(ErrorCode.PROTOCOL_ERROR, 'padding longer than the frame');
+      return undefined;
+    }
+    return payload.subarray(1 + extra, payload.length - pad);
+  }
+
+  private onData(flags: number, streamId: number, payload: Buffer): void {
+    if (streamId === 0 || streamId > this.lastStreamId) {
+      this.fail(ErrorCode.PROTOCOL_ERROR, 'DATA on an idle stream');
+      return;
+    }
+    // Flow control counts the whole frame, padding included, whatever happens to the stream.
+    this.recvUnacked += payload.length;
+    if (this.recvUnacked > this.options.connectionWindowSize) {
+      this.fail(ErrorCode.FLOW_CONTROL_ERROR, 'connection window exceeded');
+      return;
+    }
+    if (this.recvUnacked >= this.options.connectionWindowSize / 2) {
+      this.queue(wordFrame(FrameType.WINDOW_UPDATE, 0, this.recvUnacked));
+      this.recvUnacked = 0;
+    }
+    const data = this.unpad(flags, payload, 0);
+    if (data === undefined) return;
+    const stream = this.streams.get(streamId);
+    // A stream already answered or reset: its late DATA is dropped.
+    if (stream === undefined || stream.remoteEnded) return;
+    stream.recvUnacked += payload.length;
+    if (stream.recvUnacked > this.options.initialWindowSize) {
+      this.queue(wordFrame(FrameType.RST_STREAM, streamId, ErrorCode.FLOW_CONTROL_ERROR));
+      this.closeStream(stream, false);
+      return;
+    }
+    const endStream = (flags & Flag.END_STREAM) !== 0;
+    if (!endStream && stream.recvUnacked >= this.options.initialWindowSize / 2) {
+      this.queue(wordFrame(FrameType.WINDOW_UPDATE, streamId, stream.recvUnacked));
+      stream.recvUnacked = 0;
+    }
+    if (data.length > 0 && stream.onData !== undefined) this.guard(stream, stream.onData, data);
+    if (endStream) this.endRemote(stream);
+  }
+
+  private endRemote(stream: H2Stream): void {
+    if (stream.remoteEnded) return;
+    stream.remoteEnded = true;
+    if (!stream.closed && stream.onEnd !== undefined) this.guard(stream, stream.onEnd, undefined);
+  }
+
+  /** Runs a handler; one that throws costs its own stream, not the connection. */
+  private guard<T>(stream: H2Stream, handler: (arg: T) => void, arg: T): void {
+    try {
+      handler(arg);
+    } catch (err) {
+      if (!stream.closed) this.resetStream(stream, ErrorCode.INTERNAL_ERROR);
+      this.options.onHandlerError?.(err);
+    }
+  }
+
+  private onHeaders(flags: number, streamId: number, payload: Buffer): void {
+    if (streamId === 0 || streamId % 2 === 0) {
+      this.fail(ErrorCode.PROTOCOL_ERROR, 'HEADERS on stream 0 or a server stream id');
+      return;
+    }
+    const fragment = this.unpad(flags, payload, (flags & Flag.PRIORITY) !== 0 ? 5 : 0);
+    if (fragment === undefined) return;
+    const endStream = (flags & Flag.END_STREAM) !== 0;
+    if ((flags & Flag.END_HEADERS) !== 0) {
+      this.onHeaderBlock(streamId, endStream, fragment);
+      return;
+    }
+    this.continuing = { streamId, endStream, fragments: [Buffer.from(fragment)], bytes: fragment.length };
+  }
+
+  private onContinuation(flags: number, streamId: number, payload: Buffer): void {
+    const c = this.continuing;
+    if (c === undefined || c.streamId !== streamId) {
+      this.fail(ErrorCode.PROTOCOL_ERROR, 'unexpected CONTINUATION');
+      return;
+    }
+    c.bytes += payload.length;
+    if (c.bytes > this.options.maxHeaderListSize * MAX_HEADER_BLOCK_FACTOR) {
+      this.fail(ErrorCode.ENHANCE_YOUR_CALM, 'header block too large');
+      return;
+    }
+    c.fragments.push(Buffer.from(payload));
+    if ((flags & Flag.END_HEADERS) === 0) return;
+    this.continuing = undefined;
+    this.onHeaderBlock(streamId, c.endStream, Buffer.concat(c.fragments, c.bytes));
+  }
+
+  private onHeaderBlock(streamId: number, endStream: boolean, block: Buffer): void {
+    let headers: string[] | undefined;
+    try {
+      headers = this.decoder.decode(block);
+    } catch (err) {
+      if (err instanceof HpackError) {
+        this.fail(ErrorCode.COMPRESSION_ERROR, 'bad header block');
+        return;
+      }
+      throw err;
+    }
+    if (streamId <= this.lastStreamId) {
+      // Trailers of a request (or HEADERS for a stream already gone, decoded above to keep HPACK in step).
+      const stream = this.streams.get(streamId);
+      if (stream === undefined) return;
+      if (!endStream) {
+        this.queue(wordFrame(FrameType.RST_STREAM, streamId, ErrorCode.PROTOCOL_ERROR));
+        this.closeStream(stream, false);
+        return;
+      }
+      this.endRemote(stream);
+      return;
+    }
+    this.lastStreamId = streamId;
+    if (this.goawaySent) return;
+    if (headers === undefined) {
+      this.queue(wordFrame(FrameType.RST_STREAM, streamId, ErrorCode.ENHANCE_YOUR_CALM));
+      return;
+    }
+    if (this.streams.size >= this.options.maxConcurrentStreams) {
+      this.queue(wordFrame(FrameType.RST_STREAM, streamId, ErrorCode.REFUSED_STREAM));
+      return;
+    }
+    const stream = new H2Stream(streamId, this, this.peerInitialWindow);
+    this.streams.set(streamId, stream);
+    this.guard(stream, (h: readonly string[]) => this.options.onStream(stream, h), headers);
+    if (endStream) this.endRemote(stream);
+  }
+
+  private onRstStream(streamId: number, payload: Buffer): void {
+    if (payload.length !== 4) {
+      this.fail(ErrorCode.FRAME_SIZE_ERROR, 'RST_STREAM length');
+      return;
+    }
+    if (streamId === 0 || streamId > this.lastStreamId) {
+      this.fail(ErrorCode.PROTOCOL_ERROR, 'RST_STREAM on an idle stream');
+      return;
+    }
+    const stream = this.streams.get(streamId);
+    if (stream !== undefined) this.closeStream(stream, false);
+  }
+
+  private onSettings(flags: number, streamId: number, payload: Buffer): void {
+    if (streamId !== 0) {
+      this.fail(ErrorCode.PROTOCOL_ERROR, 'SETTINGS on a stream');
+      return;
+    }
+    if ((flags & Flag.ACK) !== 0) {
+      if (payload.length !== 0) this.fail(ErrorCode.FRAME_SIZE_ERROR, 'SETTINGS ACK with a payload');
+      return;
+    }
+    if (payload.length % 6 !== 0) {
+      this.fail(ErrorCode.FRAME_SIZE_ERROR, 'SETTINGS length');
+      return;
+    }
+    for (let i = 0; i < payload.length; i += 6) {
+      const id = payload.readUInt16BE(i);
+      const value = payload.readUInt32BE(i + 2);
+      if (id === Setting.INITIAL_WINDOW_SIZE) {
+        if (value > MAX_WINDOW) {
+          this.fail(ErrorCode.FLOW_CONTROL_ERROR, 'SETTINGS_INITIAL_WINDOW_SIZE too large');
+          return;
+        }
+        const delta = value - this.peerInitialWindow;
+        this.peerInitialWindow = value;
+        for (const stream of this.streams.values()) stream.sendWindow += delta;
+      } else if (id === Setting.MAX_FRAME_SIZE) {
+        if (value < DEFAULT_MAX_FRAME_SIZE || value > MAX_ALLOWED_FRAME_SIZE) {
+          this.fail(ErrorCode.PROTOCOL_ERROR, 'SETTINGS_MAX_FRAME_SIZE out of range');
+          return;
+        }
+        this.peerMaxFrameSize = value;
+      } else if (id === Setting.ENABLE_PUSH && value > 1) {
+        this.fail(ErrorCode.PROTOCOL_ERROR, 'SETTINGS_ENABLE_PUSH out of range');
+        return;
+      }
+      // HEADER_TABLE_SIZE: responses never use the dynamic table, so any size suits them.
+    }
+    this.queue(frame(FrameType.SETTINGS, Flag.ACK, 0));
+    this.resumeBlocked();
+  }
+
+  private onPing(flags: number, streamId: number, payload: Buffer): void {
+    if (streamId !== 0) {
+      this.fail(ErrorCode.PROTOCOL_ERROR, 'PING on a stream');
+      return;
+    }
+    if (payload.length !== 8) {
+      this.fail(ErrorCode.FRAME_SIZE_ERROR, 'PING length');
+      return;
+    }
+    if ((flags & Flag.ACK) !== 0) this.pingOutstanding = false;
+    else this.queue(frame(FrameType.PING, Flag.ACK, 0, payload));
+  }
+
+  private onWindowUpdate(streamId: number, payload: Buffer): void {
+    if (payload.length !== 4) {
+      this.fail(ErrorCode.FRAME_SIZE_ERROR, 'WINDOW_UPDATE length');
+      return;
+    }
+    const increment = payload.readUInt32BE(0) & MAX_WINDOW;
+    if (streamId === 0) {
+      if (increment === 0) {
+        this.fail(ErrorCode.PROTOCOL_ERROR, 'WINDOW_UPDATE of 0');
+        return;
+      }
+      this.sendWindow += increment;
+      if (this.sendWindow > MAX_WINDOW) {
+        this.fail(ErrorCode.FLOW_CONTROL_ERROR, 'connection window overflow');
+        return;
+      }
+      this.resumeBlocked();
+      return;
+    }
+    const stream = this.streams.get(streamId);
+    if (stream === undefined) return;
+    if (increment === 0) {
+      this.resetStream(stream, ErrorCode.PROTOCOL_ERROR);
+      return;
+    }
+    stream.sendWindow += increment;
+    if (stream.sendWindow > MAX_WINDOW) {
+      this.resetStream(stream, ErrorCode.FLOW_CONTROL_ERROR);
+      return;
+    }
+    this.resume(stream);
+  }
+
+  private resumeBlocked(): void {
+    if (this.blocked.size === 0) return;
+    for (const stream of [...this.blocked]) {
+      if (this.sendWindow <= 0) return;
+      this.resume(stream);
+    }
+  }
+}

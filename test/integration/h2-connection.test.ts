@@ -1,0 +1,293 @@
+import * as net from 'node:net';
+import type { H2Stream } from '../../src/server/h2/connection';
+import { CONNECTION_PREFACE, ErrorCode, Flag, frame, FrameType, Setting, settingsFrame, wordFrame } from '../../src/server/h2/frames';
+import { encodeHeaderBlock, HpackDecoder } from '../../src/server/h2/hpack';
+import { H2Server, type H2ServerOptions } from '../../src/server/h2/server';
+
+/**
+ * The HTTP/2 connection layer from a raw socket: the frame-level behaviour no well-behaved client
+ * shows (CONTINUATION, padding, small windows, resets, protocol errors) and graceful GOAWAY.
+ */
+
+interface Frame {
+  type: number;
+  flags: number;
+  streamId: number;
+  payload: Buffer;
+}
+
+class RawClient {
+  readonly frames: Frame[] = [];
+  closed = false;
+  private buffered = Buffer.alloc(0);
+  private waiters: Array<() => void> = [];
+  private readonly decoder = new HpackDecoder({ maxTableSize: 4096, maxHeaderListSize: 1 << 20 });
+
+  constructor(readonly socket: net.Socket) {
+    socket.on('data', (chunk: Buffer) => {
+      this.buffered = Buffer.concat([this.buffered, chunk]);
+      while (this.buffered.length >= 9) {
+        const length = this.buffered.readUIntBE(0, 3);
+        if (this.buffered.length < 9 + length) break;
+        this.frames.push({
+          type: this.buffered[3],
+          flags: this.buffered[4],
+          streamId: this.buffered.readUInt32BE(5) & 0x7fffffff,
+          payload: this.buffered.subarray(9, 9 + length),
+        });
+        this.buffered = this.buffered.subarray(9 + length);
+      }
+      this.wake();
+    });
+    socket.on('close', () => {
+      this.closed = true;
+      this.wake();
+    });
+    socket.on('error', () => undefined);
+  }
+
+  static async connect(port: number, settings: ReadonlyArray<readonly [Setting, number]> = []): Promise<RawClient> {
+    const socket = net.connect(port, '127.0.0.1');
+    await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+    const client = new RawClient(socket);
+    socket.write(Buffer.concat([CONNECTION_PREFACE, settingsFrame(settings)]));
+    return client;
+  }
+
+  send(...frames: Buffer[]): void {
+    this.socket.write(Buffer.concat(frames));
+  }
+
+  /** Waits until a received frame matches (or the socket closes); returns it. */
+  async waitFor(match: (f: Frame) => boolean, timeoutMs = 2000): Promise<Frame | undefined> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const found = this.frames.find(match);
+      if (found !== undefined || this.closed) return found;
+      if (Date.now() > deadline) throw new Error('timed out waiting for a frame');
+      await new Promise<void>((resolve) => {
+        this.waiters.push(resolve);
+        setTimeout(resolve, 50);
+      });
+    }
+  }
+
+  async waitClosed(timeoutMs = 2000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!this.closed) {
+      if (Date.now() > deadline) throw new Error('socket still open');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  /** Header fields of a HEADERS frame this client received, decoded in arrival order. */
+  decode(f: Frame): string[] {
+    return this.decoder.decode(f.payload) ?? [];
+  }
+
+  goaway(): { lastStreamId: number; code: number } | undefined {
+    const f = this.frames.find((x) => x.type === FrameType.GOAWAY);
+    return f === undefined ? undefined : { lastStreamId: f.payload.readUInt32BE(0), code: f.payload.readUInt32BE(4) };
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+
+  private wake(): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const w of waiters) w();
+  }
+}
+
+const REQUEST = encodeHeaderBlock([
+  [':method', 'POST'],
+  [':scheme', 'http'],
+  [':path', '/echo'],
+  [':authority', 'localhost'],
+  ['content-type', 'application/grpc'],
+]);
+const RESPONSE = encodeHeaderBlock([[':status', '200']]);
+const TRAILERS = encodeHeaderBlock([['grpc-status', '0']]);
+
+const headersFrame = (streamId: number, flags = Flag.END_HEADERS | Flag.END_STREAM, block = REQUEST): Buffer => frame(FrameType.HEADERS, flags, streamId, block);
+const dataFrame = (streamId: number, data: Buffer, flags = Flag.END_STREAM): Buffer => frame(FrameType.DATA, flags, streamId, data);
+const isType = (type: FrameType, streamId?: number) => (f: Frame) => f.type === type && (streamId === undefined || f.streamId === streamId);
+
+describe('the HTTP/2 connection layer', () => {
+  let server: H2Server;
+  let port: number;
+  const seen: Array<{ stream: H2Stream; headers: readonly string[] }> = [];
+  // What the handler answers: by default the request body echoed back with trailers.
+  let reply: (stream: H2Stream, body: Buffer) => void;
+  const aborted: number[] = [];
+
+  async function start(options: Partial<H2ServerOptions> = {}): Promise<void> {
+    server = new H2Server({
+      maxConcurrentStreams: 100,
+      initialWindowSize: 1 << 20,
+      connectionWindowSize: 1 << 20,
+      maxHeaderListSize: 16 * 1024,
+      ...options,
+      onStream: (stream, headers) => {
+        seen.push({ stream, headers });
+        const chunks: Buffer[] = [];
+        stream.onData = (c) => chunks.push(Buffer.from(c));
+        stream.onEnd = () => reply(stream, Buffer.concat(chunks));
+        stream.onAbort = () => aborted.push(stream.id);
+      },
+    });
+    port = await server.listen('127.0.0.1', 0);
+  }
+
+  beforeEach(() => {
+    seen.length = 0;
+    aborted.length = 0;
+    reply = (stream, body) => {
+      stream.respond(RESPONSE, false);
+      stream.write(body);
+      stream.end(TRAILERS);
+    };
+  });
+
+  afterEach(async () => {
+    await server.close(100);
+  });
+
+  it('acknowledges SETTINGS and answers PING with the same payload', async () => {
+    await start();
+    const client = await RawClient.connect(port);
+    client.send(frame(FrameType.PING, 0, 0, Buffer.from('12345678')));
+    expect(await client.waitFor((f) => f.type === FrameType.SETTINGS && f.flags === 0)).toBeDefined();
+    expect(await client.waitFor((f) => f.type === FrameType.SETTINGS && f.flags === Flag.ACK)).toBeDefined();
+    const pong = await client.waitFor((f) => f.type === FrameType.PING && f.flags === Flag.ACK);
+    expect(pong?.payload.toString()).toBe('12345678');
+    client.close();
+  });
+
+  it('answers a request split over HEADERS and CONTINUATION, with padding and priority, and a padded DATA', async () => {
+    await start();
+    const client = await RawClient.connect(port);
+    const padding = Buffer.alloc(3);
+    const priority = Buffer.from([0, 0, 0, 0, 16]);
+    const head = Buffer.concat([Buffer.from([padding.length]), priority, REQUEST.subarray(0, 4), padding]);
+    client.send(
+      frame(FrameType.HEADERS, Flag.PADDED | Flag.PRIORITY, 1, head),
+      frame(FrameType.CONTINUATION, 0, 1, REQUEST.subarray(4, 8)),
+      frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST.subarray(8)),
+      frame(FrameType.DATA, Flag.PADDED | Flag.END_STREAM, 1, Buffer.concat([Buffer.from([2]), Buffer.from('hello'), Buffer.alloc(2)])),
+    );
+    const trailers = await client.waitFor((f) => f.type === FrameType.HEADERS && (f.flags & Flag.END_STREAM) !== 0);
+    expect(trailers).toBeDefined();
+    expect(seen[0].headers).toEqual([':method', 'POST', ':scheme', 'http', ':path', '/echo', ':authority', 'localhost', 'content-type', 'application/grpc']);
+    const data = client.frames.filter(isType(FrameType.DATA, 1));
+    expect(Buffer.concat(data.map((f) => f.payload)).toString()).toBe('hello');
+    const headers = client.frames.filter(isType(FrameType.HEADERS, 1));
+    expect(client.decode(headers[0])).toEqual([':status', '200']);
+    expect(client.decode(headers[1])).toEqual(['grpc-status', '0']);
+    client.close();
+  });
+
+  it('holds DATA back until the client opens its window, and sends the trailers after it', async () => {
+    await start();
+    const client = await RawClient.connect(port, [[Setting.INITIAL_WINDOW_SIZE, 10]]);
+    client.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('0123456789abcdefghijklmnopqrstuvwxy')));
+    await client.waitFor(isType(FrameType.DATA, 1));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(client.frames.filter(isType(FrameType.DATA, 1)).map((f) => f.payload.toString())).toEqual(['0123456789']);
+    expect(client.frames.filter(isType(FrameType.HEADERS, 1))).toHaveLength(1);
+    client.send(wordFrame(FrameType.WINDOW_UPDATE, 1, 10));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(client.frames.filter(isType(FrameType.DATA, 1)).map((f) => f.payload.toString())).toEqual(['0123456789', 'abcdefghij']);
+    client.send(wordFrame(FrameType.WINDOW_UPDATE, 1, 100));
+    const end = await client.waitFor((f) => f.type === FrameType.HEADERS && (f.flags & Flag.END_STREAM) !== 0);
+    expect(end).toBeDefined();
+    expect(Buffer.concat(client.frames.filter(isType(FrameType.DATA, 1)).map((f) => f.payload)).toString()).toBe('0123456789abcdefghijklmnopqrstuvwxy');
+    client.close();
+  });
+
+  it('tells the handler when the client resets a stream, and sends nothing more on it', async () => {
+    let held: H2Stream | undefined;
+    reply = (stream) => (held = stream);
+    await start();
+    const client = await RawClient.connect(port);
+    client.send(headersFrame(1));
+    while (held === undefined) await new Promise((r) => setTimeout(r, 10));
+    client.send(wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL));
+    while (aborted.length === 0) await new Promise((r) => setTimeout(r, 10));
+    expect(aborted).toEqual([1]);
+    held.respond(RESPONSE, true);
+    client.send(frame(FrameType.PING, 0, 0, Buffer.alloc(8)));
+    await client.waitFor((f) => f.type === FrameType.PING && f.flags === Flag.ACK);
+    expect(client.frames.filter((f) => f.streamId === 1)).toEqual([]);
+    client.close();
+  });
+
+  it('resets only the stream whose handler throws, and reports the error', async () => {
+    const errors: unknown[] = [];
+    reply = (stream, body) => {
+      if (body.toString() === 'boom') throw new Error('handler bug');
+      stream.respond(RESPONSE, true);
+    };
+    await start({ onHandlerError: (err) => errors.push(err) });
+    const client = await RawClient.connect(port);
+    client.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('boom')), headersFrame(3));
+    const rst = await client.waitFor(isType(FrameType.RST_STREAM, 1));
+    expect(rst?.payload.readUInt32BE(0)).toBe(ErrorCode.INTERNAL_ERROR);
+    expect(await client.waitFor(isType(FrameType.HEADERS, 3))).toBeDefined();
+    expect(errors).toEqual([new Error('handler bug')]);
+    client.close();
+  });
+
+  it('refuses streams beyond SETTINGS_MAX_CONCURRENT_STREAMS', async () => {
+    reply = () => undefined;
+    await start({ maxConcurrentStreams: 2 });
+    const client = await RawClient.connect(port);
+    client.send(headersFrame(1), headersFrame(3), headersFrame(5));
+    const rst = await client.waitFor(isType(FrameType.RST_STREAM, 5));
+    expect(rst?.payload.readUInt32BE(0)).toBe(ErrorCode.REFUSED_STREAM);
+    expect(seen.map((s) => s.stream.id)).toEqual([1, 3]);
+    client.close();
+  });
+
+  it('closes gracefully: GOAWAY names the last stream, which still gets its answer, then the socket ends', async () => {
+    let held: H2Stream | undefined;
+    reply = (stream) => (held = stream);
+    await start();
+    const client = await RawClient.connect(port);
+    client.send(headersFrame(1));
+    while (held === undefined) await new Promise((r) => setTimeout(r, 10));
+    const closing = server.close(2000);
+    await client.waitFor(isType(FrameType.GOAWAY));
+    expect(client.goaway()).toEqual({ lastStreamId: 1, code: ErrorCode.NO_ERROR });
+    expect(client.closed).toBe(false);
+    held.respond(RESPONSE, true);
+    await client.waitClosed();
+    await closing;
+    expect(client.frames.filter(isType(FrameType.HEADERS, 1))).toHaveLength(1);
+  });
+
+  it.each([
+    ['a bad connection preface', (c: RawClient) => c.send(Buffer.from('GET / HTTP/1.1\r\n\r\n')), ErrorCode.PROTOCOL_ERROR, false],
+    ['a DATA frame in the middle of a header block', (c: RawClient) => c.send(headersFrame(1, 0), dataFrame(1, Buffer.from('x'))), ErrorCode.PROTOCOL_ERROR, true],
+    ['a header block HPACK cannot decode', (c: RawClient) => c.send(headersFrame(1, Flag.END_HEADERS, Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]))), ErrorCode.COMPRESSION_ERROR, true],
+    ['DATA on a stream never opened', (c: RawClient) => c.send(dataFrame(7, Buffer.from('x'))), ErrorCode.PROTOCOL_ERROR, true],
+    ['a PING of the wrong size', (c: RawClient) => c.send(frame(FrameType.PING, 0, 0, Buffer.alloc(4))), ErrorCode.FRAME_SIZE_ERROR, true],
+    ['a window update that overflows the connection window', (c: RawClient) => c.send(wordFrame(FrameType.WINDOW_UPDATE, 0, 0x7fffffff)), ErrorCode.FLOW_CONTROL_ERROR, true],
+  ] as const)('ends the connection with GOAWAY on %s', async (_name, misbehave, code, withPreface) => {
+    reply = () => undefined;
+    await start();
+    let client: RawClient;
+    if (withPreface) {
+      client = await RawClient.connect(port);
+    } else {
+      const socket = net.connect(port, '127.0.0.1');
+      await new Promise((r) => socket.once('connect', r));
+      client = new RawClient(socket);
+    }
+    misbehave(client);
+    await client.waitClosed();
+    expect(client.goaway()?.code).toBe(code);
+  });
+});
