@@ -6,16 +6,13 @@ import {
   DEFAULT_WINDOW,
   ErrorCode,
   Flag,
-  frame,
   FRAME_HEADER_BYTES,
-  frameHeader,
   FrameType,
   goawayFrame,
   MAX_ALLOWED_FRAME_SIZE,
   MAX_WINDOW,
   Setting,
   settingsFrame,
-  wordFrame,
 } from './frames';
 
 /**
@@ -47,6 +44,9 @@ const HPACK_TABLE_SIZE = 4096;
 const MAX_HEADER_BLOCK_FACTOR = 2;
 
 const EMPTY = Buffer.alloc(0);
+const PING_PAYLOAD = Buffer.alloc(8);
+// First size of a flush's output buffer: small enough to come from node's shared Buffer pool.
+const OUTPUT_CHUNK = 2048;
 
 /** One request stream: what the application reads and writes. */
 export class H2Stream {
@@ -117,7 +117,8 @@ export class H2Connection {
   private recvUnacked = 0;
   private readonly blocked = new Set<H2Stream>();
 
-  private out: Buffer[] = [];
+  private out: Buffer = EMPTY;
+  private outLength = 0;
   private flushScheduled = false;
   private goawaySent = false;
   private closed = false;
@@ -131,7 +132,7 @@ export class H2Connection {
   ) {
     this.decoder = new HpackDecoder({ maxTableSize: HPACK_TABLE_SIZE, maxHeaderListSize: options.maxHeaderListSize });
     socket.setNoDelay(true);
-    this.queue(
+    this.putRaw(
       settingsFrame([
         [Setting.MAX_CONCURRENT_STREAMS, options.maxConcurrentStreams],
         [Setting.INITIAL_WINDOW_SIZE, options.initialWindowSize],
@@ -139,7 +140,7 @@ export class H2Connection {
       ]),
     );
     if (options.connectionWindowSize > DEFAULT_WINDOW) {
-      this.queue(wordFrame(FrameType.WINDOW_UPDATE, 0, options.connectionWindowSize - DEFAULT_WINDOW));
+      this.putWord(FrameType.WINDOW_UPDATE, 0, options.connectionWindowSize - DEFAULT_WINDOW);
     }
     socket.on('data', this.onSocketData);
     socket.on('drain', this.onDrain);
@@ -157,7 +158,7 @@ export class H2Connection {
     if (this.closed) return;
     if (!this.goawaySent) {
       this.goawaySent = true;
-      this.queue(goawayFrame(this.lastStreamId, ErrorCode.NO_ERROR));
+      this.putRaw(goawayFrame(this.lastStreamId, ErrorCode.NO_ERROR));
     }
     this.maybeEnd();
   }
@@ -174,7 +175,7 @@ export class H2Connection {
   ping(): boolean {
     if (this.pingOutstanding) return false;
     this.pingOutstanding = true;
-    this.queue(frame(FrameType.PING, 0, 0, Buffer.alloc(8)));
+    this.putFrame(FrameType.PING, 0, 0, PING_PAYLOAD, 0, PING_PAYLOAD.length);
     return true;
   }
 
@@ -201,7 +202,7 @@ export class H2Connection {
   }
 
   resetStream(stream: H2Stream, code: ErrorCode): void {
-    this.queue(wordFrame(FrameType.RST_STREAM, stream.id, code));
+    this.putWord(FrameType.RST_STREAM, stream.id, code);
     this.closeStream(stream, false);
   }
 
@@ -213,14 +214,13 @@ export class H2Connection {
       if (room <= 0) break;
       const n = Math.min(room, data.length - offset);
       const last = offset + n === data.length;
-      this.queue(frameHeader(n, FrameType.DATA, last && endStream ? Flag.END_STREAM : 0, stream.id));
-      this.queue(offset === 0 && last ? data : data.subarray(offset, offset + n));
+      this.putFrame(FrameType.DATA, last && endStream ? Flag.END_STREAM : 0, stream.id, data, offset, offset + n);
       stream.sendWindow -= n;
       this.sendWindow -= n;
       offset += n;
     }
     if (offset === data.length) {
-      if (data.length === 0) this.queue(frameHeader(0, FrameType.DATA, endStream ? Flag.END_STREAM : 0, stream.id));
+      if (data.length === 0) this.putFrame(FrameType.DATA, endStream ? Flag.END_STREAM : 0, stream.id);
       return true;
     }
     stream.pending = [{ data: data.subarray(offset), endStream }];
@@ -256,20 +256,20 @@ export class H2Connection {
     const max = this.peerMaxFrameSize;
     const endFlag = endStream ? Flag.END_STREAM : 0;
     if (block.length <= max) {
-      this.queue(frame(FrameType.HEADERS, Flag.END_HEADERS | endFlag, streamId, block));
+      this.putFrame(FrameType.HEADERS, Flag.END_HEADERS | endFlag, streamId, block, 0, block.length);
       return;
     }
     for (let offset = 0; offset < block.length; offset += max) {
       const last = offset + max >= block.length;
       const type = offset === 0 ? FrameType.HEADERS : FrameType.CONTINUATION;
       const flags = (last ? Flag.END_HEADERS : 0) | (offset === 0 ? endFlag : 0);
-      this.queue(frame(type, flags, streamId, block.subarray(offset, Math.min(block.length, offset + max))));
+      this.putFrame(type, flags, streamId, block, offset, Math.min(block.length, offset + max));
     }
   }
 
   /** Our END_STREAM is out: the stream is done (a client still sending is told to stop). */
   private finishLocal(stream: H2Stream): void {
-    if (!stream.remoteEnded) this.queue(wordFrame(FrameType.RST_STREAM, stream.id, ErrorCode.NO_ERROR));
+    if (!stream.remoteEnded) this.putWord(FrameType.RST_STREAM, stream.id, ErrorCode.NO_ERROR);
     this.closeStream(stream, true);
   }
 
@@ -292,20 +292,65 @@ export class H2Connection {
     }
   }
 
-  private queue(buf: Buffer): void {
-    if (this.closed) return;
-    this.out.push(buf);
+  // Output frames are written straight into one buffer per flush: one copy, few allocations.
+  private reserve(bytes: number): number {
+    const at = this.outLength;
+    if (at + bytes > this.out.length) {
+      const next = Buffer.allocUnsafe(Math.max(OUTPUT_CHUNK, (at + bytes) * 2));
+      this.out.copy(next, 0, 0, at);
+      this.out = next;
+    }
+    this.outLength = at + bytes;
     if (!this.flushScheduled) {
       this.flushScheduled = true;
-      process.nextTick(this.flush);
+      // One write per event-loop turn, whatever number of answers completed in it.
+      setImmediate(this.flush);
     }
+    return at;
+  }
+
+  private putFrame(type: FrameType, flags: number, streamId: number, payload?: Buffer, start = 0, end = 0): void {
+    if (this.closed) return;
+    const length = end - start;
+    const at = this.reserve(FRAME_HEADER_BYTES + length);
+    const out = this.out;
+    out[at] = (length >>> 16) & 0xff;
+    out[at + 1] = (length >>> 8) & 0xff;
+    out[at + 2] = length & 0xff;
+    out[at + 3] = type;
+    out[at + 4] = flags;
+    out.writeUInt32BE(streamId, at + 5);
+    if (payload !== undefined && length > 0) payload.copy(out, at + FRAME_HEADER_BYTES, start, end);
+  }
+
+  /** RST_STREAM or WINDOW_UPDATE: one 32-bit word. */
+  private putWord(type: FrameType.RST_STREAM | FrameType.WINDOW_UPDATE, streamId: number, word: number): void {
+    if (this.closed) return;
+    const at = this.reserve(FRAME_HEADER_BYTES + 4);
+    const out = this.out;
+    out[at] = 0;
+    out[at + 1] = 0;
+    out[at + 2] = 4;
+    out[at + 3] = type;
+    out[at + 4] = 0;
+    out.writeUInt32BE(streamId, at + 5);
+    out.writeUInt32BE(word >>> 0, at + FRAME_HEADER_BYTES);
+  }
+
+  /** A frame built elsewhere (SETTINGS, GOAWAY). */
+  private putRaw(frameBytes: Buffer): void {
+    if (this.closed) return;
+    const at = this.reserve(frameBytes.length);
+    frameBytes.copy(this.out, at);
   }
 
   private readonly flush = (): void => {
     this.flushScheduled = false;
-    if (this.out.length === 0 || this.closed) return;
-    const chunk = this.out.length === 1 ? this.out[0] : Buffer.concat(this.out);
-    this.out = [];
+    if (this.outLength === 0 || this.closed) return;
+    const chunk = this.out.subarray(0, this.outLength);
+    // The socket owns what it was given; the next frames go into a new buffer.
+    this.out = EMPTY;
+    this.outLength = 0;
     // A peer that does not read its answers stops being read: no unbounded buffering.
     if (!this.socket.write(chunk)) this.socket.pause();
   };
@@ -316,7 +361,8 @@ export class H2Connection {
 
   private readonly onSocketClose = (): void => {
     this.closed = true;
-    this.out = [];
+    this.out = EMPTY;
+    this.outLength = 0;
     for (const stream of [...this.streams.values()]) this.closeStream(stream, false);
     const onClose = this.onClose;
     this.onClose = undefined;
@@ -326,7 +372,7 @@ export class H2Connection {
   /** A connection error: GOAWAY with the code, then the socket ends. */
   private fail(code: ErrorCode, debug: string): void {
     if (this.closed) return;
-    this.queue(goawayFrame(this.lastStreamId, code, debug));
+    this.putRaw(goawayFrame(this.lastStreamId, code, debug));
     this.goawaySent = true;
     this.flush();
     this.closed = true;
@@ -449,7 +495,7 @@ export class H2Connection {
       return;
     }
     if (this.recvUnacked >= this.options.connectionWindowSize / 2) {
-      this.queue(wordFrame(FrameType.WINDOW_UPDATE, 0, this.recvUnacked));
+      this.putWord(FrameType.WINDOW_UPDATE, 0, this.recvUnacked);
       this.recvUnacked = 0;
     }
     const data = this.unpad(flags, payload, 0);
@@ -459,13 +505,13 @@ export class H2Connection {
     if (stream === undefined || stream.remoteEnded) return;
     stream.recvUnacked += payload.length;
     if (stream.recvUnacked > this.options.initialWindowSize) {
-      this.queue(wordFrame(FrameType.RST_STREAM, streamId, ErrorCode.FLOW_CONTROL_ERROR));
+      this.putWord(FrameType.RST_STREAM, streamId, ErrorCode.FLOW_CONTROL_ERROR);
       this.closeStream(stream, false);
       return;
     }
     const endStream = (flags & Flag.END_STREAM) !== 0;
     if (!endStream && stream.recvUnacked >= this.options.initialWindowSize / 2) {
-      this.queue(wordFrame(FrameType.WINDOW_UPDATE, streamId, stream.recvUnacked));
+      this.putWord(FrameType.WINDOW_UPDATE, streamId, stream.recvUnacked);
       stream.recvUnacked = 0;
     }
     if (data.length > 0 && stream.onData !== undefined) this.guard(stream, stream.onData, data);
@@ -536,7 +582,7 @@ export class H2Connection {
       const stream = this.streams.get(streamId);
       if (stream === undefined) return;
       if (!endStream) {
-        this.queue(wordFrame(FrameType.RST_STREAM, streamId, ErrorCode.PROTOCOL_ERROR));
+        this.putWord(FrameType.RST_STREAM, streamId, ErrorCode.PROTOCOL_ERROR);
         this.closeStream(stream, false);
         return;
       }
@@ -546,11 +592,11 @@ export class H2Connection {
     this.lastStreamId = streamId;
     if (this.goawaySent) return;
     if (headers === undefined) {
-      this.queue(wordFrame(FrameType.RST_STREAM, streamId, ErrorCode.ENHANCE_YOUR_CALM));
+      this.putWord(FrameType.RST_STREAM, streamId, ErrorCode.ENHANCE_YOUR_CALM);
       return;
     }
     if (this.streams.size >= this.options.maxConcurrentStreams) {
-      this.queue(wordFrame(FrameType.RST_STREAM, streamId, ErrorCode.REFUSED_STREAM));
+      this.putWord(FrameType.RST_STREAM, streamId, ErrorCode.REFUSED_STREAM);
       return;
     }
     const stream = new H2Stream(streamId, this, this.peerInitialWindow);
@@ -608,7 +654,7 @@ export class H2Connection {
       }
       // HEADER_TABLE_SIZE: responses never use the dynamic table, so any size suits them.
     }
-    this.queue(frame(FrameType.SETTINGS, Flag.ACK, 0));
+    this.putFrame(FrameType.SETTINGS, Flag.ACK, 0);
     this.resumeBlocked();
   }
 
@@ -622,7 +668,7 @@ export class H2Connection {
       return;
     }
     if ((flags & Flag.ACK) !== 0) this.pingOutstanding = false;
-    else this.queue(frame(FrameType.PING, Flag.ACK, 0, payload));
+    else this.putFrame(FrameType.PING, Flag.ACK, 0, payload, 0, payload.length);
   }
 
   private onWindowUpdate(streamId: number, payload: Buffer): void {

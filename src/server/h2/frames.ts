@@ -57,18 +57,12 @@ export const DEFAULT_MAX_FRAME_SIZE = 16_384;
 export const MAX_WINDOW = 0x7fff_ffff;
 export const MAX_ALLOWED_FRAME_SIZE = 0xff_ffff;
 
-/** A frame whose payload is `payload` (copied in; use `frameHeader` to send a large payload uncopied). */
+/** A frame whose payload is `payload` (copied in). */
 export function frame(type: FrameType, flags: number, streamId: number, payload?: Buffer): Buffer {
   const length = payload === undefined ? 0 : payload.length;
   const out = Buffer.allocUnsafe(FRAME_HEADER_BYTES + length);
   writeFrameHeader(out, length, type, flags, streamId);
   if (payload !== undefined) payload.copy(out, FRAME_HEADER_BYTES);
-  return out;
-}
-
-export function frameHeader(length: number, type: FrameType, flags: number, streamId: number): Buffer {
-  const out = Buffer.allocUnsafe(FRAME_HEADER_BYTES);
-  writeFrameHeader(out, length, type, flags, streamId);
   return out;
 }
 

@@ -99,6 +99,9 @@ export interface HpackDecoderOptions {
  * The decoding context of one HTTP/2 connection: feed it every header block of the connection in
  * order (one HpackDecoder per connection).
  */
+/** Longest Huffman literal kept for reuse (see HpackDecoder.string). */
+const MAX_REMEMBERED_HUFFMAN = 256;
+
 export class HpackDecoder {
   private readonly maxTableSize: number;
   private readonly maxHeaderListSize: number;
@@ -114,6 +117,8 @@ export class HpackDecoder {
   private count = 0;
   /** Read position in the block being decoded. */
   private pos = 0;
+  private lastHuffman: Buffer = Buffer.alloc(0);
+  private lastHuffmanText = '';
 
   constructor(opts: HpackDecoderOptions) {
     this.maxTableSize = opts.maxTableSize;
@@ -198,7 +203,17 @@ export class HpackDecoder {
     const stop = start + length;
     if (stop > block.length) throw new HpackError('string literal runs past the end of the header block');
     this.pos = stop;
-    return huffman ? huffmanDecode(block, start, stop) : block.toString('latin1', start, stop);
+    if (!huffman) return block.toString('latin1', start, stop);
+    // Clients often repeat one literal on every request (nghttp2 never indexes :path): the last
+    // Huffman string is kept with its octets and reused when they come again.
+    const last = this.lastHuffman;
+    if (last.length === length && block.compare(last, 0, length, start, stop) === 0) return this.lastHuffmanText;
+    const text = huffmanDecode(block, start, stop);
+    if (length <= MAX_REMEMBERED_HUFFMAN) {
+      this.lastHuffman = Buffer.from(block.subarray(start, stop));
+      this.lastHuffmanText = text;
+    }
+    return text;
   }
 
   /** The name of a literal field: an index with an N-bit prefix, or 0 and a string literal. */
