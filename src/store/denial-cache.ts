@@ -125,9 +125,12 @@ export class DenialCache implements Store {
         continue;
       }
       if (c.hits < denial.minHits || c.limit !== denial.limit || c.windowMs !== denial.windowMs || c.algorithm !== denial.algorithm) continue;
-      // Recently used: keep it over colder entries.
-      this.denials.delete(key);
-      this.denials.set(key, denial);
+      // Recently used: keep it over colder entries. Only worth two more hash operations per hit
+      // once eviction is near; below half full the order never matters.
+      if (this.denials.size * 2 > this.maxKeys) {
+        this.denials.delete(key);
+        this.denials.set(key, denial);
+      }
       out ??= counters.map(() => NOT_CONSULTED);
       out[i] = { allowed: false, remaining: 0, resetMs: denial.untilMs - now, fromCache: true };
     }
