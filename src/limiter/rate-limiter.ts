@@ -90,6 +90,15 @@ const NOT_LIMITED: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining
 const UNLIMITED: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: UNLIMITED_REMAINING });
 const NO_REPLACES: readonly string[] = Object.freeze([]);
 
+/** A request after matching: statuses so far, and the counters the store must decide. */
+interface Plan {
+  readonly domain: string;
+  readonly descriptors: readonly Descriptor[];
+  readonly statuses: DescriptorStatus[];
+  readonly counted: Counted[];
+  readonly shadowCount: number;
+}
+
 /** A counted descriptor: its rule, its position in the request and its store request. */
 interface Counted {
   readonly index: number;
@@ -125,10 +134,26 @@ export class RateLimiter {
   }
 
   /**
-   * Answers one request. Throws InvalidRequestError for a malformed request, NotReadyError before
-   * the first config, and whatever the store rejects with (StoreUnavailableError) when it cannot answer.
+   * Answers one request. Rejects with InvalidRequestError for a malformed request, NotReadyError
+   * before the first config, and whatever the store rejects with (StoreUnavailableError) when it
+   * cannot answer. Not an async function: a call answered without waiting (no counter, or the
+   * denial cache) costs one promise, not an async frame and its awaits.
    */
-  async shouldRateLimit(req: RateLimitRequest): Promise<RateLimitResponse> {
+  shouldRateLimit(req: RateLimitRequest): Promise<RateLimitResponse> {
+    try {
+      const plan = this.plan(req);
+      if (plan.counted.length === 0) return Promise.resolve(this.answer(plan));
+      return this.decide(plan.counted, plan.shadowCount).then((decisions) => {
+        this.applyDecisions(plan, decisions);
+        return this.answer(plan);
+      });
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /** Validation, matching, and the statuses that need no store; throws on a bad request or before the first config. */
+  private plan(req: RateLimitRequest): Plan {
     const { domain, descriptors } = req;
     if (domain === '') throw new InvalidRequestError('domain must not be empty');
     const n = descriptors.length;
@@ -190,22 +215,29 @@ export class RateLimiter {
       });
     }
 
-    if (counted.length > 0) {
-      const decisions = await this.decide(counted, shadowCount);
-      for (let k = 0; k < counted.length; k++) {
-        const { index, rule, counter } = counted[k];
-        const decision = decisions[k];
-        const limit = rule.limit;
-        statuses[index] = {
-          code: decision.allowed || rule.shadowMode ? 'OK' : 'OVER_LIMIT',
-          currentLimit: currentLimitOf(limit),
-          limitRemaining: decision.remaining,
-          durationUntilResetMs: decision.resetMs,
-        };
-        if (this.observer !== undefined) this.report(domain, descriptors[index].entries, rule, counter.hits, decision);
-      }
-    }
+    return { domain, descriptors, statuses, counted, shadowCount };
+  }
 
+  /** The store's verdicts, in `plan.counted` order, turned into statuses (and reported). */
+  private applyDecisions(plan: Plan, decisions: readonly CounterDecision[]): void {
+    const { domain, descriptors, statuses, counted } = plan;
+    for (let k = 0; k < counted.length; k++) {
+      const { index, rule, counter } = counted[k];
+      const decision = decisions[k];
+      const limit = rule.limit;
+      statuses[index] = {
+        code: decision.allowed || rule.shadowMode ? 'OK' : 'OVER_LIMIT',
+        currentLimit: currentLimitOf(limit),
+        limitRemaining: decision.remaining,
+        durationUntilResetMs: decision.resetMs,
+      };
+      if (this.observer !== undefined) this.report(domain, descriptors[index].entries, rule, counter.hits, decision);
+    }
+  }
+
+  private answer(plan: Plan): RateLimitResponse {
+    const { domain, statuses } = plan;
+    const n = statuses.length;
     let overLimit = false;
     for (let i = 0; i < n; i++) {
       if (statuses[i].code === 'OVER_LIMIT') {

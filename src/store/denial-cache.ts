@@ -73,24 +73,26 @@ export class DenialCache implements Store {
   }
 
   /** Answers from the cache when a counter is known to be denied, else asks the store and records its denials. */
-  async decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
+  decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
     const now = this.clock.nowMs();
     if (this.denials.size > 0) {
       const local = this.lookup(counters, now);
       if (local !== undefined) {
         this.onHit();
-        return local;
+        // A resolved promise, not an async frame: this is the path attack traffic takes.
+        return Promise.resolve(local);
       }
     }
-    const decisions = await this.store.decide(counters, options);
-    for (let i = 0; i < decisions.length; i++) {
-      const d = decisions[i];
-      if (!d.allowed && d.resetMs > 0) {
-        const c = counters[i];
-        this.remember(c.key, { untilMs: now + d.resetMs, minHits: c.hits, limit: c.limit, windowMs: c.windowMs, algorithm: c.algorithm });
+    return this.store.decide(counters, options).then((decisions) => {
+      for (let i = 0; i < decisions.length; i++) {
+        const d = decisions[i];
+        if (!d.allowed && d.resetMs > 0) {
+          const c = counters[i];
+          this.remember(c.key, { untilMs: now + d.resetMs, minHits: c.hits, limit: c.limit, windowMs: c.windowMs, algorithm: c.algorithm });
+        }
       }
-    }
-    return decisions;
+      return decisions;
+    });
   }
 
   /** Forgets every denial (the limits may have changed: config reload). */
