@@ -67,7 +67,7 @@ interface Prepared {
   readonly files: WorkloadFiles;
   readonly target: Target;
   readonly redis?: RedisProcess;
-  readonly sizes: AnswerSizes;
+  sizes: AnswerSizes;
   readonly runs: RunMeasure[];
   error?: string;
 }
@@ -260,6 +260,14 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
   const answerSizes = new Map<string, AnswerSizes>();
   const sample = (port: number, frame: Buffer): Promise<SizeRange> =>
     probeAnswers(port, frame, { timeoutMs: 10_000, samples: SIZE_SAMPLES, spreadMs: 1000, alive: () => true });
+  // One call first puts the attacker key over its limit, so the sizes sampled next (and every call
+  // of the run) are OVER_LIMIT answers; the normal key's are OK answers. The wait an OVER_LIMIT
+  // answer reports changes when its hour-long window rolls over, and with it the answer's size:
+  // the mix samples again before each run.
+  const sampleMix = async (port: number, f: WorkloadFiles): Promise<AnswerSizes> => {
+    await probeAnswers(port, f.mix!.attacker.frame, { timeoutMs: 10_000, samples: 0, alive: () => true });
+    return { attacker: await sample(port, f.mix!.attacker.frame), normal: await sample(port, f.mix!.normal.frame) };
+  };
   /** Starts (or reuses) the scenario's target, learns its answer sizes and warms it up. */
   const prepare = async (s: ScenarioSpec): Promise<Prepared> => {
     const f = files.get(s.workload)!;
@@ -268,12 +276,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
     const key = `${s.target}:${s.transport}:${s.backend ?? ''}:${s.workers}:${s.workload}:${s.generator}`;
     let sizes = answerSizes.get(key) ?? {};
     if (s.generator === 'h2load' && !sizes.first) sizes = { first: await sample(target.port, f.firstFrame) };
-    if (s.generator === 'h2load-mix' && !sizes.attacker) {
-      // One call first puts the attacker key over its limit, so the sizes sampled next (and every
-      // call of the run) are OVER_LIMIT answers; the normal key's are OK answers.
-      await probeAnswers(target.port, f.mix!.attacker.frame, { timeoutMs: 10_000, samples: 0, alive: () => true });
-      sizes = { attacker: await sample(target.port, f.mix!.attacker.frame), normal: await sample(target.port, f.mix!.normal.frame) };
-    }
+    if (s.generator === 'h2load-mix' && !sizes.attacker) sizes = await sampleMix(target.port, f);
     answerSizes.set(key, sizes);
     if (opts.warmupS > 0) await generate(s, target, f, sizes, opts.warmupS, opts, tmp);
     return { spec: s, files: f, target, redis: r, sizes, runs: [] };
@@ -300,6 +303,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
       for (const p of ready) {
         if (p.error !== undefined) continue;
         try {
+          if (p.spec.generator === 'h2load-mix' && i > 0) p.sizes = await sampleMix(p.target.port, p.files);
           p.runs.push(await measure(() => generate(p.spec, p.target, p.files, p.sizes, opts.durationS, opts, tmp), p.target, p.redis));
         } catch (e) {
           p.error = message(e);

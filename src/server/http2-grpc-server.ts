@@ -148,7 +148,7 @@ export class Http2GrpcServer {
       ...CONNECTION_SETTINGS,
       tls: grpcTls.enabled ? secureOptions(grpcTls) : undefined,
       onStream: this.onStream,
-      onHandlerError: (err) => this.options.logger.error({ err }, 'gRPC stream handler failed'),
+      onError: (err) => this.options.logger.error({ err }, 'gRPC connection or stream handler failed'),
     });
   }
 

@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import * as net from 'node:net';
 import type { H2Stream } from '../../src/server/h2/connection';
 import { CONNECTION_PREFACE, ErrorCode, Flag, frame, FrameType, Setting, settingsFrame, wordFrame } from '../../src/server/h2/frames';
@@ -230,7 +231,7 @@ describe('the HTTP/2 connection layer', () => {
       if (body.toString() === 'boom') throw new Error('handler bug');
       stream.respond(RESPONSE, true);
     };
-    await start({ onHandlerError: (err) => errors.push(err) });
+    await start({ onError: (err) => errors.push(err) });
     const client = await RawClient.connect(port);
     client.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('boom')), headersFrame(3));
     const rst = await client.waitFor(isType(FrameType.RST_STREAM, 1));
@@ -289,5 +290,41 @@ describe('the HTTP/2 connection layer', () => {
     misbehave(client);
     await client.waitClosed();
     expect(client.goaway()?.code).toBe(code);
+  });
+
+  it('survives any sequence of frames: it answers a PING afterwards or ends the connection with GOAWAY, and keeps serving others', async () => {
+    reply = (stream, body) => {
+      stream.respond(RESPONSE, false);
+      stream.write(body);
+      stream.end(TRAILERS);
+    };
+    const internal: unknown[] = [];
+    await start({ maxConcurrentStreams: 8, onError: (err) => internal.push(err) });
+    const anyFrame = fc.record({
+      type: fc.integer({ min: 0, max: 10 }),
+      flags: fc.constantFrom(0, 0x1, 0x4, 0x5, 0x8, 0x20, 0x2d, 0xff),
+      streamId: fc.constantFrom(0, 1, 2, 3, 5, 7, 0x7fffffff),
+      payload: fc.oneof(fc.uint8Array({ maxLength: 40 }), fc.constant(REQUEST), fc.constant(new Uint8Array(8))),
+    });
+    await fc.assert(
+      fc.asyncProperty(fc.array(anyFrame, { maxLength: 12 }), async (frames) => {
+        const client = await RawClient.connect(port);
+        client.send(...frames.map((f) => frame(f.type, f.flags, f.streamId, Buffer.from(f.payload))));
+        client.send(frame(FrameType.PING, 0, 0, Buffer.from('survived')));
+        const pong = await client.waitFor((f) => f.type === FrameType.PING && f.flags === Flag.ACK && f.payload.toString() === 'survived', 3000);
+        // Either it answered the PING, or it said why it ended the connection.
+        if (pong === undefined) expect(client.goaway()).toBeDefined();
+        client.close();
+      }),
+      { numRuns: 150, seed: 20261122 },
+    );
+    // Protocol errors are the client's; nothing may have failed inside the layer.
+    expect(internal).toEqual([]);
+    // A well-behaved client is still served.
+    const client = await RawClient.connect(port);
+    client.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('still here')));
+    await client.waitFor((f) => f.type === FrameType.HEADERS && (f.flags & Flag.END_STREAM) !== 0);
+    expect(Buffer.concat(client.frames.filter(isType(FrameType.DATA, 1)).map((f) => f.payload)).toString()).toBe('still here');
+    client.close();
   });
 });

@@ -35,8 +35,12 @@ export interface ConnectionOptions {
   readonly maxHeaderListSize: number;
   /** A new stream, with its request header fields as a flat `[name, value, ...]` list. */
   readonly onStream: (stream: H2Stream, headers: readonly string[]) => void;
-  /** A stream handler threw: the stream has been reset with INTERNAL_ERROR; the connection goes on. */
-  readonly onHandlerError?: (err: unknown) => void;
+  /**
+   * Something threw: a stream handler (that stream is reset with INTERNAL_ERROR, the connection
+   * goes on), or this layer itself on a frame it did not expect (that connection ends with GOAWAY
+   * INTERNAL_ERROR; the process and its other connections go on).
+   */
+  readonly onError?: (err: unknown) => void;
 }
 
 const HPACK_TABLE_SIZE = 4096;
@@ -384,6 +388,15 @@ export class H2Connection {
   // ---- receiving ----
 
   private readonly onSocketData = (chunk: Buffer): void => {
+    try {
+      this.receive(chunk);
+    } catch (err) {
+      this.options.onError?.(err);
+      this.fail(ErrorCode.INTERNAL_ERROR, 'internal error');
+    }
+  };
+
+  private receive(chunk: Buffer): void {
     const buf = this.buffered.length === 0 ? chunk : Buffer.concat([this.buffered, chunk]);
     let offset = 0;
     if (!this.prefaceSeen) {
@@ -416,7 +429,7 @@ export class H2Connection {
     if (this.closed) return;
     // Leftover bytes are copied: `payload` subarrays handed out above must not pin the whole chunk.
     this.buffered = offset === buf.length ? EMPTY : Buffer.from(buf.subarray(offset));
-  };
+  }
 
   private onFrame(type: number, flags: number, streamId: number, payload: Buffer): void {
     if (!this.settingsSeen) {
@@ -530,7 +543,7 @@ export class H2Connection {
       handler(arg);
     } catch (err) {
       if (!stream.closed) this.resetStream(stream, ErrorCode.INTERNAL_ERROR);
-      this.options.onHandlerError?.(err);
+      this.options.onError?.(err);
     }
   }
 
