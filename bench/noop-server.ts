@@ -3,6 +3,7 @@ import cluster from 'node:cluster';
 import * as http2 from 'node:http2';
 import { encodeHeaderBlock } from '../src/server/h2/hpack';
 import { H2Server } from '../src/server/h2/server';
+import { OK_TRAILERS, RESPONSE_HEADERS } from '../src/server/http2-grpc-server';
 import { countDescriptors, encodeOkResponse, grpcFrame, SHOULD_RATE_LIMIT_PATH } from './rls-codec';
 
 /**
@@ -57,11 +58,6 @@ async function startGrpcJs(port: number): Promise<NoopServer> {
   };
 }
 
-const RESPONSE_HEADERS = encodeHeaderBlock([
-  [':status', '200'],
-  ['content-type', 'application/grpc'],
-]);
-const OK_TRAILERS = encodeHeaderBlock([['grpc-status', '0']]);
 const INVALID_ARGUMENT = encodeHeaderBlock([
   [':status', '200'],
   ['content-type', 'application/grpc'],

@@ -50,11 +50,11 @@ const CONNECTION_SETTINGS = {
 } as const;
 
 // Encoded once: the header blocks of every successful answer. No `date` header: gRPC clients ignore it.
-const RESPONSE_HEADERS = encodeHeaderBlock([
+export const RESPONSE_HEADERS = encodeHeaderBlock([
   [':status', '200'],
   ['content-type', 'application/grpc'],
 ]);
-const OK_TRAILERS = encodeHeaderBlock([['grpc-status', '0']]);
+export const OK_TRAILERS = encodeHeaderBlock([['grpc-status', '0']]);
 const METHOD_NOT_ALLOWED = encodeHeaderBlock([
   [':status', '405'],
   ['allow', 'POST'],

@@ -208,13 +208,19 @@ describe('the HTTP/2 connection layer', () => {
     client.close();
   });
 
-  it('tells the handler when the client resets a stream, and sends nothing more on it', async () => {
+  /** A connection with stream 1 open and its request ended, the answer left to the test. */
+  async function holdOneStream(): Promise<{ client: RawClient; held: H2Stream }> {
     let held: H2Stream | undefined;
     reply = (stream) => (held = stream);
     await start();
     const client = await RawClient.connect(port);
     client.send(headersFrame(1));
     while (held === undefined) await new Promise((r) => setTimeout(r, 10));
+    return { client, held };
+  }
+
+  it('tells the handler when the client resets a stream, and sends nothing more on it', async () => {
+    const { client, held } = await holdOneStream();
     client.send(wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL));
     while (aborted.length === 0) await new Promise((r) => setTimeout(r, 10));
     expect(aborted).toEqual([1]);
@@ -253,12 +259,7 @@ describe('the HTTP/2 connection layer', () => {
   });
 
   it('closes gracefully: GOAWAY names the last stream, which still gets its answer, then the socket ends', async () => {
-    let held: H2Stream | undefined;
-    reply = (stream) => (held = stream);
-    await start();
-    const client = await RawClient.connect(port);
-    client.send(headersFrame(1));
-    while (held === undefined) await new Promise((r) => setTimeout(r, 10));
+    const { client, held } = await holdOneStream();
     const closing = server.close(2000);
     await client.waitFor(isType(FrameType.GOAWAY));
     expect(client.goaway()).toEqual({ lastStreamId: 1, code: ErrorCode.NO_ERROR });

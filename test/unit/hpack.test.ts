@@ -2,6 +2,7 @@ import { once } from 'node:events';
 import * as http2 from 'node:http2';
 import * as net from 'node:net';
 import fc from 'fast-check';
+import { Flag, frame, FrameType } from '../../src/server/h2/frames';
 import { encodeHeaderBlock, HpackDecoder, HpackError } from '../../src/server/h2/hpack';
 import { huffmanDecode, huffmanEncode } from '../../src/server/h2/huffman';
 
@@ -11,28 +12,12 @@ import { huffmanDecode, huffmanEncode } from '../../src/server/h2/huffman';
  * field. Hand-built blocks cover the RFC 7541 examples and every decoding error.
  */
 
-const FRAME_HEADERS = 0x1;
-const FRAME_SETTINGS = 0x4;
-const FRAME_CONTINUATION = 0x9;
-const FLAG_ACK = 0x1;
-const FLAG_END_HEADERS = 0x4;
-const FLAG_PADDED = 0x8;
-const FLAG_PRIORITY = 0x20;
 const PREFACE_BYTES = 24;
 const SETTINGS_HEADER_TABLE_SIZE = 0x1;
 
 interface HeaderBlock {
   readonly streamId: number;
   readonly block: Buffer;
-}
-
-function frame(type: number, flags: number, streamId: number, payload: Buffer): Buffer {
-  const header = Buffer.alloc(9);
-  header.writeUIntBE(payload.length, 0, 3);
-  header[3] = type;
-  header[4] = flags;
-  header.writeUInt32BE(streamId, 5);
-  return Buffer.concat([header, payload]);
 }
 
 /**
@@ -93,29 +78,29 @@ class HeaderBlockCollector {
         const streamId = buffered.readUInt32BE(5) & 0x7fffffff;
         const payload = buffered.subarray(9, 9 + length);
         buffered = buffered.subarray(9 + length);
-        if (type === FRAME_SETTINGS && (flags & FLAG_ACK) === 0) {
+        if (type === FrameType.SETTINGS && (flags & Flag.ACK) === 0) {
           const params = Buffer.alloc(6 * this.settings.length);
           this.settings.forEach(([id, value], i) => {
             params.writeUInt16BE(id, 6 * i);
             params.writeUInt32BE(value, 6 * i + 2);
           });
-          socket.write(Buffer.concat([frame(FRAME_SETTINGS, 0, 0, params), frame(FRAME_SETTINGS, FLAG_ACK, 0, Buffer.alloc(0))]));
-        } else if (type === FRAME_HEADERS) {
+          socket.write(Buffer.concat([frame(FrameType.SETTINGS, 0, 0, params), frame(FrameType.SETTINGS, Flag.ACK, 0, Buffer.alloc(0))]));
+        } else if (type === FrameType.HEADERS) {
           let start = 0;
           let end = payload.length;
-          if (flags & FLAG_PADDED) {
+          if (flags & Flag.PADDED) {
             end -= payload[0];
             start = 1;
           }
-          if (flags & FLAG_PRIORITY) start += 5;
+          if (flags & Flag.PRIORITY) start += 5;
           pending = { streamId, fragments: [payload.subarray(start, end)] };
-        } else if (type === FRAME_CONTINUATION && pending !== undefined) {
+        } else if (type === FrameType.CONTINUATION && pending !== undefined) {
           this.continuationFrames++;
           pending.fragments.push(payload);
         } else {
           continue;
         }
-        if (flags & FLAG_END_HEADERS && pending !== undefined) {
+        if (flags & Flag.END_HEADERS && pending !== undefined) {
           this.blocks.push({ streamId: pending.streamId, block: Buffer.concat(pending.fragments) });
           pending = undefined;
           if (this.waiter !== undefined && this.blocks.length >= this.waiter.count) this.waiter.resolve();
