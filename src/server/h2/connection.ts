@@ -13,6 +13,7 @@ import {
   MAX_WINDOW,
   Setting,
   settingsFrame,
+  writeFrameHeader,
 } from './frames';
 
 /**
@@ -317,28 +318,16 @@ export class H2Connection {
     if (this.closed) return;
     const length = end - start;
     const at = this.reserve(FRAME_HEADER_BYTES + length);
-    const out = this.out;
-    out[at] = (length >>> 16) & 0xff;
-    out[at + 1] = (length >>> 8) & 0xff;
-    out[at + 2] = length & 0xff;
-    out[at + 3] = type;
-    out[at + 4] = flags;
-    out.writeUInt32BE(streamId, at + 5);
-    if (payload !== undefined && length > 0) payload.copy(out, at + FRAME_HEADER_BYTES, start, end);
+    writeFrameHeader(this.out, at, length, type, flags, streamId);
+    if (payload !== undefined && length > 0) payload.copy(this.out, at + FRAME_HEADER_BYTES, start, end);
   }
 
   /** RST_STREAM or WINDOW_UPDATE: one 32-bit word. */
   private putWord(type: FrameType.RST_STREAM | FrameType.WINDOW_UPDATE, streamId: number, word: number): void {
     if (this.closed) return;
     const at = this.reserve(FRAME_HEADER_BYTES + 4);
-    const out = this.out;
-    out[at] = 0;
-    out[at + 1] = 0;
-    out[at + 2] = 4;
-    out[at + 3] = type;
-    out[at + 4] = 0;
-    out.writeUInt32BE(streamId, at + 5);
-    out.writeUInt32BE(word >>> 0, at + FRAME_HEADER_BYTES);
+    writeFrameHeader(this.out, at, 4, type, 0, streamId);
+    this.out.writeUInt32BE(word >>> 0, at + FRAME_HEADER_BYTES);
   }
 
   /** A frame built elsewhere (SETTINGS, GOAWAY). */

@@ -61,24 +61,25 @@ export const MAX_ALLOWED_FRAME_SIZE = 0xff_ffff;
 export function frame(type: FrameType, flags: number, streamId: number, payload?: Buffer): Buffer {
   const length = payload === undefined ? 0 : payload.length;
   const out = Buffer.allocUnsafe(FRAME_HEADER_BYTES + length);
-  writeFrameHeader(out, length, type, flags, streamId);
+  writeFrameHeader(out, 0, length, type, flags, streamId);
   if (payload !== undefined) payload.copy(out, FRAME_HEADER_BYTES);
   return out;
 }
 
-function writeFrameHeader(out: Buffer, length: number, type: FrameType, flags: number, streamId: number): void {
-  out[0] = (length >>> 16) & 0xff;
-  out[1] = (length >>> 8) & 0xff;
-  out[2] = length & 0xff;
-  out[3] = type;
-  out[4] = flags;
-  out.writeUInt32BE(streamId & MAX_WINDOW, 5);
+/** Writes a frame header at `at` in `out`. */
+export function writeFrameHeader(out: Buffer, at: number, length: number, type: FrameType, flags: number, streamId: number): void {
+  out[at] = (length >>> 16) & 0xff;
+  out[at + 1] = (length >>> 8) & 0xff;
+  out[at + 2] = length & 0xff;
+  out[at + 3] = type;
+  out[at + 4] = flags;
+  out.writeUInt32BE(streamId & MAX_WINDOW, at + 5);
 }
 
 /** A frame with one 32-bit payload word: RST_STREAM's error code or WINDOW_UPDATE's increment. */
 export function wordFrame(type: FrameType.RST_STREAM | FrameType.WINDOW_UPDATE, streamId: number, word: number): Buffer {
   const out = Buffer.allocUnsafe(FRAME_HEADER_BYTES + 4);
-  writeFrameHeader(out, 4, type, 0, streamId);
+  writeFrameHeader(out, 0, 4, type, 0, streamId);
   out.writeUInt32BE(word >>> 0, FRAME_HEADER_BYTES);
   return out;
 }
