@@ -12,6 +12,9 @@ import { createStore } from './store/create-store';
 import { isSupervisor, reportReady, superviseWorkers } from './workers';
 import type { Store } from './store/store';
 
+/** Most request answers the limiter keeps for replay: the requests under attack at one time, not every client. */
+const REPLAY_MAX_KEYS = 10_000;
+
 /**
  * Composition root: settings -> logger -> config source -> store -> limiter -> servers -> signals.
  * Each edge is built here and nowhere else; `close()` takes them down in reverse order.
@@ -94,6 +97,8 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     nearLimitRatio: settings.nearLimitRatio,
     responseHeaders: settings.responseHeaders,
     observer: metrics,
+    // Replays (RateLimiter.replay) are built from the denial cache, which only the Redis store has.
+    replayMaxKeys: settings.backendType === 'redis' ? Math.min(settings.denialCacheMaxKeys, REPLAY_MAX_KEYS) : 0,
   });
   // Both edges share one timed, error-counting view of the limiter.
   const decider = instrumentDecider(limiter, metrics);

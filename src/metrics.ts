@@ -258,6 +258,11 @@ export class Metrics {
     };
   }
 
+  /** One request answered by the limiter's replay of local denials: a local cache hit like any other (limiter observer). */
+  onReplay(): void {
+    this.recordLocalCacheHit();
+  }
+
   /** One request that was OVER_LIMIT but answered OK because of the global SHADOW_MODE (limiter observer). */
   onGlobalShadowMode(_domain?: string): void {
     this.globalShadowModeCount.inc(1);
@@ -382,11 +387,11 @@ export function instrumentDecider(decider: RateLimitDecider, metrics: Metrics): 
     return Promise.reject(err);
   };
   return {
-    shouldRateLimit(request: RateLimitRequest): Promise<RateLimitResponse> {
+    shouldRateLimit(request: RateLimitRequest, replayKey?: string): Promise<RateLimitResponse> {
       const started = performance.now();
       let pending: Promise<RateLimitResponse>;
       try {
-        pending = decider.shouldRateLimit(request);
+        pending = decider.shouldRateLimit(request, replayKey);
       } catch (err) {
         return failed(started, err);
       }
@@ -397,6 +402,12 @@ export function instrumentDecider(decider: RateLimitDecider, metrics: Metrics): 
         },
         (err: unknown) => failed(started, err),
       );
+    },
+    replay(replayKey: string): RateLimitResponse | undefined {
+      const started = performance.now();
+      const response = decider.replay?.(replayKey);
+      if (response !== undefined) metrics.recordCall(performance.now() - started);
+      return response;
     },
   };
 }

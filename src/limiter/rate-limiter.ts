@@ -4,9 +4,12 @@ import { InvalidRequestError, NotReadyError } from '../errors';
 import type { CounterDecision, CounterRequest, Store } from '../store/store';
 import { rateLimitHeaders, type HeaderValue, type ResponseHeaderOptions } from './headers';
 import { counterKey, counterKeyPrefix } from './keys';
+import { ReplayCache } from './replays';
 import {
+  systemClock,
   UNIT_MS,
   type Algorithm,
+  type Clock,
   type Descriptor,
   type DescriptorStatus,
   type Entry,
@@ -34,6 +37,10 @@ import {
  * mixes them, the enforced counters are decided first (one call); each shadow counter is then
  * decided on its own, charged only if the request was admitted. Requests without shadow rules,
  * the common case, make exactly one call.
+ *
+ * A call the store answered wholly from its local denial cache can be remembered by the request's
+ * wire bytes (`replayKey`) and answered again by replay() without decoding or matching, with the
+ * same statuses, a reset that keeps counting down, and the same observer reports (./replays).
  */
 
 /** Counts one matched, counted descriptor contributes to the per-rule metrics (reference counter names). */
@@ -61,6 +68,8 @@ export interface LimiterObserver {
   onDescriptor(outcome: DescriptorOutcome): void;
   /** Once per request that global shadow mode turned from OVER_LIMIT into OK. */
   onGlobalShadowMode?(domain: string): void;
+  /** Once per request answered by replay(): a local denial-cache answer that skipped the store port. */
+  onReplay?(): void;
 }
 
 export type ResponseHeadersBuilder = (statuses: readonly DescriptorStatus[]) => HeaderValue[];
@@ -80,6 +89,10 @@ export interface RateLimiterOptions {
   readonly observer?: LimiterObserver;
   /** Builds response headers from the statuses: a function, or the header settings (see ./headers). */
   readonly responseHeaders?: ResponseHeadersBuilder | ResponseHeaderOptions;
+  /** Most answers remembered for replay(); 0 or unset: none. */
+  readonly replayMaxKeys?: number;
+  /** Local time source of replays; the store's denial cache must read the same clock. */
+  readonly clock?: Clock;
 }
 
 /** Largest uint32: limit_remaining of an unlimited rule, as the reference server sends it. */
@@ -97,6 +110,19 @@ interface Plan {
   readonly statuses: DescriptorStatus[];
   readonly counted: Counted[];
   readonly shadowCount: number;
+}
+
+/**
+ * A call answered wholly from local denials: its plan before the store's verdicts, and those verdicts,
+ * each denial with the local time it expires (undefined for the counters the cache did not consult).
+ */
+interface Replayable {
+  readonly plan: Plan;
+  readonly decisions: readonly CounterDecision[];
+  readonly deniedUntilMs: readonly (number | undefined)[];
+  /** The last answer replayed, and the local time it was built for: within a millisecond it does not change. */
+  answer: RateLimitResponse | undefined;
+  answeredAtMs: number;
 }
 
 /** A counted descriptor: its rule, its position in the request and its store request. */
@@ -117,6 +143,8 @@ export class RateLimiter {
   private readonly observer: LimiterObserver | undefined;
   private readonly headers: ResponseHeadersBuilder | undefined;
   private readonly decideOptions: { readonly countDenied: boolean };
+  private readonly clock: Clock;
+  private readonly replays: ReplayCache<Replayable> | undefined;
 
   constructor(options: RateLimiterOptions) {
     if (!(options.nearLimitRatio >= 0 && options.nearLimitRatio <= 1)) {
@@ -131,6 +159,9 @@ export class RateLimiter {
     this.observer = options.observer;
     this.headers = headerBuilder(options.responseHeaders);
     this.decideOptions = Object.freeze({ countDenied: options.countDenied });
+    this.clock = options.clock ?? systemClock;
+    const replayMaxKeys = options.replayMaxKeys ?? 0;
+    this.replays = replayMaxKeys > 0 ? new ReplayCache<Replayable>(replayMaxKeys) : undefined;
   }
 
   /**
@@ -138,18 +169,77 @@ export class RateLimiter {
    * before the first config, and whatever the store rejects with (StoreUnavailableError) when it
    * cannot answer. Not an async function: a call answered without waiting (no counter, or the
    * denial cache) costs one promise, not an async frame and its awaits.
+   *
+   * `replayKey` identifies the request's exact wire bytes: when the store answers the call wholly
+   * from its local denial cache, the answer is remembered under it for replay().
    */
-  shouldRateLimit(req: RateLimitRequest): Promise<RateLimitResponse> {
+  shouldRateLimit(req: RateLimitRequest, replayKey?: string): Promise<RateLimitResponse> {
     try {
       const plan = this.plan(req);
       if (plan.counted.length === 0) return Promise.resolve(this.answer(plan));
+      // Read before the store call, so that a remembered denial can only expire early (see DenialCache).
+      const startedMs = replayKey !== undefined && this.replays !== undefined ? this.clock.nowMs() : undefined;
       return this.decide(plan.counted, plan.shadowCount).then((decisions) => {
+        if (startedMs !== undefined) this.remember(replayKey!, plan, decisions, startedMs);
         this.applyDecisions(plan, decisions);
         return this.answer(plan);
       });
     } catch (err) {
       return Promise.reject(err);
     }
+  }
+
+  /**
+   * The answer to the request whose wire bytes are `replayKey`, when an earlier copy was answered
+   * wholly from local denials that still hold under the current config; undefined otherwise (then
+   * call shouldRateLimit). Same statuses, reports and headers as that path would give now.
+   */
+  replay(replayKey: string): RateLimitResponse | undefined {
+    if (this.replays === undefined) return undefined;
+    const now = this.clock.nowMs();
+    const replayable = this.replays.get(replayKey, this.config(), now);
+    if (replayable === undefined) return undefined;
+    const { plan, decisions, deniedUntilMs } = replayable;
+    this.observer?.onReplay?.();
+    // An answer built in this same millisecond is handed out again (the edge then reuses its
+    // encoding too: attack traffic repeats a request many times a millisecond); reports are per call.
+    const last = replayable.answer;
+    if (last !== undefined && replayable.answeredAtMs === now) {
+      this.reportDecisions(plan, decisions);
+      if (this.shadowMode && anyOverLimit(last.statuses)) this.observer?.onGlobalShadowMode?.(plan.domain);
+      return last;
+    }
+    const m = decisions.length;
+    const verdicts: CounterDecision[] = new Array<CounterDecision>(m);
+    for (let k = 0; k < m; k++) {
+      const until = deniedUntilMs[k];
+      verdicts[k] = until === undefined ? decisions[k] : { allowed: false, remaining: 0, resetMs: until - now, fromCache: true };
+    }
+    const fresh: Plan = { ...plan, statuses: plan.statuses.slice() };
+    this.applyDecisions(fresh, verdicts);
+    replayable.answer = this.answer(fresh);
+    replayable.answeredAtMs = now;
+    return replayable.answer;
+  }
+
+  /** Keeps a call the store answered wholly from local denials (any decision fromCache, one store call). */
+  private remember(replayKey: string, plan: Plan, decisions: readonly CounterDecision[], startedMs: number): void {
+    if (!this.oneCall(plan.counted.length, plan.shadowCount)) return;
+    const m = decisions.length;
+    let deniedUntilMs: (number | undefined)[] | undefined;
+    let untilMs = Infinity;
+    for (let k = 0; k < m; k++) {
+      const decision = decisions[k];
+      if (decision.fromCache !== true) continue;
+      const until = startedMs + decision.resetMs;
+      (deniedUntilMs ??= new Array<number | undefined>(m).fill(undefined))[k] = until;
+      if (until < untilMs) untilMs = until;
+    }
+    const config = this.config();
+    if (deniedUntilMs === undefined || config === undefined) return;
+    // The plan's statuses are copied before the verdicts fill them in.
+    const template: Plan = { ...plan, statuses: plan.statuses.slice() };
+    this.replays!.set(replayKey, config, untilMs, { plan: template, decisions, deniedUntilMs, answer: undefined, answeredAtMs: 0 });
   }
 
   /** Validation, matching, and the statuses that need no store; throws on a bad request or before the first config. */
@@ -220,31 +310,33 @@ export class RateLimiter {
 
   /** The store's verdicts, in `plan.counted` order, turned into statuses (and reported). */
   private applyDecisions(plan: Plan, decisions: readonly CounterDecision[]): void {
-    const { domain, descriptors, statuses, counted } = plan;
+    const { statuses, counted } = plan;
     for (let k = 0; k < counted.length; k++) {
-      const { index, rule, counter } = counted[k];
+      const { index, rule } = counted[k];
       const decision = decisions[k];
-      const limit = rule.limit;
       statuses[index] = {
         code: decision.allowed || rule.shadowMode ? 'OK' : 'OVER_LIMIT',
-        currentLimit: currentLimitOf(limit),
+        currentLimit: currentLimitOf(rule.limit),
         limitRemaining: decision.remaining,
         durationUntilResetMs: decision.resetMs,
       };
-      if (this.observer !== undefined) this.report(domain, descriptors[index].entries, rule, counter.hits, decision);
+    }
+    this.reportDecisions(plan, decisions);
+  }
+
+  /** The observer's share of applyDecisions: once per counted descriptor. */
+  private reportDecisions(plan: Plan, decisions: readonly CounterDecision[]): void {
+    if (this.observer === undefined) return;
+    const { domain, descriptors, counted } = plan;
+    for (let k = 0; k < counted.length; k++) {
+      const { index, rule, counter } = counted[k];
+      this.report(domain, descriptors[index].entries, rule, counter.hits, decisions[k]);
     }
   }
 
   private answer(plan: Plan): RateLimitResponse {
     const { domain, statuses } = plan;
-    const n = statuses.length;
-    let overLimit = false;
-    for (let i = 0; i < n; i++) {
-      if (statuses[i].code === 'OVER_LIMIT') {
-        overLimit = true;
-        break;
-      }
-    }
+    let overLimit = anyOverLimit(statuses);
     if (overLimit && this.shadowMode) {
       overLimit = false;
       this.observer?.onGlobalShadowMode?.(domain);
@@ -259,14 +351,18 @@ export class RateLimiter {
   /** Store verdicts in `counted` order; see the class comment for how shadow rules are split off. */
   private decide(counted: readonly Counted[], shadowCount: number): Promise<CounterDecision[]> {
     const m = counted.length;
-    // Nothing to split: no shadow rule, only shadow rules on one counter, or every counter is charged anyway.
     // The store's own promise is handed back as is: no extra async frame on the hot path.
-    if (shadowCount === 0 || (shadowCount === m && m === 1) || this.countDenied) {
+    if (this.oneCall(m, shadowCount)) {
       const counters: CounterRequest[] = new Array<CounterRequest>(m);
       for (let k = 0; k < m; k++) counters[k] = counted[k].counter;
       return this.store.decide(counters, this.decideOptions);
     }
     return this.decideSplit(counted);
+  }
+
+  /** Nothing to split: no shadow rule, only shadow rules on one counter, or every counter is charged anyway. */
+  private oneCall(counted: number, shadowCount: number): boolean {
+    return shadowCount === 0 || (shadowCount === counted && counted === 1) || this.countDenied;
   }
 
   private async decideSplit(counted: readonly Counted[]): Promise<CounterDecision[]> {
@@ -353,6 +449,11 @@ export class RateLimiter {
     }
     this.observer!.onDescriptor({ domain, statKey, hits, overLimit, nearLimit, withinLimit, shadowMode, overLimitWithLocalCache });
   }
+}
+
+function anyOverLimit(statuses: readonly DescriptorStatus[]): boolean {
+  for (let i = 0; i < statuses.length; i++) if (statuses[i].code === 'OVER_LIMIT') return true;
+  return false;
 }
 
 /**

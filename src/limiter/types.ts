@@ -99,5 +99,8 @@ export const systemClock: Clock = { nowMs: () => Date.now() };
 
 /** Anything that answers ShouldRateLimit: the limiter, or a wrapper around it (metrics). What every edge needs. */
 export interface RateLimitDecider {
-  shouldRateLimit(request: RateLimitRequest): Promise<RateLimitResponse>;
+  /** `replayKey`: the request's exact wire bytes as a string, when the edge has them (see replay). */
+  shouldRateLimit(request: RateLimitRequest, replayKey?: string): Promise<RateLimitResponse>;
+  /** A remembered answer to the request with these wire bytes, when one still holds (RateLimiter.replay). */
+  replay?(replayKey: string): RateLimitResponse | undefined;
 }

@@ -38,6 +38,12 @@ const RLS_PATH = `/${RLS_SERVICE}/ShouldRateLimit`;
 const CHECK_PATH = `/${HEALTH_SERVICE}/Check`;
 const WATCH_PATH = `/${HEALTH_SERVICE}/Watch`;
 
+/**
+ * Request messages up to this size are named by their bytes for the limiter's replay of local
+ * denials (RateLimiter.replay); Envoy's requests are far smaller, and the bound caps what is kept.
+ */
+const REPLAY_KEY_MAX_BYTES = 512;
+
 /** Idle connections are pinged this often; one unanswered for a whole period is closed. */
 const KEEPALIVE_MS = 60_000;
 
@@ -135,6 +141,9 @@ export class Http2GrpcServer {
   private readonly server: H2Server;
   private readonly codecs: Codecs;
   private readonly encoder = new ResponseEncoder();
+  // The last replayed answer and its encoding: the limiter hands out one answer per millisecond.
+  private replayed: RateLimitResponse | undefined;
+  private replayedFrame: Buffer = Buffer.alloc(0);
   private readonly maxMessageBytes: number;
   private readonly watchers = new Map<H2Stream, () => void>();
   private keepalive: NodeJS.Timeout | undefined;
@@ -236,6 +245,20 @@ export class Http2GrpcServer {
   }
 
   private shouldRateLimit(stream: H2Stream, message: Buffer, deadline: number): void {
+    const limiter = this.options.limiter;
+    // A repeat of a request answered from local denials skips decoding and matching (attack traffic).
+    const replayKey = message.length <= REPLAY_KEY_MAX_BYTES && limiter.replay !== undefined ? message.toString('latin1') : undefined;
+    if (replayKey !== undefined) {
+      const replayed = limiter.replay!(replayKey);
+      if (replayed !== undefined) {
+        if (replayed !== this.replayed) {
+          this.replayed = replayed;
+          this.replayedFrame = this.encoder.frame(replayed);
+        }
+        respondMessage(stream, this.replayedFrame);
+        return;
+      }
+    }
     let request: RateLimitRequest;
     try {
       request = decodeRateLimitRequest(message);
@@ -246,7 +269,7 @@ export class Http2GrpcServer {
     }
     let pending: Promise<RateLimitResponse>;
     try {
-      pending = this.options.limiter.shouldRateLimit(request);
+      pending = limiter.shouldRateLimit(request, replayKey);
     } catch (err) {
       this.fail(stream, err);
       return;

@@ -44,6 +44,23 @@ function grpcStatus(reply: RawReply): { code: number; message?: string } {
   return { code: Number(source['grpc-status']), message: typeof message === 'string' ? message : undefined };
 }
 
+/** One call over `session`, collected whole. */
+function rawCall(session: http2.ClientHttp2Session, headers: http2.OutgoingHttpHeaders, body?: Buffer, opts: { end?: boolean } = {}): Promise<RawReply> {
+  return new Promise((resolve, reject) => {
+    const stream = session.request({ ':method': 'POST', ':path': RLS_PATH, 'content-type': 'application/grpc', te: 'trailers', ...headers });
+    let replyHeaders: http2.IncomingHttpHeaders = {};
+    let trailers: http2.IncomingHttpHeaders = {};
+    const chunks: Buffer[] = [];
+    stream.on('response', (h) => (replyHeaders = h));
+    stream.on('trailers', (t) => (trailers = t));
+    stream.on('data', (c: Buffer) => chunks.push(c));
+    stream.on('end', () => resolve({ headers: replyHeaders, trailers, body: Buffer.concat(chunks) }));
+    stream.on('error', reject);
+    if (body !== undefined) stream.write(body);
+    if (opts.end !== false) stream.end();
+  });
+}
+
 async function serve(limiter: RateLimitDecider, tls: { enabled: boolean; certPath?: string; keyPath?: string; clientCaPath?: string } = { enabled: false }) {
   const health = new HealthState();
   health.set('config', true);
@@ -79,21 +96,7 @@ describe('the http2 transport, from a raw HTTP/2 client', () => {
     await server?.stop(500);
   });
 
-  function call(headers: http2.OutgoingHttpHeaders, body?: Buffer, opts: { end?: boolean } = {}): Promise<RawReply> {
-    return new Promise((resolve, reject) => {
-      const stream = session.request({ ':method': 'POST', ':path': RLS_PATH, 'content-type': 'application/grpc', te: 'trailers', ...headers });
-      let replyHeaders: http2.IncomingHttpHeaders = {};
-      let trailers: http2.IncomingHttpHeaders = {};
-      const chunks: Buffer[] = [];
-      stream.on('response', (h) => (replyHeaders = h));
-      stream.on('trailers', (t) => (trailers = t));
-      stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('end', () => resolve({ headers: replyHeaders, trailers, body: Buffer.concat(chunks) }));
-      stream.on('error', reject);
-      if (body !== undefined) stream.write(body);
-      if (opts.end !== false) stream.end();
-    });
-  }
+  const call = (headers: http2.OutgoingHttpHeaders, body?: Buffer, opts: { end?: boolean } = {}): Promise<RawReply> => rawCall(session, headers, body, opts);
 
   it('answers a well-formed call with one framed RateLimitResponse and status 0', async () => {
     const reply = await call({}, frame(validRequest));
@@ -103,6 +106,44 @@ describe('the http2 transport, from a raw HTTP/2 client', () => {
     expect(reply.body.readUInt32BE(1)).toBe(reply.body.length - 5);
     const decoded = ResponseType.toObject(ResponseType.decode(reply.body.subarray(5)), { enums: String });
     expect(decoded).toMatchObject({ overallCode: 'OK', statuses: [{ code: 'OK', limitRemaining: 7 }] });
+  });
+
+  it('answers a call the decider can replay from its message bytes, without deciding it again', async () => {
+    const denied: RateLimitResponse = {
+      overallCode: 'OVER_LIMIT',
+      statuses: [{ code: 'OVER_LIMIT', limitRemaining: 0, durationUntilResetMs: 1_500 }],
+      responseHeaders: [],
+    };
+    const keys: (string | undefined)[] = [];
+    let replayable: string | undefined;
+    const s = await serve({
+      shouldRateLimit: async (_req, replayKey) => {
+        keys.push(replayKey);
+        replayable = replayKey;
+        return OK;
+      },
+      replay: (replayKey) => (replayKey === replayable ? denied : undefined),
+    });
+    const client = http2.connect(`http://127.0.0.1:${s.port}`);
+    const post = (body: Buffer): Promise<RawReply> => rawCall(client, {}, body);
+    const decode = (reply: RawReply) => ResponseType.toObject(ResponseType.decode(reply.body.subarray(5)), { enums: String, longs: Number });
+    try {
+      expect(decode(await post(frame(validRequest)))).toMatchObject({ overallCode: 'OK' });
+      expect(keys).toEqual([validRequest.toString('latin1')]);
+      for (let i = 0; i < 3; i++) {
+        const reply = await post(frame(validRequest));
+        expect(grpcStatus(reply).code).toBe(0);
+        expect(decode(reply)).toMatchObject({ overallCode: 'OVER_LIMIT', statuses: [{ code: 'OVER_LIMIT', durationUntilReset: { seconds: 1, nanos: 500_000_000 } }] });
+      }
+      expect(keys).toHaveLength(1);
+      // A message too large to be named by its bytes is always decided.
+      const large = Buffer.from(RequestType.encode({ domain: 'd'.repeat(600), descriptors: [{ entries: [{ key: 'k', value: 'v' }] }] }).finish());
+      expect(decode(await post(frame(large)))).toMatchObject({ overallCode: 'OK' });
+      expect(keys).toEqual([validRequest.toString('latin1'), undefined]);
+    } finally {
+      client.close();
+      await s.server.stop(500);
+    }
   });
 
   it('answers INTERNAL to a frame shorter than its declared length', async () => {

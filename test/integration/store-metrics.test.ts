@@ -1,5 +1,5 @@
 import { descriptor, grpc, grpcCode, type RlsRequestInput } from '../helpers/grpc-client';
-import { startRedis, type RedisServer } from '../helpers/redis';
+import { redisCli, startRedis, type RedisServer } from '../helpers/redis';
 import { startTestService, type TestService } from '../helpers/service';
 
 /**
@@ -61,6 +61,31 @@ describe('store metrics with the redis store', () => {
     // Per rule, as the reference server's over_limit_with_local_cache: a subset of over_limit.
     expect(sample(text, 'ratelimit_service_rate_limit_over_limit_with_local_cache{domain="edge",descriptor="user"}')).toBe(2);
     expect(sample(text, 'ratelimit_service_rate_limit_over_limit{domain="edge",descriptor="user"}')).toBe(3);
+  });
+
+  it('answers an attack on one key locally: the same denials, no Redis call, every call counted', async () => {
+    const evalCalls = (): number => Number(/cmdstat_evalsha:calls=(\d+)/.exec(redisCli(redis.port, 'INFO', 'commandstats'))?.[1] ?? 0);
+    for (let i = 0; i < 3; i++) await svc.client.shouldRateLimit(req('mallory'));
+    const before = { evals: evalCalls(), text: await scrape(svc) };
+    const answers = [];
+    // Repeats of a request the denial cache answered are replayed from its bytes (RateLimiter.replay).
+    for (let i = 0; i < 20; i++) answers.push(await svc.client.shouldRateLimit(req('mallory')));
+    expect(evalCalls()).toBe(before.evals);
+    for (const a of answers) {
+      expect(a.overallCode).toBe('OVER_LIMIT');
+      expect(a.statuses[0]).toMatchObject({ code: 'OVER_LIMIT', currentLimit: { requestsPerUnit: 1, unit: 'HOUR' }, limitRemaining: 0 });
+    }
+    // The reset counts down: never up, and within the hour.
+    const resets = answers.map((a) => Number(a.statuses[0].durationUntilReset!.seconds) * 1e3 + a.statuses[0].durationUntilReset!.nanos / 1e6);
+    for (let i = 1; i < resets.length; i++) expect(resets[i]).toBeLessThanOrEqual(resets[i - 1]);
+    expect(resets[0]).toBeGreaterThan(0);
+    expect(resets[0]).toBeLessThanOrEqual(3_600_000);
+    const text = await scrape(svc);
+    const grew = (series: string): number => sample(text, series) - sample(before.text, series);
+    expect(grew('ratelimit_service_local_cache_hits')).toBe(20);
+    expect(grew('ratelimit_service_rate_limit_over_limit_with_local_cache{domain="edge",descriptor="user"}')).toBe(20);
+    expect(grew('ratelimit_service_rate_limit_total_hits{domain="edge",descriptor="user"}')).toBe(20);
+    expect(grew('ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}')).toBe(20);
   });
 
   it('counts store errors by kind once redis is killed', async () => {

@@ -206,8 +206,7 @@ export class HpackDecoder {
     if (!huffman) return block.toString('latin1', start, stop);
     // Clients often repeat one literal on every request (nghttp2 never indexes :path): the last
     // Huffman string is kept with its octets and reused when they come again.
-    const last = this.lastHuffman;
-    if (last.length === length && block.compare(last, 0, length, start, stop) === 0) return this.lastHuffmanText;
+    if (sameOctets(this.lastHuffman, block, start, length)) return this.lastHuffmanText;
     const text = huffmanDecode(block, start, stop);
     if (length <= MAX_REMEMBERED_HUFFMAN) {
       this.lastHuffman = Buffer.from(block.subarray(start, stop));
@@ -339,4 +338,14 @@ export function encodeHeaderBlock(fields: ReadonlyArray<readonly [string, string
     pos = writeString(out, pos, value);
   }
   return out.subarray(0, pos);
+}
+
+/**
+ * Whether `a` equals block[start, start + length). A loop, not Buffer#compare: for the short
+ * strings of a header block, the native call's argument checks cost more than the comparison.
+ */
+function sameOctets(a: Buffer, block: Buffer, start: number, length: number): boolean {
+  if (a.length !== length) return false;
+  for (let i = 0; i < length; i++) if (a[i] !== block[start + i]) return false;
+  return true;
 }
