@@ -139,14 +139,16 @@ export async function runH2load(opts: H2loadOptions): Promise<LoadResult> {
 /** The attack mix: two bodies, each posted by its own h2load process, with the DATA size of its answers. */
 export interface H2loadMixOptions extends Omit<H2loadOptions, 'bodyFile' | 'clients' | 'okBytes' | 'rps'> {
   readonly attacker: { readonly bodyFile: string; readonly clients: number; readonly okBytes: { readonly min: number; readonly max: number } };
-  readonly normal: { readonly bodyFile: string; readonly clients: number; readonly okBytes: { readonly min: number; readonly max: number } };
+  /** `rps`: the normal process's total rate; unset, it posts as fast as its answers come back. */
+  readonly normal: { readonly bodyFile: string; readonly clients: number; readonly okBytes: { readonly min: number; readonly max: number }; readonly rps?: number };
 }
 
 /**
  * Runs two h2load processes at once for the same duration, one posting the attacker body and one
  * the normal body, and sums their counts and latencies. Each counts its successes from its own DATA
  * bytes and answer size (an OVER_LIMIT answer is a success, of another size than an OK one).
- * `attackShare` is the attacker's share of all calls done, as measured.
+ * `attackShare` is the attacker's share of all calls done, as measured. With `normal.rps` the
+ * normal process is paced (open loop), so the share does not follow the target's latencies.
  */
 export async function runH2loadMix(opts: H2loadMixOptions): Promise<LoadResult> {
   const [attacker, normal] = await Promise.all([

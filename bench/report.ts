@@ -158,8 +158,9 @@ export function resultMarkdown(result: BenchResult): string {
 
 const GENERATORS =
   'h2load `-t 1 -c 4 -m 50` posting one prebuilt call; for the attack scenarios, *h2load-mix*: two h2load processes at once, ' +
-  '`-c 9 -m 50` posting a key already over its limit and `-c 1 -m 50` posting a normal key, their counts summed and their latency logs merged ' +
-  '(the attack share they reach is measured and given below the table); bench/http2-load.ts (raw node:http2, 4 connections, 50 streams each) ' +
+  '`-c 9 -m 50` posting a key already over its limit as fast as it can and `-c 1 -m 50` posting a normal key at a fixed rate ' +
+  '(`--rps`: a ninth of what the attacker process alone reaches against the first target of the pair, so that about 90% of the calls attack), ' +
+  'their counts summed and their latency logs merged (the attack share reached is measured and given below the table); bench/http2-load.ts (raw node:http2, 4 connections, 50 streams each) ' +
   'where calls need many different bodies, and to re-measure the attack mix over 100 keys; bench/grpc-js-load.ts, a grpc-js client, ' +
   're-measures one attack scenario as a check on the counting';
 

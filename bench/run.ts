@@ -10,7 +10,7 @@ import { isoDate, repoRoot } from './paths';
 import { processUsage, runCommand } from './processes';
 import { benchSvg, docsBlock, resultMarkdown } from './report';
 import { grpcFrame } from './rls-codec';
-import { ATTACK_MIX_CONNECTIONS, attackMixBodies, CONFIG_YAML, scenarioPlan, workloadBodies, type ScenarioSpec, type Workload } from './scenarios';
+import { ATTACK_MIX_CONNECTIONS, ATTACK_MIX_SHARE, attackMixBodies, CONFIG_YAML, scenarioPlan, workloadBodies, type ScenarioSpec, type Workload } from './scenarios';
 import { probeAnswers, redisCommandCalls, startNoop, startRedis, startService, type RedisProcess, type Target } from './targets';
 
 export type { BenchResult, RunMeasure, ScenarioResult, ScenarioSummary } from './bench-result';
@@ -70,6 +70,8 @@ interface Prepared {
   sizes: AnswerSizes;
   readonly runs: RunMeasure[];
   error?: string;
+  /** h2load-mix: the normal process's paced rate, set once per group (see mixNormalRps). */
+  normalRps?: number;
 }
 
 type SizeRange = { readonly min: number; readonly max: number };
@@ -84,7 +86,7 @@ interface AnswerSizes {
 // How many answers (over one second) are sampled for the size range h2load's success count relies on.
 const SIZE_SAMPLES = 50;
 
-async function generate(s: ScenarioSpec, target: Target, files: WorkloadFiles, sizes: AnswerSizes, durationS: number, opts: BenchOptions, tmp: string): Promise<LoadResult> {
+async function generate(s: ScenarioSpec, target: Target, files: WorkloadFiles, sizes: AnswerSizes, durationS: number, opts: BenchOptions, tmp: string, normalRps?: number): Promise<LoadResult> {
   if (s.generator === 'h2load') {
     return runH2load({ port: target.port, bodyFile: files.bodyFile, clients: s.connections, streams: opts.streams, threads: 1, durationS, rps: s.rps, okBytes: sizes.first!, tmpDir: tmp });
   }
@@ -97,7 +99,7 @@ async function generate(s: ScenarioSpec, target: Target, files: WorkloadFiles, s
       durationS,
       tmpDir: tmp,
       attacker: { bodyFile: mix.attacker.bodyFile, clients: ATTACK_MIX_CONNECTIONS.attacker, okBytes: sizes.attacker! },
-      normal: { bodyFile: mix.normal.bodyFile, clients: ATTACK_MIX_CONNECTIONS.normal, okBytes: sizes.normal! },
+      normal: { bodyFile: mix.normal.bodyFile, clients: ATTACK_MIX_CONNECTIONS.normal, okBytes: sizes.normal!, rps: normalRps },
     });
   }
   // The node generators run in their own process, so they never share an event loop with the harness.
@@ -281,6 +283,26 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
     if (opts.warmupS > 0) await generate(s, target, f, sizes, opts.warmupS, opts, tmp);
     return { spec: s, files: f, target, redis: r, sizes, runs: [] };
   };
+  /**
+   * The attack mix's normal rate, the same for every row of a group: the attacker process alone,
+   * posting as fast as it can to the group's first target (the no-op ceiling when there is one), times
+   * (1 - share) / share. Two closed-loop processes would split the calls by their latencies instead
+   * (a normal call waits for Redis, an attacker's does not), so the rows would compare different mixes.
+   */
+  const mixNormalRps = async (p: Prepared): Promise<number> => {
+    const attacker = await runH2load({
+      port: p.target.port,
+      bodyFile: p.files.mix!.attacker.bodyFile,
+      clients: ATTACK_MIX_CONNECTIONS.attacker,
+      streams: opts.streams,
+      threads: 1,
+      durationS: Math.min(2, opts.durationS),
+      okBytes: p.sizes.attacker!,
+      tmpDir: tmp,
+    });
+    if (!(attacker.rps > 0)) throw new Error('attack mix: the attacker process alone completed no call');
+    return (attacker.rps * (1 - ATTACK_MIX_SHARE)) / ATTACK_MIX_SHARE;
+  };
   const results: ScenarioResult[] = [];
   const failed = (s: ScenarioSpec, error: string): void => {
     results.push({ ...s, descriptors: files.get(s.workload)!.descriptors, runs: [], error });
@@ -299,12 +321,21 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
         failed(s, message(e));
       }
     }
+    const mixed = ready.filter((p) => p.spec.generator === 'h2load-mix' && p.error === undefined);
+    if (mixed.length > 0) {
+      try {
+        const normalRps = await mixNormalRps(mixed[0]);
+        for (const p of mixed) p.normalRps = normalRps;
+      } catch (e) {
+        for (const p of mixed) p.error = message(e);
+      }
+    }
     for (let i = 0; i < opts.repeats; i++) {
       for (const p of ready) {
         if (p.error !== undefined) continue;
         try {
           if (p.spec.generator === 'h2load-mix' && i > 0) p.sizes = await sampleMix(p.target.port, p.files);
-          p.runs.push(await measure(() => generate(p.spec, p.target, p.files, p.sizes, opts.durationS, opts, tmp), p.target, p.redis));
+          p.runs.push(await measure(() => generate(p.spec, p.target, p.files, p.sizes, opts.durationS, opts, tmp, p.normalRps), p.target, p.redis));
         } catch (e) {
           p.error = message(e);
         }

@@ -85,6 +85,9 @@ export function defaultWorkers(backend: Backend): number {
 /** Connections of the two h2load processes of the attack mix: 9 on the attacker body, 1 on the normal one. */
 export const ATTACK_MIX_CONNECTIONS = { attacker: 9, normal: 1 } as const;
 
+/** The attack share the mix aims at: the normal process is paced at (1 - share) x the attacker's calls/s. */
+export const ATTACK_MIX_SHARE = 0.9;
+
 /**
  * The two bodies of the h2load attack mix (protobuf, without the gRPC frame): one attacker key,
  * over its limit once it has been called once, and one normal key.
@@ -124,7 +127,7 @@ const WORKLOAD_TEXT: Record<Workload, string> = {
 
 const MIX_TEXT =
   `two h2load processes at once: ${ATTACK_MIX_CONNECTIONS.attacker} connections posting a key over its limit, ` +
-  `${ATTACK_MIX_CONNECTIONS.normal} posting a normal key (the attack share is measured)`;
+  `${ATTACK_MIX_CONNECTIONS.normal} posting a normal key at a paced rate (the attack share is measured)`;
 
 /** The scenarios of a run, every ceiling before what it bounds (bench/run.ts measures the two in alternation). */
 export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {

@@ -2,10 +2,10 @@ import { spawn } from 'node:child_process';
 import { availableParallelism, tmpdir } from 'node:os';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { h2loadAvailable, runH2load, successesFromData } from '../../bench/h2load';
+import { h2loadAvailable, runH2load, runH2loadMix, successesFromData } from '../../bench/h2load';
 import { runHttp2Load } from '../../bench/http2-load';
 import { startNoopServer, type NoopServer } from '../../bench/noop-server';
-import { grpcFrame } from '../../bench/rls-codec';
+import { encodeOkResponse, grpcFrame } from '../../bench/rls-codec';
 import type { BenchResult, ScenarioResult } from '../../bench/run';
 
 // Runs `node dist/bench/run.js --tiny` end to end (its own redis-server, the service on both stores
@@ -155,6 +155,33 @@ describe('success counting of the load generators', () => {
     expect(r.requests).toBeGreaterThan(0);
     expect(r.ok).toBe(0);
     expect(r.errors).toBe(r.requests);
+  });
+
+  it('paces the attack mix\'s normal process at its given rate while the attacker runs flat out', async () => {
+    expect(await h2loadAvailable()).toBe(true);
+    // Domain "b" and one empty descriptor: the no-op server answers it OK.
+    const body = join(dir, 'one.body');
+    writeFileSync(body, grpcFrame(Buffer.from([0x0a, 0x01, 0x62, 0x12, 0x00])));
+    const size = grpcFrame(encodeOkResponse(1)).length;
+    const ok = { min: size, max: size };
+    const durationS = 2;
+    const rps = 1000;
+    const r = await runH2loadMix({
+      port: server.port,
+      streams: 10,
+      threads: 1,
+      durationS,
+      tmpDir: dir,
+      attacker: { bodyFile: body, clients: 2, okBytes: ok },
+      normal: { bodyFile: body, clients: 1, okBytes: ok, rps },
+    });
+    expect(r.errors).toBe(0);
+    const normal = Math.round(r.requests * (1 - r.attackShare!));
+    // Paced: about rps x duration calls (h2load sends each second's quota in bursts); flat out it would
+    // be about half of the attacker's, thousands per second on any machine.
+    expect(normal).toBeGreaterThan(0.7 * rps * durationS);
+    expect(normal).toBeLessThan(1.3 * rps * durationS);
+    expect(r.attackShare!).toBeGreaterThan(0.5);
   });
 
   it('counts gRPC errors as errors in http2-load runs, and OK answers as OK', async () => {
