@@ -386,6 +386,7 @@ export function instrumentDecider(decider: RateLimitDecider, metrics: Metrics): 
     metrics.recordError(err instanceof StoreUnavailableError || err instanceof NotReadyError ? 'store' : 'service');
     return Promise.reject(err);
   };
+  const replay = decider.replay;
   return {
     shouldRateLimit(request: RateLimitRequest, replayKey?: string): Promise<RateLimitResponse> {
       const started = performance.now();
@@ -403,12 +404,16 @@ export function instrumentDecider(decider: RateLimitDecider, metrics: Metrics): 
         (err: unknown) => failed(started, err),
       );
     },
-    replay(replayKey: string): RateLimitResponse | undefined {
-      const started = performance.now();
-      const response = decider.replay?.(replayKey);
-      if (response !== undefined) metrics.recordCall(performance.now() - started);
-      return response;
-    },
+    // Absent when the decider keeps no replays: the edge then does not name requests by their bytes.
+    replay:
+      replay === undefined
+        ? undefined
+        : (replayKey: string): RateLimitResponse | undefined => {
+            const started = performance.now();
+            const response = replay(replayKey);
+            if (response !== undefined) metrics.recordCall(performance.now() - started);
+            return response;
+          },
   };
 }
 

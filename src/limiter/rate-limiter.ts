@@ -145,6 +145,13 @@ export class RateLimiter {
   private readonly decideOptions: { readonly countDenied: boolean };
   private readonly clock: Clock;
   private readonly replays: ReplayCache<Replayable> | undefined;
+  /**
+   * The answer to the request whose wire bytes are `replayKey`, when an earlier copy was answered
+   * wholly from local denials that still hold under the current config; undefined otherwise (then
+   * call shouldRateLimit). Same statuses, reports and headers as that path would give now.
+   * Absent when the limiter keeps no replays (replayMaxKeys 0), so edges do not name requests for nothing.
+   */
+  readonly replay: ((replayKey: string) => RateLimitResponse | undefined) | undefined;
 
   constructor(options: RateLimiterOptions) {
     if (!(options.nearLimitRatio >= 0 && options.nearLimitRatio <= 1)) {
@@ -161,7 +168,9 @@ export class RateLimiter {
     this.decideOptions = Object.freeze({ countDenied: options.countDenied });
     this.clock = options.clock ?? systemClock;
     const replayMaxKeys = options.replayMaxKeys ?? 0;
-    this.replays = replayMaxKeys > 0 ? new ReplayCache<Replayable>(replayMaxKeys) : undefined;
+    const replays = replayMaxKeys > 0 ? new ReplayCache<Replayable>(replayMaxKeys) : undefined;
+    this.replays = replays;
+    this.replay = replays === undefined ? undefined : (replayKey) => this.replayFrom(replays, replayKey);
   }
 
   /**
@@ -189,15 +198,9 @@ export class RateLimiter {
     }
   }
 
-  /**
-   * The answer to the request whose wire bytes are `replayKey`, when an earlier copy was answered
-   * wholly from local denials that still hold under the current config; undefined otherwise (then
-   * call shouldRateLimit). Same statuses, reports and headers as that path would give now.
-   */
-  replay(replayKey: string): RateLimitResponse | undefined {
-    if (this.replays === undefined) return undefined;
+  private replayFrom(replays: ReplayCache<Replayable>, replayKey: string): RateLimitResponse | undefined {
     const now = this.clock.nowMs();
-    const replayable = this.replays.get(replayKey, this.config(), now);
+    const replayable = replays.get(replayKey, this.config(), now);
     if (replayable === undefined) return undefined;
     const { plan, decisions, deniedUntilMs } = replayable;
     this.observer?.onReplay?.();

@@ -101,6 +101,9 @@ export const systemClock: Clock = { nowMs: () => Date.now() };
 export interface RateLimitDecider {
   /** `replayKey`: the request's exact wire bytes as a string, when the edge has them (see replay). */
   shouldRateLimit(request: RateLimitRequest, replayKey?: string): Promise<RateLimitResponse>;
-  /** A remembered answer to the request with these wire bytes, when one still holds (RateLimiter.replay). */
-  replay?(replayKey: string): RateLimitResponse | undefined;
+  /**
+   * A remembered answer to the request with these wire bytes, when one still holds (RateLimiter.replay);
+   * absent when the decider keeps none.
+   */
+  readonly replay?: (replayKey: string) => RateLimitResponse | undefined;
 }

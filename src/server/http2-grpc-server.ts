@@ -246,10 +246,11 @@ export class Http2GrpcServer {
 
   private shouldRateLimit(stream: H2Stream, message: Buffer, deadline: number): void {
     const limiter = this.options.limiter;
+    const replay = limiter.replay;
     // A repeat of a request answered from local denials skips decoding and matching (attack traffic).
-    const replayKey = message.length <= REPLAY_KEY_MAX_BYTES && limiter.replay !== undefined ? message.toString('latin1') : undefined;
+    const replayKey = replay !== undefined && message.length <= REPLAY_KEY_MAX_BYTES ? message.toString('latin1') : undefined;
     if (replayKey !== undefined) {
-      const replayed = limiter.replay!(replayKey);
+      const replayed = replay!(replayKey);
       if (replayed !== undefined) {
         if (replayed !== this.replayed) {
           this.replayed = replayed;

@@ -3,6 +3,7 @@ import { buildConfig, parseConfigText } from '../../src/config/load';
 import type { RateLimitConfig } from '../../src/config/types';
 import { RateLimiter, type DescriptorOutcome, type RateLimiterOptions } from '../../src/limiter/rate-limiter';
 import { ReplayCache } from '../../src/limiter/replays';
+import { instrumentDecider, Metrics } from '../../src/metrics';
 import type { Descriptor, RateLimitRequest } from '../../src/limiter/types';
 import { DenialCache } from '../../src/store/denial-cache';
 import { MemoryStore } from '../../src/store/memory-store';
@@ -89,7 +90,7 @@ describe('RateLimiter.replay', () => {
     for (let i = 0; i < 5; i++) {
       const before = s.store.calls;
       const res = await limiter.shouldRateLimit(r, keyOf(r));
-      if (res.overallCode === 'OVER_LIMIT' && s.store.calls === before + 1 && limiter.replay(keyOf(r)) !== undefined) return res;
+      if (res.overallCode === 'OVER_LIMIT' && s.store.calls === before + 1 && limiter.replay!(keyOf(r)) !== undefined) return res;
     }
     throw new Error('never answered from the denial cache');
   }
@@ -100,40 +101,40 @@ describe('RateLimiter.replay', () => {
     const denied = await s.limiter.shouldRateLimit(r, keyOf(r));
     expect(denied.overallCode).toBe('OVER_LIMIT');
     // Decided by the store: nothing to replay yet.
-    expect(s.limiter.replay(keyOf(r))).toBeUndefined();
+    expect(s.limiter.replay!(keyOf(r))).toBeUndefined();
     const cached = await s.limiter.shouldRateLimit(r, keyOf(r));
     const reset = cached.statuses[0].durationUntilResetMs!;
     expect(reset).toBe(denied.statuses[0].durationUntilResetMs);
     const calls = s.store.calls;
 
-    const replayed = s.limiter.replay(keyOf(r));
+    const replayed = s.limiter.replay!(keyOf(r));
     expect(replayed).toEqual(cached);
     clock.advance(1_000);
-    expect(s.limiter.replay(keyOf(r))!.statuses[0]).toEqual({ ...cached.statuses[0], durationUntilResetMs: reset - 1_000 });
+    expect(s.limiter.replay!(keyOf(r))!.statuses[0]).toEqual({ ...cached.statuses[0], durationUntilResetMs: reset - 1_000 });
     expect(s.store.calls).toBe(calls);
     expect(s.replays()).toBe(2);
 
     clock.advance(reset - 1_000 - 1);
-    expect(s.limiter.replay(keyOf(r))!.statuses[0].durationUntilResetMs).toBe(1);
+    expect(s.limiter.replay!(keyOf(r))!.statuses[0].durationUntilResetMs).toBe(1);
     clock.advance(1);
-    expect(s.limiter.replay(keyOf(r))).toBeUndefined();
+    expect(s.limiter.replay!(keyOf(r))).toBeUndefined();
     expect((await s.limiter.shouldRateLimit(r, keyOf(r))).overallCode).toBe('OK');
   });
 
   it('replays nothing for a request whose calls the store decided, or that came without a key', async () => {
     const r = req(d('big', 'b'));
     for (let i = 0; i < 3; i++) await s.limiter.shouldRateLimit(r, keyOf(r));
-    expect(s.limiter.replay(keyOf(r))).toBeUndefined();
+    expect(s.limiter.replay!(keyOf(r))).toBeUndefined();
     const over = req(d('one', 'c'));
     for (let i = 0; i < 4; i++) await s.limiter.shouldRateLimit(over);
-    expect(s.limiter.replay(keyOf(over))).toBeUndefined();
+    expect(s.limiter.replay!(keyOf(over))).toBeUndefined();
   });
 
   it('forgets its answers when the config changes', async () => {
     const r = req(d('one', 'a'));
     await untilCached(r);
     config = parse();
-    expect(s.limiter.replay(keyOf(r))).toBeUndefined();
+    expect(s.limiter.replay!(keyOf(r))).toBeUndefined();
   });
 
   it('reports each replay to the observer as the full path reports a cache answer', async () => {
@@ -143,9 +144,9 @@ describe('RateLimiter.replay', () => {
     expect(reported).toMatchObject({ statKey: 'one', hits: 1, overLimit: 1, overLimitWithLocalCache: 1 });
     const count = s.outcomes.length;
     const replays = s.replays();
-    const first = s.limiter.replay(keyOf(r));
+    const first = s.limiter.replay!(keyOf(r));
     // Within one millisecond the same answer object is handed out again, and still reported.
-    expect(s.limiter.replay(keyOf(r))).toBe(first);
+    expect(s.limiter.replay!(keyOf(r))).toBe(first);
     expect(s.outcomes.slice(count)).toEqual([reported, reported]);
     expect(s.replays()).toBe(replays + 2);
   });
@@ -155,7 +156,7 @@ describe('RateLimiter.replay', () => {
     const cached = await untilCached(r);
     expect(cached.statuses.map((st) => st.code)).toEqual(['OK', 'OVER_LIMIT', 'OK']);
     clock.advance(250);
-    const replayed = s.limiter.replay(keyOf(r))!;
+    const replayed = s.limiter.replay!(keyOf(r))!;
     expect(replayed.statuses[0]).toEqual(cached.statuses[0]);
     expect(replayed.statuses[1].durationUntilResetMs).toBe(cached.statuses[1].durationUntilResetMs! - 250);
     expect(replayed.statuses[2]).toEqual(cached.statuses[2]);
@@ -170,16 +171,16 @@ describe('RateLimiter.replay', () => {
     const resets = cached.statuses.map((st) => st.durationUntilResetMs!);
     expect(cached.statuses.map((st) => st.code)).toEqual(['OVER_LIMIT', 'OVER_LIMIT']);
     clock.advance(Math.min(...resets) - 1);
-    expect(s.limiter.replay(keyOf(r))).toBeDefined();
+    expect(s.limiter.replay!(keyOf(r))).toBeDefined();
     clock.advance(1);
-    expect(s.limiter.replay(keyOf(r))).toBeUndefined();
+    expect(s.limiter.replay!(keyOf(r))).toBeUndefined();
   });
 
   it('does not remember requests that mix shadow-mode and enforced rules (they take several store calls)', async () => {
     await untilCached(req(d('one', 'a')));
     const mixed = req(d('dry', 'x'), d('one', 'a'));
     for (let i = 0; i < 3; i++) await s.limiter.shouldRateLimit(mixed, keyOf(mixed));
-    expect(s.limiter.replay(keyOf(mixed))).toBeUndefined();
+    expect(s.limiter.replay!(keyOf(mixed))).toBeUndefined();
   });
 
   it('under global shadow mode, answers OK overall and reports the shadowing on each replay', async () => {
@@ -188,11 +189,19 @@ describe('RateLimiter.replay', () => {
     const r = req(d('one', 'a'));
     for (let i = 0; i < 3; i++) await s.limiter.shouldRateLimit(r, keyOf(r));
     expect(s.shadowed).toEqual(['edge', 'edge']);
-    const replayed = s.limiter.replay(keyOf(r))!;
+    const replayed = s.limiter.replay!(keyOf(r))!;
     expect(replayed.overallCode).toBe('OK');
     expect(replayed.statuses[0].code).toBe('OVER_LIMIT');
-    expect(s.limiter.replay(keyOf(r))).toBe(replayed);
+    expect(s.limiter.replay!(keyOf(r))).toBe(replayed);
     expect(s.shadowed).toEqual(['edge', 'edge', 'edge', 'edge']);
+  });
+
+  it('offers no replay when it keeps none, directly or through the metrics wrapper', () => {
+    const off = stack(clock, () => config, { replayMaxKeys: 0 });
+    expect(off.limiter.replay).toBeUndefined();
+    expect(instrumentDecider(off.limiter, new Metrics({ defaultMetrics: false })).replay).toBeUndefined();
+    expect(instrumentDecider(s.limiter, new Metrics({ defaultMetrics: false })).replay).toBeInstanceOf(Function);
+    off.close();
   });
 
   it('gives the answers the full path gives, at every step of any sequence of calls', async () => {
@@ -216,7 +225,7 @@ describe('RateLimiter.replay', () => {
           for (const { shape, advance } of steps) {
             time.advance(advance);
             const r = shapes[shape];
-            const fromA = a.limiter.replay(keyOf(r)) ?? (await a.limiter.shouldRateLimit(r, keyOf(r)));
+            const fromA = a.limiter.replay!(keyOf(r)) ?? (await a.limiter.shouldRateLimit(r, keyOf(r)));
             const fromB = await b.limiter.shouldRateLimit(r);
             expect(fromA).toEqual(fromB);
           }
