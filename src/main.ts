@@ -9,7 +9,7 @@ import { HttpServer } from './server/http-server';
 import { HealthState, watchStoreHealth } from './server/health';
 import { loadSettings, SettingsError, type Settings } from './settings';
 import { createStore } from './store/create-store';
-import { isSupervisor, reportReady, superviseWorkers } from './workers';
+import { clusterMetrics, isSupervisor, reportReady, superviseWorkers } from './workers';
 import type { Store } from './store/store';
 
 /** Most request answers the limiter keeps for replay: the requests under attack at one time, not every client. */
@@ -102,7 +102,8 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   });
   // Both edges share one timed, error-counting view of the limiter.
   const decider = instrumentDecider(limiter, metrics);
-  const exposition = settings.usePrometheus ? metrics : undefined;
+  // Under WORKERS > 1 every scrape answers for all workers (see workers.ts).
+  const exposition = settings.usePrometheus ? (clusterMetrics(metrics.registry) ?? metrics) : undefined;
 
   const grpcOptions = { limiter: decider, health, settings, logger };
   // grpc-js is loaded only when it serves: the default transport does without it (less heap to mark).

@@ -1,12 +1,15 @@
 import cluster, { type Worker } from 'node:cluster';
+import { AggregatorRegistry, type Registry } from 'prom-client';
 import type { Logger } from './log';
+import type { MetricsExposition } from './server/http-base';
 
 /**
  * WORKERS=N: N processes share the gRPC, HTTP and debug ports through node:cluster, so a Redis-backed
  * service uses every core (counters live in Redis, so workers agree on every limit). The primary
  * only supervises: it serves nothing, restarts a worker that crashes, forwards SIGTERM/SIGINT, and
- * exits 0 once every worker has exited. Metrics (/metrics) are per worker: each scrape is
- * answered by the worker that accepted the connection.
+ * exits 0 once every worker has exited. It also gathers metrics: whichever worker accepts a scrape
+ * of /metrics asks it, and it sums every worker's series (prom-client's AggregatorRegistry), so
+ * each scrape sees the whole service and counters never appear to go back between scrapes.
  *
  * A worker that exits before it ever became ready means the service cannot start (bad config of
  * a port, TLS files, ...): restarting it would only loop, so the primary stops everything and exits 1.
@@ -22,6 +25,119 @@ export interface SupervisorOptions {
   readonly shutdownGraceMs: number;
   /** Called instead of process.exit (tests). */
   readonly exit?: (code: number) => void;
+}
+
+/**
+ * Metrics across workers, over the cluster's IPC channel: a worker that is scraped asks the primary
+ * (REQUEST); the primary asks every ready worker for its registry as JSON (COLLECT, answered with
+ * SERIES), sums them with prom-client's AggregatorRegistry.aggregate, and sends the text back (REPLY).
+ */
+const METRICS_REQUEST = 'slidegate:metrics-request';
+const METRICS_COLLECT = 'slidegate:metrics-collect';
+const METRICS_SERIES = 'slidegate:metrics-series';
+const METRICS_REPLY = 'slidegate:metrics-reply';
+/** How long the primary waits for every worker's series; the scraped worker waits a little longer. */
+const COLLECT_TIMEOUT_MS = 5_000;
+const REPLY_TIMEOUT_MS = COLLECT_TIMEOUT_MS + 1_000;
+
+type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
+
+interface IdMessage {
+  readonly type: string;
+  readonly id: number;
+}
+
+interface SeriesMessage extends IdMessage {
+  readonly metrics?: MetricsJson;
+  readonly error?: string;
+}
+
+interface ReplyMessage extends IdMessage {
+  readonly text?: string;
+  readonly error?: string;
+}
+
+function isMessage(message: unknown, type: string): message is IdMessage {
+  return typeof message === 'object' && message !== null && (message as { type?: unknown }).type === type;
+}
+
+const errorMessage = (err: unknown): string => (err instanceof Error ? err.message : String(err));
+
+/**
+ * In a node:cluster worker: answers the primary's collections with `registry`, and returns the
+ * exposition of every worker summed (what /metrics should serve). Undefined outside a cluster,
+ * where the registry speaks for the whole process.
+ */
+export function clusterMetrics(registry: Registry): MetricsExposition | undefined {
+  if (!cluster.isWorker) return undefined;
+  const send = (message: IdMessage & Record<string, unknown>): void => {
+    process.send?.(message);
+  };
+  const pending = new Map<number, (reply: ReplyMessage) => void>();
+  let nextId = 0;
+  process.on('message', (message: unknown) => {
+    if (isMessage(message, METRICS_COLLECT)) {
+      const id = message.id;
+      registry.getMetricsAsJSON().then(
+        (metrics) => send({ type: METRICS_SERIES, id, metrics }),
+        (err: unknown) => send({ type: METRICS_SERIES, id, error: errorMessage(err) }),
+      );
+    } else if (isMessage(message, METRICS_REPLY)) {
+      pending.get(message.id)?.(message as ReplyMessage);
+    }
+  });
+  return {
+    contentType: registry.contentType,
+    text: () =>
+      new Promise<string>((resolve, reject) => {
+        const id = nextId++;
+        const timer = setTimeout(() => settle({ type: METRICS_REPLY, id, error: `no answer from the primary process within ${REPLY_TIMEOUT_MS} ms` }), REPLY_TIMEOUT_MS);
+        const settle = (reply: ReplyMessage): void => {
+          clearTimeout(timer);
+          pending.delete(id);
+          if (reply.text !== undefined) resolve(reply.text);
+          else reject(new Error(`cannot gather the workers' metrics: ${reply.error ?? 'no text'}`));
+        };
+        pending.set(id, settle);
+        send({ type: METRICS_REQUEST, id });
+      }),
+  };
+}
+
+let nextCollection = 0;
+
+/**
+ * The primary's side: gathers the series of `workers` and sums them. Fails (rather than answering
+ * with part of the service) when a worker does not answer in time: a sum that drops a worker would
+ * look like a counter reset to Prometheus.
+ */
+function gatherMetrics(workers: readonly Worker[]): Promise<string> {
+  const id = nextCollection++;
+  return new Promise<MetricsJson[]>((resolve, reject) => {
+    const series: MetricsJson[] = [];
+    let waiting = workers.length;
+    const listeners = new Map<Worker, (message: unknown) => void>();
+    const done = (err?: Error): void => {
+      clearTimeout(timer);
+      for (const [worker, listener] of listeners) worker.off('message', listener);
+      if (err !== undefined) reject(err);
+      else resolve(series);
+    };
+    const timer = setTimeout(() => done(new Error(`${waiting} of ${workers.length} workers did not answer within ${COLLECT_TIMEOUT_MS} ms`)), COLLECT_TIMEOUT_MS);
+    for (const worker of workers) {
+      const listener = (message: unknown): void => {
+        if (!isMessage(message, METRICS_SERIES) || message.id !== id) return;
+        const answer = message as SeriesMessage;
+        if (answer.metrics === undefined) return done(new Error(`worker ${worker.process.pid}: ${answer.error ?? 'no series'}`));
+        series.push(answer.metrics);
+        if (--waiting === 0) done();
+      };
+      listeners.set(worker, listener);
+      worker.on('message', listener);
+      worker.send({ type: METRICS_COLLECT, id });
+    }
+    if (workers.length === 0) done();
+  }).then((series) => AggregatorRegistry.aggregate(series).metrics());
 }
 
 /** True in a process that should supervise workers rather than serve. */
@@ -45,6 +161,16 @@ export function superviseWorkers(options: SupervisorOptions): void {
   let exitCode = 0;
   // Consecutive crashes shortly after start back off, so a crash loop does not burn a core.
   let recentCrashes = 0;
+  const answerMetrics = (worker: Worker, id: number): void => {
+    const reply = (answer: Omit<ReplyMessage, 'type' | 'id'>): void => {
+      if (worker.isConnected()) worker.send({ type: METRICS_REPLY, id, ...answer });
+    };
+    const serving = [...live].filter((w) => ready.has(w) && w.isConnected());
+    gatherMetrics(serving).then(
+      (text) => reply({ text }),
+      (err: unknown) => reply({ error: errorMessage(err) }),
+    );
+  };
 
   const fork = (): void => {
     const worker = cluster.fork();
@@ -52,6 +178,7 @@ export function superviseWorkers(options: SupervisorOptions): void {
     const forkedAt = Date.now();
     worker.on('message', (message: unknown) => {
       if (message === WORKER_READY) ready.add(worker);
+      else if (isMessage(message, METRICS_REQUEST)) answerMetrics(worker, message.id);
     });
     worker.once('exit', (code, signal) => {
       live.delete(worker);

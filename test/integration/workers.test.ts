@@ -1,5 +1,6 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as http from 'node:http';
 import * as http2 from 'node:http2';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -86,6 +87,7 @@ describe('WORKERS=2 with the Redis backend', () => {
   let child: ChildProcess;
   let configDir: string;
   let grpcPort: number;
+  let httpPort: number;
   let stderr = '';
 
   beforeAll(async () => {
@@ -94,6 +96,7 @@ describe('WORKERS=2 with the Redis backend', () => {
     configDir = fs.mkdtempSync(path.join(os.tmpdir(), 'slidegate-workers-'));
     fs.writeFileSync(path.join(configDir, 'edge.yaml'), 'domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100}\n');
     grpcPort = await freePort();
+    httpPort = await freePort();
     child = spawn(process.execPath, [MAIN_JS], {
       env: {
         PATH: process.env.PATH,
@@ -104,7 +107,7 @@ describe('WORKERS=2 with the Redis backend', () => {
         GRPC_HOST: '127.0.0.1',
         GRPC_PORT: String(grpcPort),
         HOST: '127.0.0.1',
-        PORT: '0',
+        PORT: String(httpPort),
         DEBUG_HOST: '127.0.0.1',
         DEBUG_PORT: '0',
         LOG_LEVEL: 'warn',
@@ -137,6 +140,34 @@ describe('WORKERS=2 with the Redis backend', () => {
       expect(codes.filter((c) => c === 2)).toHaveLength(200);
     } finally {
       for (const s of sessions) s.close();
+    }
+  });
+
+  it('answers every scrape of /metrics for both workers together', async () => {
+    // A new connection per scrape: the primary hands connections to the workers in turn.
+    const scrape = (): Promise<string> =>
+      new Promise((resolve, reject) => {
+        http
+          .get({ host: '127.0.0.1', port: httpPort, path: '/metrics', agent: false }, (res) => {
+            let body = '';
+            res.on('data', (c: Buffer) => (body += c.toString()));
+            res.on('end', () => (res.statusCode === 200 ? resolve(body) : reject(new Error(`HTTP ${res.statusCode}: ${body}`))));
+          })
+          .on('error', reject);
+      });
+    const value = (text: string, series: string): number => {
+      const line = text.split('\n').find((l) => l.startsWith(series + ' '));
+      if (line === undefined) throw new Error(`no ${series} in:\n${text.slice(0, 2000)}`);
+      return Number(line.slice(series.length + 1));
+    };
+    const rule = '{domain="edge",descriptor="user"}';
+    for (let i = 0; i < 6; i++) {
+      const text = await scrape();
+      // The 300 calls of the test above, wherever they landed.
+      expect(value(text, `ratelimit_service_rate_limit_total_hits${rule}`)).toBe(300);
+      expect(value(text, `ratelimit_service_rate_limit_over_limit${rule}`)).toBe(200);
+      expect(value(text, `ratelimit_service_rate_limit_within_limit${rule}`)).toBe(100);
+      expect(value(text, 'ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"}')).toBe(300);
     }
   });
 
