@@ -2,34 +2,14 @@ import fc from 'fast-check';
 import type { Algorithm } from '../../src/limiter/types';
 import { DenialCache } from '../../src/store/denial-cache';
 import { MemoryStore } from '../../src/store/memory-store';
-import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../../src/store/store';
+import type { CounterRequest, Store } from '../../src/store/store';
+import { CountingStore } from '../helpers/counting-store';
 import { FakeClock } from '../helpers/fake-clock';
 
 const T0 = 1_700_000_000_000;
 
 function counter(key: string, hits = 1, limit = 2, algorithm: Algorithm = 'sliding_window', windowMs = 10_000): CounterRequest {
   return { key, hits, limit, windowMs, algorithm };
-}
-
-/** Wraps a store, counting the calls that reach it. */
-class CountingStore implements Store {
-  readonly name = 'counting';
-  calls = 0;
-  cleared = 0;
-  constructor(private readonly inner: Store) {}
-  decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
-    this.calls++;
-    return this.inner.decide(counters, options);
-  }
-  isHealthy(): boolean {
-    return true;
-  }
-  close(): Promise<void> {
-    return this.inner.close();
-  }
-  clearCache(): void {
-    this.cleared++;
-  }
 }
 
 describe('DenialCache', () => {

@@ -7,7 +7,7 @@ import { instrumentDecider, Metrics } from '../../src/metrics';
 import type { Descriptor, RateLimitRequest } from '../../src/limiter/types';
 import { DenialCache } from '../../src/store/denial-cache';
 import { MemoryStore } from '../../src/store/memory-store';
-import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../../src/store/store';
+import { CountingStore } from '../helpers/counting-store';
 import { FakeClock } from '../helpers/fake-clock';
 
 const CONFIG = `
@@ -30,23 +30,6 @@ const d = (key: string, value: string, hitsAddend?: number): Descriptor => ({ en
 const req = (...descriptors: Descriptor[]): RateLimitRequest => ({ domain: 'edge', descriptors, hitsAddend: 0 });
 /** Any string that tells requests apart will do as the key; the gRPC edge uses the wire bytes. */
 const keyOf = (r: RateLimitRequest): string => JSON.stringify(r);
-
-/** Counts the calls that reach the store port. */
-class CountingStore implements Store {
-  readonly name = 'counting';
-  calls = 0;
-  constructor(private readonly inner: Store) {}
-  decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
-    this.calls++;
-    return this.inner.decide(counters, options);
-  }
-  isHealthy(): boolean {
-    return true;
-  }
-  close(): Promise<void> {
-    return this.inner.close();
-  }
-}
 
 /** A limiter over a denial cache over a memory store, all on one fake clock, with what it reports. */
 function stack(clock: FakeClock, config: () => RateLimitConfig, overrides: Partial<RateLimiterOptions> = {}) {
