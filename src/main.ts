@@ -9,11 +9,14 @@ import { HttpServer } from './server/http-server';
 import { HealthState, watchStoreHealth } from './server/health';
 import { loadSettings, SettingsError, type Settings } from './settings';
 import { createStore } from './store/create-store';
+import { warmUp } from './warm-up';
 import { clusterMetrics, isSupervisor, reportReady, superviseWorkers } from './workers';
 import type { Store } from './store/store';
 
 /** Most request answers the limiter keeps for replay: the requests under attack at one time, not every client. */
 const REPLAY_MAX_KEYS = 10_000;
+/** The warm-up stops after this long whatever it has done (a store that is down makes every call fail fast anyway). */
+const WARM_UP_MAX_MS = 2_000;
 
 /**
  * Composition root: settings -> logger -> config source -> store -> limiter -> servers -> signals.
@@ -84,10 +87,15 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   configSource.start();
 
   // The Redis store comes wrapped in the local denial cache (see create-store); a reload must empty it.
-  const store = await createStore(settings, logger, metrics.storeHooks());
+  // The warm-up's calls reach the real store; their cache hits and store errors are not the service's.
+  const warmingUp = settings.warmUpCalls > 0 && settings.grpcTransport === 'http2';
+  let muted = warmingUp;
+  const store = await createStore(settings, logger, metrics.storeHooks(() => muted));
   clearStoreCache = () => store.clearCache?.();
   const stopStoreWatch = watchStoreHealth({ store, health });
 
+  // Replays (RateLimiter.replay) are built from the denial cache, which only the Redis store has.
+  const replayMaxKeys = settings.backendType === 'redis' ? Math.min(settings.denialCacheMaxKeys, REPLAY_MAX_KEYS) : 0;
   const limiter = new RateLimiter({
     store,
     config: () => configSource.current(),
@@ -97,8 +105,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     nearLimitRatio: settings.nearLimitRatio,
     responseHeaders: settings.responseHeaders,
     observer: metrics,
-    // Replays (RateLimiter.replay) are built from the denial cache, which only the Redis store has.
-    replayMaxKeys: settings.backendType === 'redis' ? Math.min(settings.denialCacheMaxKeys, REPLAY_MAX_KEYS) : 0,
+    replayMaxKeys,
   });
   // Both edges share one timed, error-counting view of the limiter.
   const decider = instrumentDecider(limiter, metrics);
@@ -127,6 +134,12 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     metrics: exposition,
     logger,
   });
+  // Before the shared port opens: the first proxy calls then meet compiled code (see warm-up.ts).
+  if (warmingUp) {
+    const warm = await warmUp({ calls: settings.warmUpCalls, maxMs: WARM_UP_MAX_MS, store, settings, replayMaxKeys, logger });
+    muted = false;
+    logger.info({ answered: warm.answered, failed: warm.failed, ms: Math.round(warm.ms) }, 'warmed up');
+  }
   let grpcPort: number;
   let httpPort: number;
   let debugPort: number;

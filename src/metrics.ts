@@ -249,12 +249,18 @@ export class Metrics {
     this.statsd?.increment(`ratelimit.service.store_fallback.${statsdSafe(policy)}`, 1);
   }
 
-  /** The store's event hooks (createStore's third argument), bound to these metrics. */
-  storeHooks(): { onStoreError: (kind: string) => void; onCacheHit: () => void; onFallback: (policy: string) => void } {
+  /** The store's event hooks (createStore's third argument), bound to these metrics; nothing is recorded while `muted()`. */
+  storeHooks(muted: () => boolean = () => false): { onStoreError: (kind: string) => void; onCacheHit: () => void; onFallback: (policy: string) => void } {
     return {
-      onStoreError: (kind) => this.recordStoreError(kind),
-      onCacheHit: () => this.recordLocalCacheHit(),
-      onFallback: (policy) => this.recordStoreFallback(policy),
+      onStoreError: (kind) => {
+        if (!muted()) this.recordStoreError(kind);
+      },
+      onCacheHit: () => {
+        if (!muted()) this.recordLocalCacheHit();
+      },
+      onFallback: (policy) => {
+        if (!muted()) this.recordStoreFallback(policy);
+      },
     };
   }
 

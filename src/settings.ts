@@ -144,6 +144,8 @@ export interface Settings {
   readonly usePrometheus: boolean;
   /** Worker processes sharing the gRPC port (redis backend only; default: one per core with redis, 1 with memory). */
   readonly workers: number;
+  /** Calls each process makes to itself at start, before it takes traffic (src/warm-up.ts); 0: none. */
+  readonly warmUpCalls: number;
   /** Longest wait for in-flight calls after SIGTERM, ms. */
   readonly shutdownGraceMs: number;
 }
@@ -228,6 +230,7 @@ export function loadSettings(env: Env = process.env): Settings {
     statsdPort: port(env, 'STATSD_PORT', 8125),
     usePrometheus: bool(env, 'USE_PROMETHEUS', true),
     workers,
+    warmUpCalls: int(env, 'WARM_UP_CALLS', 10_000, 0, 10_000_000),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 5_000, 0, 600_000),
   });
 }

@@ -136,6 +136,11 @@ function secureOptions(grpcTls: GrpcServerOptions['settings']['grpcTls']): tls.T
   };
 }
 
+/** Options of Http2GrpcServer: GrpcServer's, and `exclusive` (see H2Server.listen; the warm-up's private port). */
+export interface Http2GrpcServerOptions extends GrpcServerOptions {
+  readonly exclusive?: boolean;
+}
+
 /** The RLS and health services over HTTP/2. Same options and lifecycle as GrpcServer. */
 export class Http2GrpcServer {
   private readonly server: H2Server;
@@ -149,7 +154,7 @@ export class Http2GrpcServer {
   private keepalive: NodeJS.Timeout | undefined;
   private stopping: Promise<void> | undefined;
 
-  constructor(private readonly options: GrpcServerOptions) {
+  constructor(private readonly options: Http2GrpcServerOptions) {
     this.codecs = loadCodecs();
     this.maxMessageBytes = options.settings.grpcMaxMessageBytes;
     const grpcTls = options.settings.grpcTls;
@@ -164,7 +169,7 @@ export class Http2GrpcServer {
   /** Binds GRPC_HOST:GRPC_PORT and starts serving; resolves to the bound port (useful with port 0). */
   async start(): Promise<number> {
     const { grpcHost, grpcPort } = this.options.settings;
-    const port = await this.server.listen(grpcHost.replace(/^\[(.*)\]$/, '$1'), grpcPort);
+    const port = await this.server.listen(grpcHost.replace(/^\[(.*)\]$/, '$1'), grpcPort, this.options.exclusive);
     this.keepalive = setInterval(() => this.server.pingAll(), KEEPALIVE_MS);
     this.keepalive.unref();
     return port;

@@ -47,6 +47,7 @@ describe('loadSettings defaults', () => {
       usePrometheus: true,
       workers: 1,
       shutdownGraceMs: 5000,
+      warmUpCalls: 10000,
     });
     expect(s.responseHeaders).toEqual({
       enabled: false,
@@ -174,6 +175,8 @@ describe('loadSettings rejects invalid values, naming the variable', () => {
     ['WORKERS', { WORKERS: 'many' }],
     ['WORKERS', { WORKERS: '2' }],
     ['SHUTDOWN_GRACE_MS', { SHUTDOWN_GRACE_MS: '-5' }],
+    ['WARM_UP_CALLS', { WARM_UP_CALLS: '-1' }],
+    ['WARM_UP_CALLS', { WARM_UP_CALLS: 'lots' }],
   ];
 
   it.each(invalid)('%s rejects %j', (variable, env) => {

@@ -32,12 +32,15 @@ export class H2Server {
     }
   }
 
-  /** Binds and listens; resolves to the bound port (useful with port 0). */
-  listen(host: string, port: number): Promise<number> {
+  /**
+   * Binds and listens; resolves to the bound port (useful with port 0). `exclusive`: in a
+   * node:cluster worker, a port of this process alone rather than one shared through the primary.
+   */
+  listen(host: string, port: number, exclusive = false): Promise<number> {
     return new Promise((resolve, reject) => {
       const onError = (err: Error): void => reject(err);
       this.server.once('error', onError);
-      this.server.listen({ host, port }, () => {
+      this.server.listen({ host, port, exclusive }, () => {
         this.server.off('error', onError);
         const address = this.server.address();
         resolve(typeof address === 'object' && address !== null ? address.port : port);
