@@ -1,3 +1,4 @@
+import type { ColdStartResult } from './cold-start';
 import type { LoadResult } from './load-result';
 import type { ScenarioSpec } from './scenarios';
 
@@ -72,4 +73,6 @@ export interface BenchResult {
   readonly machine: Machine;
   readonly options: BenchSettings;
   readonly scenarios: readonly ScenarioResult[];
+  /** Fresh services driven at a fixed rate from their first answer (bench/cold-start.ts); absent when not measured. */
+  readonly coldStart?: readonly ColdStartResult[];
 }

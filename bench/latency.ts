@@ -6,9 +6,14 @@ export interface LatencySummary {
   readonly p99: number;
   readonly p999: number;
   readonly max: number;
+  /** Calls slower than Envoy's default rate-limit timeout (TIMEOUT_MS): Envoy would have given up on them. */
+  readonly overTimeout: number;
 }
 
-const EMPTY: LatencySummary = { samples: 0, mean: 0, p50: 0, p99: 0, p999: 0, max: 0 };
+/** Envoy's default timeout for a rate-limit call, ms. */
+export const TIMEOUT_MS = 20;
+
+const EMPTY: LatencySummary = { samples: 0, mean: 0, p50: 0, p99: 0, p999: 0, max: 0, overTimeout: 0 };
 
 /** Summarises samples (sorted in place). Empty input gives zeros, so a failed run still serialises. */
 export function summarize(samples: Float64Array): LatencySummary {
@@ -16,10 +21,14 @@ export function summarize(samples: Float64Array): LatencySummary {
   if (n === 0) return EMPTY;
   samples.sort();
   let sum = 0;
-  for (let i = 0; i < n; i++) sum += samples[i];
+  let overTimeout = 0;
+  for (let i = 0; i < n; i++) {
+    sum += samples[i];
+    if (samples[i] > TIMEOUT_MS) overTimeout++;
+  }
   // Nearest-rank percentile: the smallest sample with at least q of all samples at or below it.
   const q = (p: number): number => samples[Math.min(n - 1, Math.max(0, Math.ceil(p * n) - 1))];
-  return { samples: n, mean: sum / n, p50: q(0.5), p99: q(0.99), p999: q(0.999), max: samples[n - 1] };
+  return { samples: n, mean: sum / n, p50: q(0.5), p99: q(0.99), p999: q(0.999), max: samples[n - 1], overTimeout };
 }
 
 // Histogram layout: 1 µs buckets below LINEAR_US, then buckets growing by GROWTH (0.5% relative
@@ -38,6 +47,7 @@ export class LatencyHistogram {
   private n = 0;
   private sumMs = 0;
   private maxMs = 0;
+  private overTimeout = 0;
 
   /** Adds one call of `ms` milliseconds. */
   record(ms: number): void {
@@ -49,6 +59,7 @@ export class LatencyHistogram {
     this.n++;
     this.sumMs += ms;
     if (ms > this.maxMs) this.maxMs = ms;
+    if (ms > TIMEOUT_MS) this.overTimeout++;
   }
 
   /** Count, mean, p50, p99, p99.9 and max (max and mean exact, percentiles to the bucket). */
@@ -63,7 +74,7 @@ export class LatencyHistogram {
       }
       return this.maxMs;
     };
-    return { samples: this.n, mean: this.sumMs / this.n, p50: q(0.5), p99: q(0.99), p999: q(0.999), max: this.maxMs };
+    return { samples: this.n, mean: this.sumMs / this.n, p50: q(0.5), p99: q(0.99), p999: q(0.999), max: this.maxMs, overTimeout: this.overTimeout };
   }
 }
 

@@ -1,4 +1,5 @@
 import type { BenchResult, Machine, ScenarioResult, ScenarioSummary } from './bench-result';
+import { median, TIMEOUT_MS } from './latency';
 import { fmt, markdownTable } from './markdown';
 import { barChartSvg } from './svg';
 
@@ -92,6 +93,37 @@ export function rateTable(result: BenchResult): string {
   );
 }
 
+/** The cold-start table (bench/cold-start.ts), or '' when the run did not measure it. */
+export function coldStartTable(result: BenchResult): string {
+  const cold = result.coldStart;
+  if (cold === undefined || cold.length === 0) return '';
+  const rows = cold.map((c) => {
+    const name = `\`WARM_UP_CALLS=${c.warmUpCalls}\`${c.isDefault ? ' (default)' : c.warmUpCalls === 0 ? ' (off)' : ''}`;
+    const m = c.summary;
+    if (!m) return [name, 'failed', '-', '-', '-', '-', '-'];
+    const calls = median(c.runs.map((r) => r.calls));
+    return [
+      name,
+      String(c.runs.length),
+      `${fmt(m.overTimeout)} (${fmt((100 * m.overTimeout) / Math.max(1, calls), 2)}%)`,
+      c.runs.map((r) => fmt(r.overTimeout)).join(', '),
+      fmt(m.p999Ms, 1),
+      fmt(m.maxMs, 1),
+      String(m.errors),
+    ];
+  });
+  const c0 = cold[0];
+  return (
+    `Cold start: a new service (Redis, default workers) driven at ${fmt(c0.rps)} calls/s over ${c0.connections} connections (h2load \`--rps\`) ` +
+    `for ${c0.durationS} s from its first answer, a new service each run, the variants in turns; medians of the runs:\n\n` +
+    markdownTable(
+      ['service', 'runs', `calls over ${TIMEOUT_MS} ms`, 'per run', 'p99.9 ms', 'max ms', 'errors'],
+      rows,
+      ['l', 'r', 'r', 'r', 'r', 'r', 'r'],
+    )
+  );
+}
+
 /** slidegate with Redis in this run (when given) beside the reference server's separately measured figures. */
 export function comparisonTable(result?: BenchResult): string {
   const find = (f: (s: ScenarioResult) => boolean): ScenarioSummary | undefined => result?.scenarios.find((s) => f(s) && s.summary)?.summary;
@@ -141,6 +173,7 @@ export function benchSvg(result: BenchResult): string {
 /** The standalone Markdown written next to the JSON. */
 export function resultMarkdown(result: BenchResult): string {
   const share = attackShareLine(result);
+  const cold = coldStartTable(result);
   return [
     `# make bench, ${result.date}`,
     '',
@@ -151,6 +184,7 @@ export function resultMarkdown(result: BenchResult): string {
     ...(share ? [share, ''] : []),
     rateTable(result),
     '',
+    ...(cold ? [cold, ''] : []),
     comparisonTable(result),
     '',
   ].join('\n');
@@ -191,11 +225,13 @@ export function docsBlock(result: BenchResult | undefined, base: string): string
   ];
   if (result) {
     const share = attackShareLine(result);
+    const cold = coldStartTable(result);
     parts.push(
       benchTable(result),
       ...(share ? [share] : []),
       'Fixed rate (h2load `--rps`, which sends each connection\'s share in bursts), the no-op http2 server with as many processes at the same rate beside:',
       rateTable(result),
+      ...(cold ? [cold] : []),
     );
   } else {
     parts.push('No published run yet: run `make bench` on an otherwise idle machine to fill in the tables here.');

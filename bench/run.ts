@@ -2,8 +2,10 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { availableParallelism, cpus, platform, release, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import type { BenchResult, BenchSettings, Machine, RunMeasure, ScenarioResult, ScenarioSummary } from './bench-result';
+import { loadSettings } from '../src/settings';
+import { measureColdStart, type ColdStartResult } from './cold-start';
 import { h2loadAvailable, runH2load, runH2loadMix } from './h2load';
-import { median } from './latency';
+import { median, TIMEOUT_MS } from './latency';
 import type { GeneratorName, LoadResult } from './load-result';
 import { fmt, replaceBetweenMarkers } from './markdown';
 import { isoDate, repoRoot } from './paths';
@@ -82,6 +84,11 @@ interface AnswerSizes {
   readonly attacker?: SizeRange;
   readonly normal?: SizeRange;
 }
+
+/** `--only` matches the cold-start section by this name. */
+const COLD_START_NAME = 'cold-start';
+const COLD_START_CONNECTIONS = 40;
+const COLD_START_SECONDS = 2;
 
 // How many answers (over one second) are sampled for the size range h2load's success count relies on.
 const SIZE_SAMPLES = 50;
@@ -355,6 +362,36 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
       process.stderr.write(`${s.name}: ${fmt(summary.decisionsPerS)} decisions/s, p99 ${fmt(summary.p99Ms, 2)} ms, ${summary.errors} errors${share}\n`);
     }
   };
+  /** Cold start (bench/cold-start.ts): the service with Redis, with and without its start-up warm-up. */
+  const coldStart = async (): Promise<ColdStartResult[]> => {
+    const r = await getRedis();
+    const start = (env: Readonly<Record<string, string>>): Promise<Target> =>
+      startService({ backend: 'redis', transport: 'http2', configDir, redisPort: r.port, probeFrame, env: { ...serviceEnv, ...env } });
+    const one = files.get('one')!;
+    const probe = await start({});
+    let okBytes: SizeRange;
+    try {
+      okBytes = await sample(probe.port, one.firstFrame);
+    } finally {
+      await probe.stop();
+    }
+    const shipped = loadSettings({}).warmUpCalls;
+    return measureColdStart({
+      variants: [0, shipped],
+      defaultWarmUpCalls: shipped,
+      // Each run is a new service: more runs than the scenarios get, as one run says little.
+      repeats: opts.tiny ? 1 : Math.max(5, opts.repeats),
+      rps: opts.rate,
+      connections: COLD_START_CONNECTIONS,
+      durationS: opts.tiny ? 1 : COLD_START_SECONDS,
+      streams: opts.streams,
+      start,
+      bodyFile: one.bodyFile,
+      okBytes,
+      tmpDir: tmp,
+    });
+  };
+  let cold: ColdStartResult[] | undefined;
   try {
     // A no-op scenario that bounds others is measured with the first of them, not on its own.
     const bounding = new Set(specs.map((s) => s.ceiling).filter((c): c is string => c !== undefined));
@@ -365,6 +402,15 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
       const group = c ? [c, s] : [s];
       await measureTogether(group);
       for (const g of group) measured.add(g.name);
+    }
+    if (primary === 'h2load' && (!opts.only || opts.only.test(COLD_START_NAME))) {
+      // Last, and alone: the services of the scenarios would share the cores.
+      for (const t of targets.values()) await t.then((x) => x.stop()).catch(() => undefined);
+      targets.clear();
+      cold = await coldStart();
+      for (const c of cold) {
+        process.stderr.write(`${COLD_START_NAME} WARM_UP_CALLS=${c.warmUpCalls}: ${c.error ?? `calls over ${TIMEOUT_MS} ms per run ${c.runs.map((x) => x.overTimeout).join(', ')}`}\n`);
+      }
     }
   } finally {
     for (const t of targets.values()) await t.then((x) => x.stop()).catch(() => undefined);
@@ -381,7 +427,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
     generator: opts.generator,
     only: opts.only?.source,
   };
-  return { date: isoDate(), machine, options, scenarios: results };
+  return { date: isoDate(), machine, options, scenarios: results, coldStart: cold };
 }
 
 function parseArgs(argv: readonly string[]): BenchOptions {
@@ -449,7 +495,7 @@ async function main(): Promise<void> {
     replaceBetweenMarkers(join(root, 'docs', 'performance.md'), 'bench', docsBlock(result, '../'));
   }
   process.stdout.write(`${md}\nwrote ${base}.json, .svg, .md\n`);
-  if (result.scenarios.some((s) => s.error)) process.exitCode = 1;
+  if (result.scenarios.some((s) => s.error) || result.coldStart?.some((c) => c.error)) process.exitCode = 1;
 }
 
 if (require.main === module) {

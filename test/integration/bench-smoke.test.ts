@@ -19,7 +19,7 @@ function runTiny(out: string): Promise<{ code: number | null; stderr: string }> 
     const child = spawn(process.execPath, [runJs, '--tiny', '--out', out], { cwd: root, stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const timer = setTimeout(() => child.kill('SIGINT'), 50_000);
+    const timer = setTimeout(() => child.kill('SIGINT'), 80_000);
     child.on('error', reject);
     child.on('close', (code) => {
       clearTimeout(timer);
@@ -48,7 +48,7 @@ describe('benchmark harness in tiny mode', () => {
     if (!json) throw new Error(`no result JSON written; stderr:\n${exit.stderr}`);
     result = JSON.parse(readFileSync(join(out, json), 'utf8')) as BenchResult;
     primary = result.machine.h2load ? 'h2load' : 'http2-load';
-  }, 60_000);
+  }, 90_000);
 
   afterAll(() => {
     if (out) rmSync(out, { recursive: true, force: true });
@@ -113,6 +113,22 @@ describe('benchmark harness in tiny mode', () => {
       expect(s.runs[0].load.overLimit!).toBeGreaterThan(0.8 * s.runs[0].load.ok);
     }
     expect(scenario('memory-attack-90pct/http2-load').summary!.ratioToCeiling).toBeGreaterThan(0);
+  });
+
+  it('measures a cold start with the warm-up off and at its default, each on a new service', () => {
+    const cold = result.coldStart;
+    expect(cold?.map((c) => [c.warmUpCalls, c.isDefault])).toEqual([
+      [0, false],
+      [10_000, true],
+    ]);
+    for (const c of cold!) {
+      expect(c.error).toBeUndefined();
+      expect(c.runs).toHaveLength(1);
+      expect(c.runs[0].calls).toBeGreaterThan(0.5 * c.rps * c.durationS);
+      expect(c.summary!.errors).toBe(0);
+      expect(c.summary!.overTimeout).toBeLessThanOrEqual(c.runs[0].calls);
+    }
+    expect(readFileSync(join(out, readdirSync(out).find((f) => f.endsWith('.md'))!), 'utf8')).toContain('Cold start');
   });
 
   it('holds a fixed-rate run near its target rate', () => {
