@@ -113,13 +113,13 @@ interface Plan {
 }
 
 /**
- * A call answered wholly from local denials: its plan before the store's verdicts, and those verdicts,
- * each denial with the local time it expires (undefined for the counters the cache did not consult).
+ * A call whose every counter the local denial cache denied: its plan before the store's verdicts,
+ * those verdicts, and the local time each denial expires.
  */
 interface Replayable {
   readonly plan: Plan;
   readonly decisions: readonly CounterDecision[];
-  readonly deniedUntilMs: readonly (number | undefined)[];
+  readonly deniedUntilMs: readonly number[];
   /** The last answer replayed, and the local time it was built for: within a millisecond it does not change. */
   answer: RateLimitResponse | undefined;
   answeredAtMs: number;
@@ -214,10 +214,7 @@ export class RateLimiter {
     }
     const m = decisions.length;
     const verdicts: CounterDecision[] = new Array<CounterDecision>(m);
-    for (let k = 0; k < m; k++) {
-      const until = deniedUntilMs[k];
-      verdicts[k] = until === undefined ? decisions[k] : { allowed: false, remaining: 0, resetMs: until - now, fromCache: true };
-    }
+    for (let k = 0; k < m; k++) verdicts[k] = { allowed: false, remaining: 0, resetMs: deniedUntilMs[k] - now, fromCache: true };
     const fresh: Plan = { ...plan, statuses: plan.statuses.slice() };
     this.applyDecisions(fresh, verdicts);
     replayable.answer = this.answer(fresh);
@@ -225,21 +222,26 @@ export class RateLimiter {
     return replayable.answer;
   }
 
-  /** Keeps a call the store answered wholly from local denials (any decision fromCache, one store call). */
+  /**
+   * Keeps a call the store answered wholly from local denials: one store call, and every counter
+   * denied by the cache. A counter the cache did not consult (reported allowed, not charged) is not
+   * replayable: another request may get it denied meanwhile, and the full path would then report it
+   * OVER_LIMIT (and count it so).
+   */
   private remember(replayKey: string, plan: Plan, decisions: readonly CounterDecision[], startedMs: number): void {
     if (!this.oneCall(plan.counted.length, plan.shadowCount)) return;
     const m = decisions.length;
-    let deniedUntilMs: (number | undefined)[] | undefined;
+    const deniedUntilMs = new Array<number>(m);
     let untilMs = Infinity;
     for (let k = 0; k < m; k++) {
       const decision = decisions[k];
-      if (decision.fromCache !== true) continue;
+      if (decision.fromCache !== true) return;
       const until = startedMs + decision.resetMs;
-      (deniedUntilMs ??= new Array<number | undefined>(m).fill(undefined))[k] = until;
+      deniedUntilMs[k] = until;
       if (until < untilMs) untilMs = until;
     }
     const config = this.config();
-    if (deniedUntilMs === undefined || config === undefined) return;
+    if (config === undefined) return;
     // The plan's statuses are copied before the verdicts fill them in.
     const template: Plan = { ...plan, statuses: plan.statuses.slice() };
     this.replays!.set(replayKey, config, untilMs, { plan: template, decisions, deniedUntilMs, answer: undefined, answeredAtMs: 0 });
