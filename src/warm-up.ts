@@ -16,16 +16,17 @@ import type { RateLimitDecider } from './limiter/types';
  * Start-up warm-up: before a process takes traffic, it answers a few thousand ShouldRateLimit calls
  * of its own over loopback, so that V8 has compiled the hot path (HTTP/2 frames and HPACK, decoding,
  * matching, counter keys, the store, the denial cache and replays, encoding) before the first proxy
- * call arrives. Without it, a process that starts under load answers its first second slowly: at
- * 8,000 calls/s over 40 connections, hundreds of calls took more than Envoy's 20 ms timeout.
+ * call arrives. Without it, a process that starts under load answers its first seconds slowly: at
+ * 8,000 calls/s over 40 connections, tens of calls took more than Envoy's 20 ms timeout
+ * (docs/performance.md, "Cold start and the start-up warm-up").
  *
- * The calls go to a private, exclusive loopback port (never the shared gRPC port, never TLS), through
- * a second server instance of the same class, and are decided by a limiter of their own with a
- * built-in config (domain WARM_UP_DOMAIN). The client writes raw HTTP/2 frames on a plain socket:
+ * The calls go to a private, exclusive loopback port (never the shared gRPC port, never TLS),
+ * through a second server object of the same class, and are decided by a limiter of their own with
+ * a built-in config (domain WARM_UP_DOMAIN). The client writes raw HTTP/2 frames on a plain socket:
  * node:http2's client objects would outlive young-generation collections and leave a full
- * collection due just as traffic starts (docs/performance.md, on node:http2). They reach the real store, so its client is warm too: with
- * Redis that writes a few counters under that domain, on 1-second windows (their TTLs end within
- * seconds). Nothing is reported: the service's metrics and health never see these calls.
+ * collection due just as traffic starts. The calls reach the real store, so its client is warm too:
+ * with Redis that writes a few counters under that domain, on 1-second windows (their TTLs end
+ * within seconds). Nothing is reported: the service's metrics and health never see these calls.
  */
 
 /** The domain of the warm-up's own counters; reserved (a config domain of that name would share them). */
