@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import * as net from 'node:net';
+import { performance } from 'node:perf_hooks';
 import type { H2Stream } from '../../src/server/h2/connection';
 import { CONNECTION_PREFACE, ErrorCode, Flag, frame, FrameType, Setting, settingsFrame, wordFrame } from '../../src/server/h2/frames';
 import { encodeHeaderBlock, HpackDecoder } from '../../src/server/h2/hpack';
@@ -291,6 +292,53 @@ describe('the HTTP/2 connection layer', () => {
     misbehave(client);
     await client.waitClosed();
     expect(client.goaway()?.code).toBe(code);
+  });
+
+  /** One request on a fresh connection; its round-trip time in ms (throws when unanswered). */
+  async function legitRoundTrip(): Promise<number> {
+    const client = await RawClient.connect(port);
+    const started = performance.now();
+    client.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('legit')));
+    const end = await client.waitFor((f) => f.type === FrameType.HEADERS && f.streamId === 1 && (f.flags & Flag.END_STREAM) !== 0, 5000);
+    client.close();
+    if (end === undefined) throw new Error('the legit request went unanswered');
+    return performance.now() - started;
+  }
+
+  /** Writes `chunk` until the server closes the socket (or `maxBytes` are out); bytes written. */
+  async function flood(client: RawClient, chunk: Buffer, maxBytes: number): Promise<number> {
+    let written = 0;
+    while (!client.closed && written < maxBytes) {
+      if (!client.socket.write(chunk)) await new Promise((r) => client.socket.once('drain', r).once('close', r));
+      written += chunk.length;
+    }
+    return written;
+  }
+
+  it('cuts a connection that sends endless empty CONTINUATION frames (GOAWAY ENHANCE_YOUR_CALM), keeping memory bounded and others served', async () => {
+    await start();
+    const attacker = await RawClient.connect(port);
+    attacker.send(headersFrame(1, 0, REQUEST.subarray(0, 4)));
+    const emptyContinuations = Buffer.concat(Array.from({ length: 1000 }, () => frame(FrameType.CONTINUATION, 0, 1)));
+    const heapBefore = process.memoryUsage().heapUsed;
+    const written = await flood(attacker, emptyContinuations, 32 * 1024 * 1024);
+    await attacker.waitClosed();
+    expect(attacker.goaway()).toEqual({ lastStreamId: 0, code: ErrorCode.ENHANCE_YOUR_CALM });
+    // Cut within its first frames: what it wrote after is never read.
+    expect(written).toBeLessThan(32 * 1024 * 1024);
+    expect(process.memoryUsage().heapUsed - heapBefore).toBeLessThan(64 * 1024 * 1024);
+    expect(await legitRoundTrip()).toBeLessThan(1000);
+  });
+
+  it('cuts a connection whose header block stays open past the header block timeout', async () => {
+    await start({ headerBlockTimeoutMs: 200 });
+    const attacker = await RawClient.connect(port);
+    attacker.send(headersFrame(1, 0, REQUEST.subarray(0, 4)), frame(FrameType.CONTINUATION, 0, 1, REQUEST.subarray(4, 6)));
+    const started = Date.now();
+    await attacker.waitClosed(3000);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(150);
+    expect(attacker.goaway()).toEqual({ lastStreamId: 0, code: ErrorCode.ENHANCE_YOUR_CALM });
+    expect(await legitRoundTrip()).toBeLessThan(1000);
   });
 
   it('survives any sequence of frames: it answers a PING afterwards or ends the connection with GOAWAY, and keeps serving others', async () => {

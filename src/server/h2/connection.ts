@@ -34,6 +34,8 @@ export interface ConnectionOptions {
   readonly connectionWindowSize: number;
   /** Largest decoded header list accepted (SETTINGS_MAX_HEADER_LIST_SIZE). */
   readonly maxHeaderListSize: number;
+  /** How long a header block split over CONTINUATION frames may stay open, ms (default 5,000). */
+  readonly headerBlockTimeoutMs?: number;
   /** A new stream, with its request header fields as a flat `[name, value, ...]` list. */
   readonly onStream: (stream: H2Stream, headers: readonly string[]) => void;
   /**
@@ -47,6 +49,12 @@ export interface ConnectionOptions {
 const HPACK_TABLE_SIZE = 4096;
 // A header block may be split over frames; more than this is refused before it is decoded.
 const MAX_HEADER_BLOCK_FACTOR = 2;
+// Frames (HEADERS and its CONTINUATIONs) one header block may span. Counted, not just their bytes:
+// empty CONTINUATION frames carry nothing yet cost a frame each (the CVE-2024-27316 class).
+// Real clients fill frames up to SETTINGS_MAX_FRAME_SIZE, so a block of the largest accepted
+// size takes a handful.
+const MAX_HEADER_BLOCK_FRAMES = 32;
+const DEFAULT_HEADER_BLOCK_TIMEOUT_MS = 5_000;
 
 const EMPTY = Buffer.alloc(0);
 const PING_PAYLOAD = Buffer.alloc(8);
@@ -114,7 +122,9 @@ export class H2Connection {
   private lastStreamId = 0;
   private readonly decoder: HpackDecoder;
   // A header block being continued: its stream, flags and fragments.
-  private continuing: { streamId: number; endStream: boolean; fragments: Buffer[]; bytes: number } | undefined = undefined;
+  private continuing: { streamId: number; endStream: boolean; fragments: Buffer[]; bytes: number; frames: number } | undefined = undefined;
+  // Armed while a header block is open: a peer may not hold the connection's HPACK state hostage.
+  private headerBlockTimer: NodeJS.Timeout | undefined = undefined;
 
   private peerInitialWindow = DEFAULT_WINDOW;
   private peerMaxFrameSize = DEFAULT_MAX_FRAME_SIZE;
@@ -354,6 +364,7 @@ export class H2Connection {
 
   private readonly onSocketClose = (): void => {
     this.closed = true;
+    this.endHeaderBlock();
     this.out = EMPTY;
     this.outLength = 0;
     for (const stream of [...this.streams.values()]) this.closeStream(stream, false);
@@ -365,6 +376,7 @@ export class H2Connection {
   /** A connection error: GOAWAY with the code, then the socket ends. */
   private fail(code: ErrorCode, debug: string): void {
     if (this.closed) return;
+    this.endHeaderBlock();
     this.putRaw(goawayFrame(this.lastStreamId, code, debug));
     this.goawaySent = true;
     this.flush();
@@ -386,6 +398,7 @@ export class H2Connection {
   };
 
   private receive(chunk: Buffer): void {
+    if (this.closed) return;
     const buf = this.buffered.length === 0 ? chunk : Buffer.concat([this.buffered, chunk]);
     let offset = 0;
     if (!this.prefaceSeen) {
@@ -548,7 +561,25 @@ export class H2Connection {
       this.onHeaderBlock(streamId, endStream, fragment);
       return;
     }
-    this.continuing = { streamId, endStream, fragments: [Buffer.from(fragment)], bytes: fragment.length };
+    if (fragment.length > this.options.maxHeaderListSize * MAX_HEADER_BLOCK_FACTOR) {
+      this.fail(ErrorCode.ENHANCE_YOUR_CALM, 'header block too large');
+      return;
+    }
+    const fragments = fragment.length === 0 ? [] : [Buffer.from(fragment)];
+    this.continuing = { streamId, endStream, fragments, bytes: fragment.length, frames: 1 };
+    this.headerBlockTimer = setTimeout(this.onHeaderBlockTimeout, this.options.headerBlockTimeoutMs ?? DEFAULT_HEADER_BLOCK_TIMEOUT_MS);
+  }
+
+  private readonly onHeaderBlockTimeout = (): void => {
+    this.headerBlockTimer = undefined;
+    this.fail(ErrorCode.ENHANCE_YOUR_CALM, 'header block not completed in time');
+  };
+
+  /** The open header block (if any) is finished or abandoned. */
+  private endHeaderBlock(): void {
+    this.continuing = undefined;
+    if (this.headerBlockTimer !== undefined) clearTimeout(this.headerBlockTimer);
+    this.headerBlockTimer = undefined;
   }
 
   private onContinuation(flags: number, streamId: number, payload: Buffer): void {
@@ -558,13 +589,14 @@ export class H2Connection {
       return;
     }
     c.bytes += payload.length;
-    if (c.bytes > this.options.maxHeaderListSize * MAX_HEADER_BLOCK_FACTOR) {
+    c.frames++;
+    if (c.bytes > this.options.maxHeaderListSize * MAX_HEADER_BLOCK_FACTOR || c.frames > MAX_HEADER_BLOCK_FRAMES) {
       this.fail(ErrorCode.ENHANCE_YOUR_CALM, 'header block too large');
       return;
     }
-    c.fragments.push(Buffer.from(payload));
+    if (payload.length > 0) c.fragments.push(Buffer.from(payload));
     if ((flags & Flag.END_HEADERS) === 0) return;
-    this.continuing = undefined;
+    this.endHeaderBlock();
     this.onHeaderBlock(streamId, c.endStream, Buffer.concat(c.fragments, c.bytes));
   }
 
