@@ -1,5 +1,5 @@
 /**
- * The three counting algorithms as pure functions of (state, now). Every store implements
+ * The counting algorithms as pure functions of (state, now). Every store implements
  * exactly this arithmetic (the Redis Lua script mirrors it line by line), so a decision does not
  * depend on where the counters live.
  *
@@ -131,4 +131,134 @@ export function slidingLog(input: SlidingLogInput): Verdict {
     if (left + hits <= limit) return { allowed: false, remaining: 0, resetMs: e.atMs + w - nowMs };
   }
   return { allowed: false, remaining: 0, resetMs: w }; // unreachable: dropping every record admits h <= L
+}
+
+export interface SubWindowInput {
+  /**
+   * Hits of the sub-windows n-k .. n, oldest first (k + 1 counts), where n = floor(now / S) is the
+   * sub-window containing nowMs and S = W / k. The oldest one is the partly expired one.
+   */
+  readonly counts: readonly number[];
+  /** Count the oldest sub-window in full until it has expired entirely (never admits more than L in any W). */
+  readonly strict: boolean;
+  readonly nowMs: number;
+  readonly windowMs: number;
+  readonly limit: number;
+  readonly hits: number;
+}
+
+/**
+ * Sliding window over k sub-window counters (k = counts.length - 1; k = 1 is slidingWindow):
+ * estimate = the k newest counts + the oldest x (ms left in the current sub-window) / S, or the
+ * oldest in full when strict; allow iff floor(estimate) + h <= L.
+ * Strict never admits more than L in any span of length W: at each admission the counted
+ * sub-windows cover all of (now - W, now]. It under-admits by at most the oldest sub-window's hits.
+ */
+export function subWindowCounter(input: SubWindowInput): Verdict {
+  const { counts, strict, nowMs, windowMs: w, limit, hits } = input;
+  const k = counts.length - 1;
+  const s = w / k;
+  const toEnd = windowStart(nowMs, s) + s - nowMs; // ms left in the current sub-window, 1..S
+  let full = 0;
+  for (let i = 1; i <= k; i++) full += counts[i];
+  const oldest = counts[0];
+  const used = strict ? full + oldest : Math.floor((full * s + oldest * toEnd) / s);
+  if (used + hits <= limit) {
+    // The newest non-empty sub-window m weighs until the end of sub-window m + k.
+    let newest = counts[k] + hits > 0 ? k : -1;
+    for (let i = k - 1; newest < 0 && i >= 0; i--) if (counts[i] > 0) newest = i;
+    const resetMs = newest < 0 ? 0 : toEnd + newest * s;
+    return { allowed: true, remaining: limit - used - hits, resetMs };
+  }
+  return { allowed: false, remaining: 0, resetMs: subWindowRetryMs(counts, strict, toEnd, s, limit, hits) };
+}
+
+/**
+ * Smallest wait after which, with no other traffic, the sub-window estimate admits h. In sub-window
+ * n + j the full counts are counts[j+1..k] and the partial one counts[j]; the estimate only falls.
+ */
+function subWindowRetryMs(counts: readonly number[], strict: boolean, toEnd: number, s: number, limit: number, hits: number): number {
+  const k = counts.length - 1;
+  if (hits > limit) return k * s;
+  const target = limit - hits + 1; // floor(estimate) must drop strictly below this
+  let full = 0;
+  for (let i = 1; i <= k; i++) full += counts[i];
+  // j = 0 is the current sub-window (denied now); later ones start (j - 1) x S + toEnd from now.
+  for (let j = 0; j <= k; j++) {
+    if (j > 0) full -= counts[j];
+    const oldest = counts[j];
+    if (strict) {
+      // Steps down at each boundary: the first sub-window whose counts (all in full) fit.
+      if (j > 0 && full + oldest < target) return toEnd + (j - 1) * s;
+      continue;
+    }
+    if (full >= target) continue;
+    // Inside this sub-window, with d ms left in it: full x S + oldest x d < target x S.
+    const startD = j === 0 ? toEnd : s;
+    const dMax = oldest === 0 ? startD : Math.min(startD, Math.ceil(((target - full) * s) / oldest) - 1);
+    return toEnd + j * s - dMax;
+  }
+  return toEnd + k * s; // every count has expired (reached only by strict)
+}
+
+/**
+ * Token bucket and leaky bucket (as a meter) are one algorithm, GCRA: the state is a single
+ * theoretical arrival time TAT, kept exactly as the rational tatMs + tatRem / L ms (0 <= tatRem < L),
+ * so that a rate like 3 per second never rounds. The bucket's level at now is (TAT - now) x L / W
+ * hits when positive, else 0: the tokens taken (token bucket), or the queue (leaky bucket).
+ * The arithmetic runs in 1/L ms: one hit is W of them, the capacity burst x W.
+ */
+export interface BucketState {
+  readonly tatMs: number;
+  readonly tatRem: number;
+}
+
+/** A bucket that has fully drained (or was never used): a TAT at or before now. */
+export const EMPTY_BUCKET: BucketState = Object.freeze({ tatMs: 0, tatRem: 0 });
+
+export interface BucketInput {
+  readonly state: BucketState;
+  readonly nowMs: number;
+  readonly windowMs: number;
+  /** Rate: `limit` hits per `windowMs`. */
+  readonly limit: number;
+  /** Capacity in hits (tokens of a full bucket, or the queue's size). */
+  readonly burst: number;
+  readonly hits: number;
+}
+
+/** The bucket's level at nowMs in 1/L ms (0 when it has drained). */
+function bucketExcess(state: BucketState, nowMs: number, limit: number): number {
+  const e = (state.tatMs - nowMs) * limit + state.tatRem;
+  return e > 0 ? e : 0;
+}
+
+/**
+ * GCRA: allow iff level + h <= burst. Remaining: whole tokens left (burst - level after, rounded
+ * down). Reset when allowed: ms until the bucket is full again (empty, as a queue); when denied:
+ * ms until the level has drained enough for h. A request that can never fit (h > burst, or a rate
+ * of 0) is denied with one window as its wait.
+ */
+export function bucket(input: BucketInput): Verdict {
+  const { state, nowMs, windowMs: w, limit, burst, hits } = input;
+  if (limit === 0 || hits > burst) return hits === 0 ? { allowed: true, remaining: 0, resetMs: 0 } : { allowed: false, remaining: 0, resetMs: w };
+  const e = bucketExcess(state, nowMs, limit);
+  const after = e + hits * w;
+  const capacity = burst * w;
+  if (after <= capacity) {
+    return { allowed: true, remaining: Math.floor((capacity - after) / w), resetMs: Math.ceil(after / limit) };
+  }
+  return { allowed: false, remaining: 0, resetMs: Math.ceil((after - capacity) / limit) };
+}
+
+/** The state after charging h hits at nowMs (allowed, or counted although denied). A rate of 0 keeps no state. */
+export function chargeBucket(state: BucketState, nowMs: number, windowMs: number, limit: number, hits: number): BucketState {
+  if (limit === 0) return state;
+  const after = bucketExcess(state, nowMs, limit) + hits * windowMs;
+  return { tatMs: nowMs + Math.floor(after / limit), tatRem: after % limit };
+}
+
+/** Ms from nowMs until the bucket has drained: how long its state must be kept. */
+export function bucketDrainMs(state: BucketState, nowMs: number, limit: number): number {
+  return limit === 0 ? 0 : Math.ceil(bucketExcess(state, nowMs, limit) / limit);
 }
