@@ -6,7 +6,10 @@ import { loadConfigPath } from '../../src/config/load';
 import { matchDescriptor } from '../../src/config/match';
 import type { RateLimitConfig } from '../../src/config/types';
 import type { Entry } from '../../src/limiter/types';
+import { RateLimiter } from '../../src/limiter/rate-limiter';
 import { loadSettings } from '../../src/settings';
+import { MemoryStore } from '../../src/store/memory-store';
+import { FakeClock } from '../helpers/fake-clock';
 
 /**
  * The shipped deployment files against the service: every YAML parses, every limits file a
@@ -68,33 +71,100 @@ async function loadConfigMap(cm: Obj): Promise<RateLimitConfig> {
 
 const SAMPLE_REMOTE_ADDRESS = '203.0.113.7';
 
-/** Header values a request could carry; :path comes from the route's match. */
-function sampleHeader(header: string, requestPath: string): string {
-  if (header === ':path') return requestPath;
-  if (header.toLowerCase() === 'x-api-key') return 'demo-key';
-  return 'sample';
+/** What a request gives Envoy's actions: its path and query, client address and headers. */
+interface SampleRequest {
+  readonly path: string;
+  /** With its '?', or empty. */
+  readonly query: string;
+  readonly remoteAddress: string;
+  readonly method: string;
+  readonly headers: Readonly<Record<string, string>>;
 }
 
-/** A request path the route matches: its exact path, or something under its prefix. */
-function samplePath(match: Obj | undefined): string {
-  if (match?.path) return String(match.path);
-  return `${String(match?.prefix ?? '/')}sample`;
+function sampleRequest(requestPath: string, over: Partial<SampleRequest> = {}): SampleRequest {
+  return { path: requestPath, query: '', remoteAddress: SAMPLE_REMOTE_ADDRESS, method: 'POST', headers: { 'x-api-key': 'demo-key' }, ...over };
 }
 
-/** The entry one action appends (Envoy's default keys where the action leaves them out). */
-function entryOf(action: Obj, requestPath: string): Entry {
+/** A header as Envoy's actions see it (pseudo-headers included); undefined when absent. */
+function headerOf(req: SampleRequest, name: string): string | undefined {
+  if (name === ':path') return req.path + req.query;
+  if (name === ':method') return req.method;
+  return req.headers[name.toLowerCase()];
+}
+
+/** masked_remote_address: the client's network, as Envoy formats it ("203.0.113.7/32"). */
+function maskedAddress(req: SampleRequest, spec: Obj): string {
+  const v6 = req.remoteAddress.includes(':');
+  const len = v6 ? (spec.v6_prefix_mask_len ?? 128) : (spec.v4_prefix_mask_len ?? 32);
+  if (v6) throw new Error('no IPv6 sample here');
+  const bits = req.remoteAddress.split('.').reduce((n, o) => n * 256 + Number(o), 0);
+  const masked = len === 0 ? 0 : (bits - (bits % 2 ** (32 - len)));
+  const octets = [24, 16, 8, 0].map((shift) => Math.floor(masked / 2 ** shift) % 256);
+  return `${octets.join('.')}/${len}`;
+}
+
+/** The CEL attributes the example's expr descriptors use. */
+function celAttribute(req: SampleRequest, text: string): string {
+  if (text === 'request.url_path') return req.path;
+  if (text === 'request.path') return req.path + req.query;
+  throw new Error(`CEL expression "${text}" has no sample here`);
+}
+
+/** The regex string matchers the examples use (Envoy's safe_regex matches the whole value). */
+function headerMatches(req: SampleRequest, matcher: Obj): boolean {
+  const value = headerOf(req, matcher.name);
+  if (value === undefined) return false;
+  const regex = matcher.string_match?.safe_regex?.regex ?? matcher.safe_regex_match?.regex;
+  if (regex === undefined) throw new Error(`header matcher ${JSON.stringify(matcher)} has no sample here`);
+  return new RegExp(`^(?:${regex})$`).test(value);
+}
+
+/**
+ * The entry one action appends for `req` (Envoy's default keys where the action leaves them out),
+ * or undefined when the action has nothing to append (Envoy then sends no descriptor for the entry).
+ */
+function entryOf(action: Obj, req: SampleRequest): Entry | undefined {
+  const [kind, spec] = Object.entries(action)[0] as [string, Obj];
+  switch (kind) {
+    case 'request_headers': {
+      const value = headerOf(req, spec.header_name);
+      return value === undefined ? undefined : { key: spec.descriptor_key, value };
+    }
+    case 'remote_address':
+      return { key: 'remote_address', value: req.remoteAddress };
+    case 'masked_remote_address':
+      return { key: 'masked_remote_address', value: maskedAddress(req, spec) };
+    case 'generic_key':
+      return { key: spec.descriptor_key ?? 'generic_key', value: spec.descriptor_value };
+    case 'header_value_match': {
+      const matched = (spec.headers as Obj[]).every((h) => headerMatches(req, h));
+      return matched === (spec.expect_match ?? true) ? { key: spec.descriptor_key ?? 'header_match', value: spec.descriptor_value } : undefined;
+    }
+    case 'extension': {
+      if (spec.name !== 'envoy.rate_limit_descriptors.expr') throw new Error(`rate_limits extension ${spec.name} has no sample here`);
+      return { key: spec.typed_config.descriptor_key, value: celAttribute(req, spec.typed_config.text) };
+    }
+    default:
+      throw new Error(`rate_limits action ${kind} has no sample here`);
+  }
+}
+
+/** How an action's entry reads in envoy.yaml's table: fixed values as they are, the others as <source>. */
+function entryPlaceholder(action: Obj): string {
   const [kind, spec] = Object.entries(action)[0] as [string, Obj];
   switch (kind) {
     case 'request_headers':
-      return { key: spec.descriptor_key, value: sampleHeader(spec.header_name, requestPath) };
+      return `(${spec.descriptor_key}, <${spec.header_name}>)`;
     case 'remote_address':
-      return { key: 'remote_address', value: SAMPLE_REMOTE_ADDRESS };
-    case 'generic_key':
-      return { key: spec.descriptor_key ?? 'generic_key', value: spec.descriptor_value };
-    case 'header_value_match':
-      return { key: spec.descriptor_key ?? 'header_match', value: spec.descriptor_value };
-    default:
-      throw new Error(`rate_limits action ${kind} has no sample here`);
+      return '(remote_address, <ip>)';
+    case 'masked_remote_address':
+      return '(masked_remote_address, <network>)';
+    case 'extension':
+      return `(${spec.typed_config.descriptor_key}, <${spec.typed_config.text}>)`;
+    default: {
+      const entry = entryOf(action, sampleRequest('/'))!;
+      return `(${entry.key}, ${entry.value})`;
+    }
   }
 }
 
@@ -103,11 +173,13 @@ interface SentDescriptor {
   readonly entries: Entry[];
 }
 
-function descriptorsOf(rateLimits: Obj[], requestPath: string, where: string): SentDescriptor[] {
-  return rateLimits.map((rl, i) => ({
-    where: `${where} rate_limits[${i}]`,
-    entries: (rl.actions as Obj[]).map((a) => entryOf(a, requestPath)),
-  }));
+/** The descriptors `rateLimits` produce for `req`: one per entry whose every action appends. */
+function descriptorsOf(rateLimits: Obj[], req: SampleRequest, where: string): SentDescriptor[] {
+  return rateLimits.flatMap((rl, i) => {
+    const entries = (rl.actions as Obj[]).map((a) => entryOf(a, req));
+    if (entries.some((e) => e === undefined)) return [];
+    return [{ where: `${where} rate_limits[${i}]`, entries: entries as Entry[] }];
+  });
 }
 
 function describeEntries(entries: Entry[]): string {
@@ -119,6 +191,12 @@ function unmatched(config: RateLimitConfig, domain: string, sent: SentDescriptor
   return sent.filter((d) => matchDescriptor(config, domain, d.entries) === undefined).map((d) => `${d.where}: ${describeEntries(d.entries)}`);
 }
 
+/** A request path the route matches: its exact path, or something under its prefix. */
+function samplePath(match: Obj | undefined): string {
+  if (match?.path) return String(match.path);
+  return `${String(match?.prefix ?? '/')}sample`;
+}
+
 /* ---------- envoy.yaml ---------- */
 
 const envoy = readDocs(path.join(ROOT, 'envoy.yaml'))[0];
@@ -128,19 +206,62 @@ function envoyHcm(): Obj {
   return filters.find((f: Obj) => f.name === 'envoy.filters.network.http_connection_manager').typed_config;
 }
 
+function envoyRoutes(): Obj[] {
+  return (envoyHcm().route_config.virtual_hosts as Obj[]).flatMap((vh) => vh.routes as Obj[]);
+}
+
+/** Envoy's route choice: the first route whose path or prefix matches (the query string plays no part). */
+function envoyRouteFor(requestPath: string): Obj {
+  const route = envoyRoutes().find((r) => (r.match.path !== undefined ? r.match.path === requestPath : requestPath.startsWith(r.match.prefix)));
+  if (!route) throw new Error(`envoy.yaml: no route for ${requestPath}`);
+  return route;
+}
+
+/** What envoy.yaml sends for one request: the descriptors of the route it takes. */
+function envoySends(req: SampleRequest): Entry[][] {
+  expect(envoyHcm().route_config.virtual_hosts.every((vh: Obj) => vh.rate_limits === undefined)).toBe(true);
+  return descriptorsOf(envoyRouteFor(req.path).route.rate_limits ?? [], req, req.path).map((d) => d.entries);
+}
+
 function envoyDescriptors(): SentDescriptor[] {
   const sent: SentDescriptor[] = [];
   for (const vh of envoyHcm().route_config.virtual_hosts as Obj[]) {
-    sent.push(...descriptorsOf(vh.rate_limits ?? [], '/sample', `virtual host ${vh.name}`));
+    sent.push(...descriptorsOf(vh.rate_limits ?? [], sampleRequest('/sample'), `virtual host ${vh.name}`));
     for (const route of vh.routes as Obj[]) {
       const where = `route ${JSON.stringify(route.match)}`;
-      sent.push(...descriptorsOf(route.route?.rate_limits ?? [], samplePath(route.match), where));
+      sent.push(...descriptorsOf(route.route?.rate_limits ?? [], sampleRequest(samplePath(route.match)), where));
     }
   }
   return sent;
 }
 
 /* ---------- Istio EnvoyFilters ---------- */
+
+/** Paths of the Istio task's walkthrough and of Bookinfo. */
+const ISTIO_SAMPLE_PATHS = ['/sample', '/productpage', '/api/v1/products/1', '/api/v1/products/12'];
+
+/** The gateway's patches: the VIRTUAL_HOST one, and the HTTP_ROUTE ones by the route name they patch. */
+function istioGatewayPatches(): { vhost: Obj[]; routes: Map<string, Obj[]> } {
+  const patches = readDocs(path.join(ROOT, 'deploy', 'istio', 'filter-ratelimit-gateway.yaml'))
+    .filter((d) => d.kind === 'EnvoyFilter')
+    .flatMap((d) => d.spec.configPatches as Obj[]);
+  const vhost = patches.filter((p) => p.applyTo === 'VIRTUAL_HOST').flatMap((p) => p.patch.value.rate_limits as Obj[]);
+  const routes = new Map<string, Obj[]>();
+  for (const p of patches.filter((q) => q.applyTo === 'HTTP_ROUTE')) routes.set(p.match.routeConfiguration.vhost.route.name, p.patch.value.route.rate_limits);
+  return { vhost, routes };
+}
+
+/**
+ * What the gateway sends for `req` behind the Istio task's Bookinfo VirtualService, whose
+ * /api/v1/products prefix route is named "api": that route's own rate_limits when a patch gives it
+ * some (they replace the virtual host's), else the virtual host's.
+ */
+function istioGatewaySends(req: SampleRequest): Entry[][] {
+  const { vhost, routes } = istioGatewayPatches();
+  const routeName = req.path.startsWith('/api/v1/products') ? 'api' : undefined;
+  const rateLimits = (routeName !== undefined ? routes.get(routeName) : undefined) ?? vhost;
+  return descriptorsOf(rateLimits, req, req.path).map((d) => d.entries);
+}
 
 interface FilterDescriptors {
   readonly file: string;
@@ -163,11 +284,31 @@ function istioFilterDescriptors(): FilterDescriptors[] {
       .flatMap((p, i) => {
         const value = p.patch.value;
         const rateLimits = p.applyTo === 'VIRTUAL_HOST' ? value.rate_limits : value.route?.rate_limits;
-        return descriptorsOf(rateLimits ?? [], '/sample', `${path.basename(file)} patch ${i} (${p.match.context})`);
+        return ISTIO_SAMPLE_PATHS.flatMap((samplePathname) =>
+          descriptorsOf(rateLimits ?? [], sampleRequest(samplePathname), `${path.basename(file)} patch ${i} (${p.match.context}) ${samplePathname}`),
+        );
       });
     if (domains.length !== 1) throw new Error(`${file}: expected one ratelimit filter, found ${domains.length}`);
     return { file: path.basename(file), domain: domains[0], sent };
   });
+}
+
+/** A limiter over `config` on a memory store whose clock stands still: exact counts, no wall clock. */
+function limiterOver(config: RateLimitConfig): { decide(domain: string, descriptors: Entry[][]): Promise<string>; close(): void } {
+  const store = new MemoryStore({ clock: new FakeClock(1_000_000), maxKeys: 10_000, sweepIntervalMs: 0 });
+  const limiter = new RateLimiter({
+    store,
+    config: () => config,
+    shadowMode: false,
+    countDenied: false,
+    defaultAlgorithm: 'sliding_window',
+    nearLimitRatio: 0.8,
+  });
+  return {
+    decide: async (domain, descriptors) =>
+      (await limiter.shouldRateLimit({ domain, descriptors: descriptors.map((entries) => ({ entries })), hitsAddend: 1 })).overallCode,
+    close: () => store.close(),
+  };
 }
 
 /* ---------- tests ---------- */
@@ -273,12 +414,26 @@ describe('descriptors sent by the shipped proxy configs', () => {
     }
   });
 
-  test("Istio's VIRTUAL_HOST patch sends the task's (PATH, <path>) descriptor, and /productpage gets 1 per minute", async () => {
+  test("Istio's gateway sends the task's descriptors: (PATH, <path>), and (PATH, api) on the task's route named api", () => {
+    expect(istioGatewaySends(sampleRequest('/productpage'))).toEqual([[{ key: 'PATH', value: '/productpage' }]]);
+    expect(istioGatewaySends(sampleRequest('/api/v1/products/3'))).toEqual([[{ key: 'PATH', value: 'api' }]]);
+    expect(istioGatewaySends(sampleRequest('/api/v1/products/3', { query: '?x=1' }))).toEqual([[{ key: 'PATH', value: 'api' }]]);
+  });
+
+  test("the Istio task's walkthrough answers as the task says: /productpage 200 429, /api/v1/products/1..3 200 200 429", async () => {
     const config = await loadConfigMap(configMap('istio', 'ratelimit-config'));
-    const gateway = istioFilterDescriptors().find((f) => f.file === 'filter-ratelimit-gateway.yaml')!;
-    expect(gateway.sent.map((d) => d.entries.map((e) => e.key))).toEqual([['PATH']]);
-    const rule = matchDescriptor(config, gateway.domain, [{ key: 'PATH', value: '/productpage' }]);
-    expect(rule?.limit).toMatchObject({ requestsPerUnit: 1, unit: 'minute' });
+    const domain = istioFilterDescriptors().find((f) => f.file === 'filter-ratelimit-gateway.yaml')!.domain;
+    const limiter = limiterOver(config);
+    const status = async (requestPath: string): Promise<number> =>
+      (await limiter.decide(domain, istioGatewaySends(sampleRequest(requestPath, { method: 'GET' })))) === 'OK' ? 200 : 429;
+    try {
+      const productpage = [await status('/productpage'), await status('/productpage')];
+      const products: number[] = [];
+      for (const i of [1, 2, 3]) products.push(await status(`/api/v1/products/${i}`));
+      expect({ productpage, products }).toEqual({ productpage: [200, 429], products: [200, 200, 429] });
+    } finally {
+      limiter.close();
+    }
   });
 
   test('the example limits show the sliding window default, unit_multiplier, a wildcard, nesting, shadow mode and unlimited', async () => {
@@ -301,5 +456,73 @@ describe('descriptors sent by the shipped proxy configs', () => {
     expect(edge([['route', 'login']])).toBeUndefined();
     expect(edge([['remote_address', SAMPLE_REMOTE_ADDRESS], ['method', 'write']])?.limit.requestsPerUnit).toBe(60);
     expect(edge([['generic_key', 'all']])?.shadowMode).toBe(true);
+  });
+});
+
+describe('envoy.yaml, the example every user copies', () => {
+  const envoyText = fs.readFileSync(path.join(ROOT, 'envoy.yaml'), 'utf8');
+
+  test("its header table lists exactly the descriptors each route's rate_limits send, in order", () => {
+    const table = [...envoyText.matchAll(/^#   (\/\S*) +(\(.*\))$/gm)].map((m) => `${m[1]} ${m[2]}`);
+    const actual = envoyRoutes().flatMap((route) =>
+      ((route.route.rate_limits ?? []) as Obj[]).map(
+        (rl) => `${route.match.path ?? route.match.prefix} ${(rl.actions as Obj[]).map(entryPlaceholder).join(', ')}`,
+      ),
+    );
+    expect(actual.length).toBeGreaterThan(0);
+    expect(table).toEqual(actual);
+  });
+
+  test('the query string changes no descriptor, and path descriptors carry the path alone', () => {
+    for (const requestPath of ['/api/reports/daily', '/api/orders', '/login', '/home']) {
+      const plain = envoySends(sampleRequest(requestPath));
+      expect(envoySends(sampleRequest(requestPath, { query: '?n=1' }))).toEqual(plain);
+      expect(envoySends(sampleRequest(requestPath, { query: '?n=2&x=y' }))).toEqual(plain);
+      for (const entry of plain.flat()) expect(entry.value).not.toContain('?');
+    }
+    const api = envoySends(sampleRequest('/api/reports/daily', { query: '?n=7' }));
+    expect(api.flat().filter((e) => e.key === 'path').map((e) => e.value)).toEqual(['/api/reports/daily', '/api/reports/daily']);
+  });
+
+  test('one client changing the query string on every call is denied, and another client still gets through', async () => {
+    const config = await loadConfigPath(EXAMPLES, LOAD);
+    const limiter = limiterOver(config);
+    try {
+      const call = (remoteAddress: string, n: number): Promise<string> =>
+        limiter.decide('edge', envoySends(sampleRequest('/api/reports/daily', { remoteAddress, method: 'GET', headers: {}, query: `?n=${n}` })));
+      const first: string[] = [];
+      for (let n = 0; n < 5; n++) first.push(await call('203.0.113.7', n));
+      // reports_per_client: 3 per minute per client network.
+      expect(first).toEqual(['OK', 'OK', 'OK', 'OVER_LIMIT', 'OVER_LIMIT']);
+      expect(await call('198.51.100.23', 99)).toBe('OK');
+    } finally {
+      limiter.close();
+    }
+  });
+
+  test('requests without an x-api-key send no api_key descriptor, GETs no (method, write) one, and the rest still go', () => {
+    const sent = envoySends(sampleRequest('/api/orders', { headers: {}, method: 'GET' }));
+    const keys = sent.map((d) => d.map((e) => e.key).join(','));
+    expect(keys).toEqual(['path', 'masked_remote_address,path', 'remote_address', 'generic_key']);
+  });
+
+  test('every comment next to failure_mode_deny names the status Envoy really answers (500 unless status_on_error says otherwise)', () => {
+    const files = ['envoy.yaml', ...yamlFilesUnder(path.join(ROOT, 'deploy', 'istio')).map((f) => path.relative(ROOT, f))];
+    let checked = 0;
+    for (const file of files) {
+      const lines = fs.readFileSync(path.join(ROOT, file), 'utf8').split('\n');
+      lines.forEach((line, i) => {
+        if (!/^\s*failure_mode_deny:/.test(line)) return;
+        let j = i - 1;
+        const comment: string[] = [];
+        while (j >= 0 && /^\s*#/.test(lines[j])) comment.unshift(lines[j--]);
+        const text = comment.join(' ');
+        const statuses = [...text.matchAll(/\b([45]\d\d)\b/g)].map((m) => m[1]);
+        expect({ file, line: i + 1, statuses: statuses.filter((c) => c !== '500' && !/status_on_error/.test(text)) }).toEqual({ file, line: i + 1, statuses: [] });
+        expect({ file, line: i + 1, names500: statuses.includes('500') }).toEqual({ file, line: i + 1, names500: true });
+        checked++;
+      });
+    }
+    expect(checked).toBeGreaterThanOrEqual(3);
   });
 });
