@@ -4,8 +4,15 @@ module.exports = {
   roots: ['<rootDir>/test'],
   testMatch: ['**/*.test.ts'],
   transform: {
-    // Type checking runs once in `make test` (tsc --noEmit); jest only transpiles.
+    // Type checking runs once in `make test` (tsc, with noUnused*); jest only transpiles.
     '^.+\\.ts$': ['ts-jest', { isolatedModules: true }],
   },
   testTimeout: 30000,
+  // With --coverage (as `make test` runs it): a report of src/, and a floor for the core. Integration
+  // tests drive dist/ in child processes, so only in-process tests count here.
+  collectCoverageFrom: ['src/**/*.ts', '!src/**/*.generated.ts'],
+  coverageReporters: ['text-summary', 'lcov'],
+  coverageThreshold: {
+    './src/limiter/': { statements: 90, branches: 85, functions: 90, lines: 90 },
+  },
 };

@@ -11,7 +11,7 @@ import { loadSettings, SettingsError, type Settings } from './settings';
 import { createStore } from './store/create-store';
 import { warmUp } from './warm-up';
 import { clusterMetrics, isSupervisor, reportReady, superviseWorkers } from './workers';
-import type { Store } from './store/store';
+import type { Store } from './limiter/store';
 
 /** Most request answers the limiter keeps for replay: the requests under attack at one time, not every client. */
 const REPLAY_MAX_KEYS = 10_000;

@@ -7,7 +7,7 @@ import { HealthState } from './server/health';
 import { Http2GrpcServer } from './server/http2-grpc-server';
 import { protoRoot, RLS_SERVICE } from './server/proto';
 import type { Settings } from './settings';
-import type { Store } from './store/store';
+import type { Store } from './limiter/store';
 import { CONNECTION_PREFACE, Flag, frame, FRAME_HEADER_BYTES, FrameType, MAX_WINDOW, DEFAULT_WINDOW, settingsFrame, wordFrame } from './server/h2/frames';
 import { encodeHeaderBlock } from './server/h2/hpack';
 import type { RateLimitDecider } from './limiter/types';

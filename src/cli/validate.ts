@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
 import { describeConfig } from '../config/describe';
 import { loadConfigPath } from '../config/load';
-import { ConfigError } from '../config/types';
+import { ConfigError } from '../config/config-error';
 import { ALGORITHMS, type Algorithm } from '../limiter/types';
 import type { CliIo } from './io';
 

@@ -1,4 +1,4 @@
-import type { RateLimitConfig, RuleLevel } from './types';
+import type { RateLimitConfig, RuleLevel } from '../limiter/rules';
 
 /**
  * Human-readable dump of the loaded rules, for /rlconfig and the validate command. Each line keeps

@@ -3,7 +3,8 @@ import { join } from 'node:path';
 import { isAlias, isMap, isScalar, isSeq, parseDocument, type Document, type YAMLError } from 'yaml';
 import { counterKeyPrefix } from '../limiter/keys';
 import { ALGORITHMS, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
-import { ConfigError, type DomainConfig, type KeyRules, type RateLimitConfig, type RuleLevel, type RuleNode } from './types';
+import { ConfigError } from './config-error';
+import { type DomainConfig, type KeyRules, type RateLimitConfig, type RuleLevel, type RuleNode } from '../limiter/rules';
 import { compileWildcard, isWildcard } from './wildcard';
 
 /**

@@ -5,7 +5,8 @@ import { dirname, join } from 'node:path';
 import type { Algorithm } from '../limiter/types';
 import type { Settings } from '../settings';
 import { configFromTexts, listConfigFiles, readConfigTexts, type ConfigText } from './load';
-import type { ConfigError, RateLimitConfig } from './types';
+import type { ConfigError } from './config-error';
+import type { RateLimitConfig } from '../limiter/rules';
 
 /**
  * Where the config lives, and keeping it current. Changes are noticed two ways: fs.watch for

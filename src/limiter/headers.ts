@@ -1,4 +1,3 @@
-import type { Settings } from '../settings';
 import { UNIT_MS, type DescriptorStatus } from './types';
 
 /**
@@ -19,7 +18,16 @@ export interface HeaderValue {
   readonly value: string;
 }
 
-export type ResponseHeaderOptions = Settings['responseHeaders'];
+/** Which headers to add and their names (LIMIT_RESPONSE_HEADERS_ENABLED, LIMIT_*_HEADER, LIMIT_DRAFT_HEADERS_ENABLED). */
+export interface ResponseHeaderOptions {
+  /** The classic trio. */
+  readonly enabled: boolean;
+  readonly limitHeader: string;
+  readonly remainingHeader: string;
+  readonly resetHeader: string;
+  /** The IETF draft pair. */
+  readonly draftEnabled: boolean;
+}
 
 const NONE: readonly HeaderValue[] = Object.freeze([]);
 

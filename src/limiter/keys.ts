@@ -10,7 +10,9 @@ import type { Algorithm, Entry } from './types';
 
 // '%' is the escape character itself; '|' and '=' separate; braces are reserved for hash tags;
 // control characters are escaped to keep keys printable in redis-cli.
+// eslint-disable-next-line no-control-regex -- control characters are exactly what must be escaped
 const SPECIAL = /[%|={}\u0000-\u001f\u007f]/g;
+// eslint-disable-next-line no-control-regex -- as above
 const HAS_SPECIAL = /[%|={}\u0000-\u001f\u007f]/;
 
 function escapeChar(c: string): string {

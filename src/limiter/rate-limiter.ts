@@ -1,7 +1,7 @@
-import { detailedStatKey, entriesStatKey, matchDescriptor } from '../config/match';
-import type { MatchedRule, RateLimitConfig } from '../config/types';
-import { InvalidRequestError, NotReadyError } from '../errors';
-import type { CounterDecision, CounterRequest, Store } from '../store/store';
+import { detailedStatKey, entriesStatKey, matchDescriptor } from './match';
+import type { MatchedRule, RateLimitConfig } from './rules';
+import { InvalidRequestError, NotReadyError } from './errors';
+import type { CounterDecision, CounterRequest, Store } from './store';
 import { rateLimitHeaders, type HeaderValue, type ResponseHeaderOptions } from './headers';
 import { counterKey, counterKeyPrefix } from './keys';
 import { ReplayCache } from './replays';

@@ -2,7 +2,7 @@ import { InvalidRequestError, NotReadyError } from '../errors';
 import type { RateLimitDecider } from '../limiter/types';
 import type { Logger } from '../log';
 import type { Settings } from '../settings';
-import { StoreUnavailableError } from '../store/store';
+import { StoreUnavailableError } from '../limiter/store';
 import { GrpcStatus } from './grpc-framing';
 import type { HealthState } from './health';
 

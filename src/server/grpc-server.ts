@@ -1,7 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
-import type { RateLimitRequest, RateLimitResponse } from '../limiter/types';
+import type { RateLimitResponse } from '../limiter/types';
 import { requestFromWire, responseToWire } from './convert';
-import type { HealthState, ServingStatus } from './health';
+import type { ServingStatus } from './health';
 import { grpcServiceDefinitions } from './grpc-definitions';
 import { classifyError, type GrpcServerOptions } from './grpc-edge';
 import { ServingStatusNumber, type WireRateLimitRequest, type WireRateLimitResponse } from './proto';

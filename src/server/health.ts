@@ -1,4 +1,4 @@
-import type { Store } from '../store/store';
+import type { Store } from '../limiter/store';
 
 /**
  * Serving state of the service names the health protocol knows ("" and "ratelimit").

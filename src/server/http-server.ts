@@ -2,7 +2,7 @@ import * as http from 'node:http';
 import { InvalidRequestError, NotReadyError } from '../errors';
 import type { RateLimitRequest, RateLimitResponse, Unit } from '../limiter/types';
 import type { Logger } from '../log';
-import { StoreUnavailableError } from '../store/store';
+import { StoreUnavailableError } from '../limiter/store';
 import { durationFromMs, requestFromWire } from './convert';
 import { allow, pathOf, RoutedHttpServer, send, sendMetrics, type MetricsExposition } from './http-base';
 import type { WireDescriptor, WireRateLimitRequest, WireUnitName } from './proto';

@@ -5,7 +5,7 @@ import { FailurePolicyStore } from './failure-policy';
 import { MemoryStore } from './memory-store';
 import { describeRedisTarget } from './redis-connection';
 import { createRedisStore } from './redis-store';
-import type { Store } from './store';
+import type { Store } from '../limiter/store';
 
 /** Observers of the store's rare events, for metrics; each is called synchronously and must be cheap. */
 export interface StoreHooks {

@@ -1,5 +1,5 @@
 import { systemClock, type Clock } from '../limiter/types';
-import type { CounterDecision, CounterRequest, DecideOptions, Store } from './store';
+import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../limiter/store';
 
 /**
  * A Store decorator that remembers denials and answers them locally until their retry time,

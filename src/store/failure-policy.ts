@@ -1,5 +1,5 @@
 import type { FailurePolicy } from '../settings';
-import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from './store';
+import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../limiter/store';
 
 /**
  * What to answer when the store cannot (STORE_FAILURE_POLICY):

@@ -1,6 +1,6 @@
 import { fixedWindow, slidingLog, slidingWindow, type Verdict } from '../limiter/algorithms';
 import { systemClock, type Algorithm, type Clock } from '../limiter/types';
-import type { CounterDecision, CounterRequest, DecideOptions, Store } from './store';
+import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../limiter/store';
 
 /**
  * The embedded store: counters in one process, bounded in memory.

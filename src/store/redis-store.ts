@@ -8,7 +8,7 @@ import {
   REFUND_COMMAND,
   REFUND_SCRIPT,
 } from './redis-script';
-import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from './store';
+import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../limiter/store';
 
 /**
  * The Redis adapter: time from Redis, a hard deadline per call, and decide() calls coalesced into

@@ -1,5 +1,5 @@
 import type { RedisType } from '../../src/settings';
-import type { Store } from '../../src/store/store';
+import type { Store } from '../../src/limiter/store';
 import { connectStore, sleep } from '../helpers/redis';
 
 /**

@@ -1,6 +1,6 @@
 import type { Algorithm } from '../../src/limiter/types';
 import { ALGORITHMS } from '../../src/limiter/types';
-import type { CounterDecision, CounterRequest, Store } from '../../src/store/store';
+import type { CounterDecision, CounterRequest, Store } from '../../src/limiter/store';
 
 /**
  * The behaviour every Store adapter shares, run once per adapter (see *.test.ts next to this file).

@@ -1,4 +1,4 @@
-import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../../src/store/store';
+import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../../src/limiter/store';
 
 /** Wraps a store, counting the calls that reach it (and the cache clears passed to it). */
 export class CountingStore implements Store {

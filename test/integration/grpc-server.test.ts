@@ -4,7 +4,7 @@ import { silentLogger } from '../../src/log';
 import { GrpcServer, type GrpcServerOptions, type RateLimitDecider } from '../../src/server/grpc-server';
 import { HealthState } from '../../src/server/health';
 import { Http2GrpcServer } from '../../src/server/http2-grpc-server';
-import { StoreUnavailableError } from '../../src/store/store';
+import { StoreUnavailableError } from '../../src/limiter/store';
 import { descriptor, grpc, grpcCode, rlsClient, type RlsClient } from '../helpers/grpc-client';
 
 /**

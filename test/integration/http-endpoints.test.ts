@@ -2,7 +2,7 @@ import { InvalidRequestError, NotReadyError } from '../../src/errors';
 import type { RateLimitRequest, RateLimitResponse } from '../../src/limiter/types';
 import { DebugServer } from '../../src/server/debug-server';
 import { HttpServer, type JsonDecider } from '../../src/server/http-server';
-import { StoreUnavailableError } from '../../src/store/store';
+import { StoreUnavailableError } from '../../src/limiter/store';
 import { startTestService, type TestService } from '../helpers/service';
 
 /**

@@ -1,5 +1,5 @@
 import { keySlot, type RedisStore } from '../../src/store/redis-store';
-import type { CounterRequest } from '../../src/store/store';
+import type { CounterRequest } from '../../src/limiter/store';
 import { connectStore, startCluster, waitUntil, type RedisClusterSetup } from '../helpers/redis';
 
 const PREFIX = 'rl:';

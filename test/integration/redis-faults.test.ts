@@ -1,5 +1,5 @@
 import type { RedisErrorKind, RedisStore } from '../../src/store/redis-store';
-import { StoreUnavailableError, type CounterRequest } from '../../src/store/store';
+import { StoreUnavailableError, type CounterRequest } from '../../src/limiter/store';
 import { connectStore, rawCommand, sleep, startRedis, startSentinel, waitUntil, type RedisServer, type SentinelSetup } from '../helpers/redis';
 
 const DEADLINE = 25;

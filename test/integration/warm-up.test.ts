@@ -2,7 +2,7 @@ import { StoreUnavailableError } from '../../src/errors';
 import { silentLogger } from '../../src/log';
 import { DenialCache } from '../../src/store/denial-cache';
 import { MemoryStore } from '../../src/store/memory-store';
-import type { CounterDecision, Store } from '../../src/store/store';
+import type { CounterDecision, Store } from '../../src/limiter/store';
 import { WARM_UP_DOMAIN, warmUp, type WarmUpOptions } from '../../src/warm-up';
 import { descriptor } from '../helpers/grpc-client';
 import { redisCli, startRedis, type RedisServer } from '../helpers/redis';

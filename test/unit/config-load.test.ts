@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describeConfig } from '../../src/config/describe';
 import { buildConfig, configFromTexts, emptyConfig, listConfigFiles, loadConfigPath, parseConfigText } from '../../src/config/load';
-import { ConfigError, type RuleNode } from '../../src/config/types';
+import { ConfigError } from '../../src/config/config-error';
+import { type RuleNode } from '../../src/limiter/rules';
 import { counterKeyPrefix } from '../../src/limiter/keys';
 
 const FIXTURES = join(__dirname, '..', 'fixtures', 'config');

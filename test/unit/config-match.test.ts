@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { configFromTexts } from '../../src/config/load';
-import { detailedStatKey, matchDescriptor } from '../../src/config/match';
+import { detailedStatKey, matchDescriptor } from '../../src/limiter/match';
 import { compileWildcard, isWildcard } from '../../src/config/wildcard';
 import type { Entry } from '../../src/limiter/types';
 

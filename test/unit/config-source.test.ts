@@ -2,7 +2,8 @@ import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, unlinkSync, wr
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigSource, configLocation, configSourceOptions } from '../../src/config/source';
-import { ConfigError, type RateLimitConfig } from '../../src/config/types';
+import { ConfigError } from '../../src/config/config-error';
+import { type RateLimitConfig } from '../../src/limiter/rules';
 import { loadSettings } from '../../src/settings';
 
 function limitFile(domain: string, requestsPerUnit: number): string {

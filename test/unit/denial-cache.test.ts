@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import type { Algorithm } from '../../src/limiter/types';
 import { DenialCache } from '../../src/store/denial-cache';
 import { MemoryStore } from '../../src/store/memory-store';
-import type { CounterRequest, Store } from '../../src/store/store';
+import type { CounterRequest, Store } from '../../src/limiter/store';
 import { CountingStore } from '../helpers/counting-store';
 import { FakeClock } from '../helpers/fake-clock';
 

@@ -1,6 +1,6 @@
 import { DENY_RESET_MS, FailurePolicyStore } from '../../src/store/failure-policy';
 import { MemoryStore } from '../../src/store/memory-store';
-import { StoreUnavailableError, type CounterDecision, type CounterRequest, type Store } from '../../src/store/store';
+import { StoreUnavailableError, type CounterDecision, type CounterRequest, type Store } from '../../src/limiter/store';
 import type { FailurePolicy } from '../../src/settings';
 import { FakeClock } from '../helpers/fake-clock';
 

@@ -1,6 +1,6 @@
 import type { Algorithm, Clock } from '../../src/limiter/types';
 import { MemoryStore } from '../../src/store/memory-store';
-import type { CounterRequest } from '../../src/store/store';
+import type { CounterRequest } from '../../src/limiter/store';
 import { FakeClock } from '../helpers/fake-clock';
 
 const W = 1_000;

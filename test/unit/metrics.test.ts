@@ -2,7 +2,7 @@ import { register as globalRegistry } from 'prom-client';
 import { InvalidRequestError, NotReadyError } from '../../src/errors';
 import type { RateLimitResponse } from '../../src/limiter/types';
 import { instrumentDecider, LATENCY_BUCKETS_SECONDS, Metrics, type DescriptorEvent, type StatsdSink } from '../../src/metrics';
-import { StoreUnavailableError } from '../../src/store/store';
+import { StoreUnavailableError } from '../../src/limiter/store';
 
 class RecordingStatsd implements StatsdSink {
   readonly counts = new Map<string, number>();

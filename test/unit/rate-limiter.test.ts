@@ -1,11 +1,11 @@
 import { buildConfig, parseConfigText } from '../../src/config/load';
-import type { RateLimitConfig } from '../../src/config/types';
+import type { RateLimitConfig } from '../../src/limiter/rules';
 import { InvalidRequestError, NotReadyError } from '../../src/errors';
 import { counterKey, counterKeyPrefix } from '../../src/limiter/keys';
 import { RateLimiter, type DescriptorOutcome, type LimiterObserver, type RateLimiterOptions } from '../../src/limiter/rate-limiter';
 import type { Descriptor, DescriptorStatus, RateLimitRequest } from '../../src/limiter/types';
 import { MemoryStore } from '../../src/store/memory-store';
-import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../../src/store/store';
+import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../../src/limiter/store';
 import { FakeClock } from '../helpers/fake-clock';
 
 const EDGE = `

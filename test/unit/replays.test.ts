@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { buildConfig, parseConfigText } from '../../src/config/load';
-import type { RateLimitConfig } from '../../src/config/types';
+import type { RateLimitConfig } from '../../src/limiter/rules';
 import { RateLimiter, type DescriptorOutcome, type RateLimiterOptions } from '../../src/limiter/rate-limiter';
 import { ReplayCache } from '../../src/limiter/replays';
 import { instrumentDecider, Metrics } from '../../src/metrics';

@@ -1,8 +1,9 @@
-import type { Limit } from '../limiter/types';
+import type { Limit } from './types';
 
 /**
- * The validated, frozen rule tree built from the YAML files (src/config/load.ts)
- * and walked by the matcher (src/config/match.ts). Everything here is computed once per load.
+ * The validated, frozen rule tree the decision walks (./match.ts): built by a config source
+ * (src/config/load.ts from YAML files) and replaced as a whole on reload. Everything here is
+ * computed once per load; nothing here knows where the rules came from.
  */
 
 /** One rule (`descriptors[i]` in the YAML), with its children indexed for O(1) lookup. */
@@ -58,16 +59,4 @@ export interface MatchedRule {
   readonly replaces: readonly string[];
   readonly statKey: string;
   readonly keyPrefix: string;
-}
-
-/** A config file failed to load; the message names the file and the path inside it. */
-export class ConfigError extends Error {
-  constructor(
-    readonly file: string,
-    readonly path: string,
-    readonly detail: string,
-  ) {
-    super(path ? `${file}: ${path}: ${detail}` : `${file}: ${detail}`);
-    this.name = 'ConfigError';
-  }
 }

@@ -1,5 +1,5 @@
-import type { Entry } from '../limiter/types';
-import type { KeyRules, MatchedRule, RateLimitConfig, RuleLevel, RuleNode } from './types';
+import type { Entry } from './types';
+import type { KeyRules, MatchedRule, RateLimitConfig, RuleLevel, RuleNode } from './rules';
 
 /**
  * Descriptor -> rule, the reference server's way. Runs once per descriptor on the hot path, so it

@@ -1,4 +1,4 @@
-import type { Algorithm } from '../limiter/types';
+import type { Algorithm } from './types';
 
 /**
  * The Store port: one call per ShouldRateLimit request, all counters together.

@@ -1,0 +1,23 @@
+/**
+ * The decision's own failures. Edges map them through the error catalogue (src/errors.ts);
+ * StoreUnavailableError, the store's failure, is declared with the Store port (./store.ts).
+ */
+
+/** The request is malformed (empty domain, no descriptors, empty key, bad override, ...). */
+export class InvalidRequestError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'InvalidRequestError';
+  }
+}
+
+/**
+ * The service cannot decide yet (no configuration loaded). Mapped to UNAVAILABLE like a store
+ * failure, so Envoy's failure_mode_deny decides, as it would for any server not ready to serve.
+ */
+export class NotReadyError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'NotReadyError';
+  }
+}
