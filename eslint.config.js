@@ -31,6 +31,9 @@ module.exports = tseslint.config(
       'no-unused-vars': 'off',
       // Decoded wire messages and test doubles need `any` at a few edges; tsc strict covers the rest.
       '@typescript-eslint/no-explicit-any': 'off',
+      // Taste, not correctness.
+      'no-regex-spaces': 'off',
+      'prefer-const': 'off',
       // Flag enums (HTTP/2 frame flags) share values by design.
       '@typescript-eslint/no-duplicate-enum-values': 'off',
       'import-x/no-cycle': 'error',
