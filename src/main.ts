@@ -1,3 +1,4 @@
+import cluster from 'node:cluster';
 import { describeConfig } from './config/describe';
 import { ConfigSource, configSourceOptions } from './config/source';
 import { RateLimiter } from './limiter/rate-limiter';
@@ -49,6 +50,8 @@ export interface StartOptions {
 export async function startService(settings: Settings, opts: StartOptions = {}): Promise<Service> {
   const logger = opts.logger ?? createLogger({ level: settings.logLevel, format: settings.logFormat });
   logger.info({ settings: maskSettings(settings) }, 'starting');
+  // Under WORKERS > 1 the supervisor has said them once already.
+  if (!cluster.isWorker) logStartupWarnings(settings, logger);
   const health = new HealthState();
   // statsd send errors repeat on every flush while the agent is down: one warning is enough.
   let statsdWarned = false;
@@ -155,7 +158,8 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     await metrics.close();
     throw err;
   }
-  logger.info({ host: settings.grpcHost, port: grpcPort, store: store.name }, 'gRPC listening');
+  const grpcWhere = settings.grpcUds !== undefined ? { socket: settings.grpcUds } : { host: settings.grpcHost, port: grpcPort };
+  logger.info({ ...grpcWhere, store: store.name }, 'gRPC listening');
   logger.info({ http: `${settings.httpHost}:${httpPort}`, debug: `${settings.debugHost}:${debugPort}` }, 'HTTP listening');
 
   let closing: Promise<void> | undefined;
@@ -182,9 +186,15 @@ export function maskSettings(settings: Settings): Settings {
     redis: {
       ...redis,
       auth: redis.auth === undefined ? undefined : '***',
+      sentinelAuth: redis.sentinelAuth === undefined ? undefined : '***',
       url: redis.url === undefined ? undefined : maskUrlPasswords(redis.url),
     },
   };
+}
+
+/** One warning line each for the settings' start-up warnings (unsupported reference variables and the like). */
+export function logStartupWarnings(settings: Settings, logger: Logger): void {
+  for (const warning of settings.warnings) logger.warn(warning);
 }
 
 /** Hides the password of every `scheme://user:password@host` (and `:password@host`) in a REDIS_URL list. */
@@ -211,6 +221,7 @@ export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> 
   }
   const logger = createLogger({ level: settings.logLevel, format: settings.logFormat });
   if (isSupervisor(settings.workers)) {
+    logStartupWarnings(settings, logger);
     superviseWorkers({ workers: settings.workers, logger, shutdownGraceMs: settings.shutdownGraceMs });
     return;
   }

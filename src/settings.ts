@@ -1,5 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { ALGORITHMS, type Algorithm } from './limiter/types';
+import { referenceSettingWarnings } from './reference-settings';
 
 /**
  * Every environment variable the service reads, in one typed table with its default.
@@ -50,6 +51,47 @@ function int(env: Env, name: string, fallback: number, min: number, max: number)
   return n;
 }
 
+const DURATION_UNIT_MS: Readonly<Record<string, number>> = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, ms: 1, s: 1e3, m: 60e3, h: 3600e3 };
+
+/** A Go duration (`10s`, `1h30m`, `250ms`, `0`), as the reference's settings take them, in milliseconds. */
+function duration(env: Env, name: string, fallbackMs: number): number {
+  const v = optional(env, name)?.trim();
+  if (v === undefined) return fallbackMs;
+  if (v === '0') return 0;
+  const part = /(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)/gy;
+  let ms = 0;
+  let end = 0;
+  for (let m = part.exec(v); m !== null; m = part.exec(v)) {
+    ms += Number(m[1]) * DURATION_UNIT_MS[m[2]];
+    end = part.lastIndex;
+  }
+  if (end === 0 || end !== v.length) throw new SettingsError(name, `expected a duration such as 10s, 500ms or 1h30m, got "${v}"`);
+  return ms;
+}
+
+// logrus level names (the reference's LOG_LEVEL) onto the logger's: panic is fatal, warning is warn.
+const LOG_LEVELS: Readonly<Record<string, LogLevel>> = {
+  panic: 'fatal',
+  fatal: 'fatal',
+  error: 'error',
+  warn: 'warn',
+  warning: 'warn',
+  info: 'info',
+  debug: 'debug',
+  trace: 'trace',
+};
+
+function logLevel(env: Env): LogLevel {
+  const v = optional(env, 'LOG_LEVEL');
+  if (v === undefined) return 'warn';
+  const level = LOG_LEVELS[v.trim().toLowerCase()];
+  if (level === undefined) throw new SettingsError('LOG_LEVEL', `expected one of ${Object.keys(LOG_LEVELS).join(', ')}, got "${v}"`);
+  return level;
+}
+
+/** Approximate memory of one denial-cache entry, bytes: LOCAL_CACHE_SIZE_IN_BYTES / this = entries. */
+export const DENIAL_CACHE_ENTRY_BYTES = 256;
+
 function port(env: Env, name: string, fallback: number): number {
   return int(env, name, fallback, 0, 65535);
 }
@@ -77,7 +119,15 @@ export type FailurePolicy = 'error' | 'allow' | 'deny' | 'local';
 export type Transport = 'http2' | 'grpc-js';
 
 export interface Settings {
+  /** Start-up warnings: reference variables set but not supported here, and choices worth knowing. */
+  readonly warnings: readonly string[];
   readonly grpcHost: string;
+  /** GRPC_UDS: listen on this Unix socket instead of GRPC_HOST:GRPC_PORT. */
+  readonly grpcUds?: string;
+  /** Connections get a GOAWAY after this long, ±10% jitter (GRPC_MAX_CONNECTION_AGE); 0: never. */
+  readonly grpcMaxConnectionAgeMs: number;
+  /** ... and are closed this long after the GOAWAY (GRPC_MAX_CONNECTION_AGE_GRACE). */
+  readonly grpcMaxConnectionAgeGraceMs: number;
   readonly grpcPort: number;
   /** Largest accepted gRPC message, bytes. */
   readonly grpcMaxMessageBytes: number;
@@ -89,6 +139,8 @@ export interface Settings {
     readonly keyPath?: string;
     /** When set, clients must present a certificate signed by this CA (mTLS). */
     readonly clientCaPath?: string;
+    /** When set, the client certificate must carry this subject alternative name (GRPC_CLIENT_TLS_SAN). */
+    readonly clientSan?: string;
   };
   readonly httpHost: string;
   readonly httpPort: number;
@@ -111,6 +163,10 @@ export interface Settings {
     readonly socketType: 'tcp' | 'unix';
     readonly url?: string;
     readonly auth?: string;
+    /** Password of the Sentinel nodes themselves (REDIS_SENTINEL_AUTH); REDIS_AUTH is the master's. */
+    readonly sentinelAuth?: string;
+    /** Connect timeout and idle-socket timeout, ms (REDIS_TIMEOUT); undefined: the built-in ones. */
+    readonly timeoutMs?: number;
     readonly tls: boolean;
     readonly tlsCaCertPath?: string;
     readonly tlsClientCertPath?: string;
@@ -152,14 +208,30 @@ export interface Settings {
 
 /** Reads and validates the environment. Throws SettingsError naming the first bad variable. */
 export function loadSettings(env: Env = process.env): Settings {
+  const warnings = referenceSettingWarnings(env);
   const redisUrl = optional(env, 'REDIS_URL');
+  if (optional(env, 'BACKEND_TYPE')?.trim().toLowerCase() === 'memcache') {
+    throw new SettingsError('BACKEND_TYPE', 'memcache is not supported; the stores are redis (shared counters) and memory (one process)');
+  }
   const backendType = oneOf<BackendType>(env, 'BACKEND_TYPE', redisUrl ? 'redis' : 'memory', ['memory', 'redis']);
+  if (optional(env, 'BACKEND_TYPE') === undefined && !redisUrl) {
+    warnings.push('neither BACKEND_TYPE nor REDIS_URL is set: using the embedded memory store, whose counters are per process (set REDIS_URL to share limits between replicas)');
+  }
   if (backendType === 'redis' && !redisUrl) throw new SettingsError('REDIS_URL', 'required when BACKEND_TYPE=redis');
   const grpcTlsEnabled = bool(env, 'GRPC_SERVER_USE_TLS', false);
   const certPath = optional(env, 'GRPC_SERVER_TLS_CERT');
   const keyPath = optional(env, 'GRPC_SERVER_TLS_KEY');
   if (grpcTlsEnabled && !certPath) throw new SettingsError('GRPC_SERVER_TLS_CERT', 'required when GRPC_SERVER_USE_TLS=true');
   if (grpcTlsEnabled && !keyPath) throw new SettingsError('GRPC_SERVER_TLS_KEY', 'required when GRPC_SERVER_USE_TLS=true');
+  const transport = oneOf<Transport>(env, 'GRPC_TRANSPORT', 'http2', ['http2', 'grpc-js']);
+  const clientSan = optional(env, 'GRPC_CLIENT_TLS_SAN');
+  if (clientSan !== undefined && transport === 'grpc-js') throw new SettingsError('GRPC_CLIENT_TLS_SAN', 'requires GRPC_TRANSPORT=http2 (the default)');
+  if (clientSan !== undefined && optional(env, 'GRPC_CLIENT_TLS_CACERT') === undefined) {
+    warnings.push('GRPC_CLIENT_TLS_SAN has no effect without GRPC_CLIENT_TLS_CACERT (no client certificate is asked for), as in the reference');
+  }
+  if (grpcTlsEnabled && transport === 'grpc-js') {
+    warnings.push('GRPC_TRANSPORT=grpc-js reads GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY once at start; the default transport picks up rotated files');
+  }
   // Redis holds the counters, so workers on every core agree on every limit; memory counters live in one process.
   const workers = int(env, 'WORKERS', backendType === 'redis' ? Math.min(64, availableParallelism()) : 1, 1, 64);
   if (workers > 1 && backendType === 'memory') {
@@ -172,22 +244,28 @@ export function loadSettings(env: Env = process.env): Settings {
   };
 
   return Object.freeze({
+    warnings: Object.freeze(warnings),
     grpcHost: str(env, 'GRPC_HOST', '0.0.0.0'),
+    grpcUds: optional(env, 'GRPC_UDS'),
+    grpcMaxConnectionAgeMs: duration(env, 'GRPC_MAX_CONNECTION_AGE', 24 * 3600e3),
+    grpcMaxConnectionAgeGraceMs: duration(env, 'GRPC_MAX_CONNECTION_AGE_GRACE', 3600e3),
     grpcPort: port(env, 'GRPC_PORT', 8081),
     grpcMaxMessageBytes: int(env, 'GRPC_MAX_MESSAGE_BYTES', 4 * 1024 * 1024, 1024, 1 << 30),
-    grpcTransport: oneOf<Transport>(env, 'GRPC_TRANSPORT', 'http2', ['http2', 'grpc-js']),
+    grpcTransport: transport,
     grpcTls: Object.freeze({
       enabled: grpcTlsEnabled,
       certPath,
       keyPath,
       clientCaPath: optional(env, 'GRPC_CLIENT_TLS_CACERT'),
+      clientSan,
     }),
     httpHost: str(env, 'HOST', '0.0.0.0'),
     httpPort: port(env, 'PORT', 8080),
     debugHost: str(env, 'DEBUG_HOST', '0.0.0.0'),
     debugPort: port(env, 'DEBUG_PORT', 6070),
-    logLevel: oneOf<LogLevel>(env, 'LOG_LEVEL', 'warn', ['trace', 'debug', 'info', 'warn', 'error', 'fatal']),
-    logFormat: oneOf(env, 'LOG_FORMAT', 'text', ['text', 'json'] as const),
+    logLevel: logLevel(env),
+    // As the reference: json is json, any other value is text.
+    logFormat: optional(env, 'LOG_FORMAT')?.trim().toLowerCase() === 'json' ? 'json' : 'text',
 
     runtimeRoot: str(env, 'RUNTIME_ROOT', '/srv/runtime_data/current'),
     runtimeSubdirectory: str(env, 'RUNTIME_SUBDIRECTORY', ''),
@@ -202,6 +280,8 @@ export function loadSettings(env: Env = process.env): Settings {
       socketType: oneOf(env, 'REDIS_SOCKET_TYPE', 'tcp', ['tcp', 'unix'] as const),
       url: redisUrl,
       auth: optional(env, 'REDIS_AUTH'),
+      sentinelAuth: optional(env, 'REDIS_SENTINEL_AUTH'),
+      timeoutMs: optional(env, 'REDIS_TIMEOUT') === undefined ? undefined : duration(env, 'REDIS_TIMEOUT', 10_000),
       tls: bool(env, 'REDIS_TLS', false),
       tlsCaCertPath: optional(env, 'REDIS_TLS_CACERT'),
       tlsClientCertPath: optional(env, 'REDIS_TLS_CLIENT_CERT'),
@@ -212,7 +292,7 @@ export function loadSettings(env: Env = process.env): Settings {
     storeTimeoutMs: int(env, 'STORE_TIMEOUT_MS', 10, 1, 60_000),
     storeFailurePolicy: oneOf<FailurePolicy>(env, 'STORE_FAILURE_POLICY', 'error', ['error', 'allow', 'deny', 'local']),
     memoryMaxKeys: int(env, 'MEMORY_MAX_KEYS', 1_000_000, 1, 1e9),
-    denialCacheMaxKeys: int(env, 'LOCAL_DENIAL_CACHE_MAX_KEYS', 100_000, 0, 1e9),
+    denialCacheMaxKeys: denialCacheMaxKeys(env),
 
     defaultAlgorithm: oneOf<Algorithm>(env, 'DEFAULT_ALGORITHM', 'sliding_window', ALGORITHMS),
     countDeniedRequests: bool(env, 'COUNT_DENIED_REQUESTS', false),
@@ -233,4 +313,14 @@ export function loadSettings(env: Env = process.env): Settings {
     warmUpCalls: int(env, 'WARM_UP_CALLS', 10_000, 0, 10_000_000),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 5_000, 0, 600_000),
   });
+}
+
+/**
+ * LOCAL_DENIAL_CACHE_MAX_KEYS, else the reference's LOCAL_CACHE_SIZE_IN_BYTES in entries (0 turns the cache
+ * off, as there), else on with 100,000 entries: unlike the reference's cache it never denies what the store allows.
+ */
+function denialCacheMaxKeys(env: Env): number {
+  if (optional(env, 'LOCAL_DENIAL_CACHE_MAX_KEYS') !== undefined) return int(env, 'LOCAL_DENIAL_CACHE_MAX_KEYS', 100_000, 0, 1e9);
+  const bytes = int(env, 'LOCAL_CACHE_SIZE_IN_BYTES', -1, 0, 2 ** 40);
+  return bytes < 0 ? 100_000 : Math.floor(bytes / DENIAL_CACHE_ENTRY_BYTES);
 }

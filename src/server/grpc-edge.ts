@@ -18,7 +18,8 @@ export type { RateLimitDecider } from '../limiter/types';
 export interface GrpcServerOptions {
   readonly limiter: RateLimitDecider;
   readonly health: HealthState;
-  readonly settings: Pick<Settings, 'grpcHost' | 'grpcPort' | 'grpcMaxMessageBytes' | 'grpcTls'>;
+  readonly settings: Pick<Settings, 'grpcHost' | 'grpcPort' | 'grpcMaxMessageBytes' | 'grpcTls'> &
+    Partial<Pick<Settings, 'grpcUds' | 'grpcMaxConnectionAgeMs' | 'grpcMaxConnectionAgeGraceMs'>>;
   readonly logger: Logger;
 }
 

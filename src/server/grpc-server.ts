@@ -29,21 +29,28 @@ export class GrpcServer {
   private stopping: Promise<void> | undefined;
 
   constructor(private readonly options: GrpcServerOptions) {
+    const { grpcMaxMessageBytes, grpcMaxConnectionAgeMs, grpcMaxConnectionAgeGraceMs } = options.settings;
     this.server = new grpc.Server({
-      'grpc.max_receive_message_length': options.settings.grpcMaxMessageBytes,
+      'grpc.max_receive_message_length': grpcMaxMessageBytes,
+      // grpc-js adds the same ±10% jitter to the age as grpc-go; 0 means never, as there.
+      ...(grpcMaxConnectionAgeMs ? { 'grpc.max_connection_age_ms': grpcMaxConnectionAgeMs } : {}),
+      ...(grpcMaxConnectionAgeMs && grpcMaxConnectionAgeGraceMs !== undefined
+        ? { 'grpc.max_connection_age_grace_ms': grpcMaxConnectionAgeGraceMs }
+        : {}),
     });
     const { rls, health } = grpcServiceDefinitions();
     this.server.addService(rls, { shouldRateLimit: this.shouldRateLimit });
     this.server.addService(health, { check: this.check, watch: this.watch });
   }
 
-  /** Binds GRPC_HOST:GRPC_PORT and starts serving; resolves to the bound port (useful with port 0). */
+  /** Binds GRPC_HOST:GRPC_PORT, or the Unix socket GRPC_UDS, and starts serving; resolves to the bound port (0 on a socket). */
   start(): Promise<number> {
-    const { grpcHost, grpcPort, grpcTls } = this.options.settings;
+    const { grpcHost, grpcPort, grpcTls, grpcUds } = this.options.settings;
+    const address = grpcUds !== undefined ? `unix:${grpcUds}` : bindAddress(grpcHost, grpcPort);
     return new Promise((resolve, reject) => {
-      this.server.bindAsync(bindAddress(grpcHost, grpcPort), grpcServerCredentials(grpcTls), (err, port) => {
+      this.server.bindAsync(address, grpcServerCredentials(grpcTls), (err, port) => {
         if (err) reject(err);
-        else resolve(port);
+        else resolve(grpcUds !== undefined ? 0 : port);
       });
     });
   }

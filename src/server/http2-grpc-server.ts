@@ -9,6 +9,7 @@ import { checkPrefix, encodeGrpcMessage, frameMessage, GrpcStatus, MESSAGE_PREFI
 import { classifyError, type GrpcServerOptions } from './grpc-edge';
 import type { H2Stream } from './h2/connection';
 import { encodeHeaderBlock } from './h2/hpack';
+import { watchCertificateFiles } from './certificate-files';
 import { H2Server } from './h2/server';
 import type { ServingStatus } from './health';
 import { HEALTH_SERVICE, protoRoot, RLS_SERVICE, ServingStatusNumber } from './proto';
@@ -34,6 +35,8 @@ import { decodeRateLimitRequest, ResponseEncoder } from './rls-wire-codec';
  * Shutdown sends GOAWAY on every connection and lets in-flight calls finish.
  */
 
+/** How often the TLS certificate files are checked for a rotation. */
+const CERTIFICATE_POLL_MS = 1_000;
 const RLS_PATH = `/${RLS_SERVICE}/ShouldRateLimit`;
 const CHECK_PATH = `/${HEALTH_SERVICE}/Check`;
 const WATCH_PATH = `/${HEALTH_SERVICE}/Watch`;
@@ -153,25 +156,50 @@ export class Http2GrpcServer {
   private readonly watchers = new Map<H2Stream, () => void>();
   private keepalive: NodeJS.Timeout | undefined;
   private stopping: Promise<void> | undefined;
+  private stopCertificateWatch: () => void = () => undefined;
 
   constructor(private readonly options: Http2GrpcServerOptions) {
     this.codecs = loadCodecs();
-    this.maxMessageBytes = options.settings.grpcMaxMessageBytes;
-    const grpcTls = options.settings.grpcTls;
+    const settings = options.settings;
+    this.maxMessageBytes = settings.grpcMaxMessageBytes;
+    const grpcTls = settings.grpcTls;
     this.server = new H2Server({
       ...CONNECTION_SETTINGS,
       tls: grpcTls.enabled ? secureOptions(grpcTls) : undefined,
+      // As the reference: the SAN is checked on client certificates, which only GRPC_CLIENT_TLS_CACERT asks for.
+      clientSan: grpcTls.enabled && grpcTls.clientCaPath !== undefined ? grpcTls.clientSan : undefined,
+      maxConnectionAgeMs: settings.grpcMaxConnectionAgeMs,
+      maxConnectionAgeGraceMs: settings.grpcMaxConnectionAgeGraceMs,
       onStream: this.onStream,
       onError: (err) => this.options.logger.error({ err }, 'gRPC connection or stream handler failed'),
     });
   }
 
-  /** Binds GRPC_HOST:GRPC_PORT and starts serving; resolves to the bound port (useful with port 0). */
+  /**
+   * Binds GRPC_HOST:GRPC_PORT, or the Unix socket GRPC_UDS, and starts serving; resolves to the bound
+   * port (useful with port 0; 0 on a Unix socket). With TLS, rotated certificate files are picked up.
+   */
   async start(): Promise<number> {
-    const { grpcHost, grpcPort } = this.options.settings;
-    const port = await this.server.listen(grpcHost.replace(/^\[(.*)\]$/, '$1'), grpcPort, this.options.exclusive);
+    const { grpcHost, grpcPort, grpcUds, grpcTls } = this.options.settings;
+    let port = 0;
+    if (grpcUds !== undefined) await this.server.listenPath(grpcUds);
+    else port = await this.server.listen(grpcHost.replace(/^\[(.*)\]$/, '$1'), grpcPort, this.options.exclusive);
     this.keepalive = setInterval(() => this.server.pingAll(), KEEPALIVE_MS);
     this.keepalive.unref();
+    if (grpcTls.enabled && grpcTls.certPath !== undefined && grpcTls.keyPath !== undefined) {
+      const logger = this.options.logger;
+      const ca = grpcTls.clientCaPath === undefined ? undefined : fs.readFileSync(grpcTls.clientCaPath);
+      this.stopCertificateWatch = watchCertificateFiles({
+        certPath: grpcTls.certPath,
+        keyPath: grpcTls.keyPath,
+        intervalMs: CERTIFICATE_POLL_MS,
+        onChange: (pair) => {
+          this.server.setSecureContext({ ...pair, ca });
+          logger.info({ cert: grpcTls.certPath }, 'gRPC TLS certificate reloaded; new connections use it');
+        },
+        onError: (err) => logger.error({ cert: grpcTls.certPath, err: err.message }, 'changed gRPC TLS certificate not usable; keeping the previous one'),
+      });
+    }
     return port;
   }
 
@@ -185,6 +213,7 @@ export class Http2GrpcServer {
       this.options.health.beginShutdown();
       for (const stream of [...this.watchers.keys()]) this.endWatch(stream);
       if (this.keepalive !== undefined) clearInterval(this.keepalive);
+      this.stopCertificateWatch();
       return this.server.close(graceMs);
     })();
     return this.stopping;

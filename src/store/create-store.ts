@@ -36,6 +36,16 @@ export async function createStore(settings: Settings, logger: Logger, hooks: Sto
 // How long start-up waits for Redis before serving anyway (NOT_SERVING until it connects).
 const REDIS_STARTUP_WAIT_MS = 3_000;
 
+const ROUND_TRIP_SAMPLES = 5;
+
+/** A per-call deadline under twice the measured round trip fails calls that Redis answers: say so at start. */
+export function warnIfTimeoutBelowRoundTrip(roundTripMs: number | undefined, storeTimeoutMs: number, logger: Logger): void {
+  if (roundTripMs === undefined || storeTimeoutMs >= 2 * roundTripMs) return;
+  logger.warn(
+    `STORE_TIMEOUT_MS=${storeTimeoutMs} is below twice the measured Redis round trip (${roundTripMs.toFixed(1)} ms, median of ${ROUND_TRIP_SAMPLES} PINGs): many calls will time out; raise STORE_TIMEOUT_MS`,
+  );
+}
+
 /**
  * Redis, wrapped (inside out) in the denial cache (LOCAL_DENIAL_CACHE_MAX_KEYS, 0 = off) and the
  * failure policy (STORE_FAILURE_POLICY). Cached denials are still answered while Redis is down.
@@ -51,6 +61,7 @@ async function createRedisBackedStore(settings: Settings, logger: Logger, hooks:
     },
   });
   if (!(await redis.whenReady(REDIS_STARTUP_WAIT_MS))) logger.warn({ redis: target }, 'redis not reachable yet; still trying');
+  else warnIfTimeoutBelowRoundTrip(await redis.pingRoundTripMs(ROUND_TRIP_SAMPLES), settings.storeTimeoutMs, logger);
   let store: Store = redis;
   if (settings.denialCacheMaxKeys > 0) store = new DenialCache({ store, maxKeys: settings.denialCacheMaxKeys, onHit: hooks.onCacheHit });
   if (settings.storeFailurePolicy !== 'error') {

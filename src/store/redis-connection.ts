@@ -154,6 +154,7 @@ export function parseRedisTarget(
         name: masterName,
         sentinels: sentinels.map(({ host, port }) => ({ host, port })),
         ...credentials({}, auth),
+        ...sentinelCredentials(parseAuth(settings.sentinelAuth)),
         // Follow +switch-master announcements instead of waiting for the old master's socket to die.
         failoverDetector: true,
         ...(tls ? { tls, sentinelTLS: tls, enableTLSForSentinelMode: true } : {}),
@@ -184,6 +185,11 @@ function credentials(ep: { username?: string; password?: string }, auth: { usern
 } {
   if (auth.password !== undefined) return { username: auth.username, password: auth.password };
   return { username: ep.username, password: ep.password };
+}
+
+// REDIS_SENTINEL_AUTH: the Sentinel nodes' own `password` or `user:password`, as REDIS_AUTH is the master's.
+function sentinelCredentials(auth: { username?: string; password?: string }): { sentinelUsername?: string; sentinelPassword?: string } {
+  return auth.password === undefined ? {} : { sentinelUsername: auth.username, sentinelPassword: auth.password };
 }
 
 function maskUrl(s: string): string {

@@ -224,6 +224,22 @@ export class RedisStore implements Store {
     });
   }
 
+  /** Median of `samples` sequential PING round trips, ms; undefined when one fails. Start-up only (src/store/create-store.ts). */
+  async pingRoundTripMs(samples: number): Promise<number | undefined> {
+    const times: number[] = [];
+    try {
+      for (let i = 0; i < samples; i++) {
+        const started = performance.now();
+        await this.client.ping();
+        times.push(performance.now() - started);
+      }
+    } catch {
+      return undefined;
+    }
+    times.sort((a, b) => a - b);
+    return times[Math.floor(times.length / 2)];
+  }
+
   /** Consecutive failed health probes so far (0 after a successful one or a reconnect). */
   get consecutiveProbeFailures(): number {
     return this.probeFailures;
@@ -560,7 +576,8 @@ export interface RedisStoreHooks {
 
 /** Builds a RedisStore from the settings (REDIS_*, CACHE_KEY_PREFIX, STORE_TIMEOUT_MS). Throws SettingsError on bad REDIS_* values. */
 export function createRedisStore(settings: Settings, hooks: RedisStoreHooks = {}): RedisStore {
-  const client = createRedisClient(parseRedisTarget(settings.redis));
+  // REDIS_TIMEOUT is the reference's dial timeout; each call's deadline is STORE_TIMEOUT_MS.
+  const client = createRedisClient(parseRedisTarget(settings.redis), { connectTimeoutMs: settings.redis.timeoutMs });
   return new RedisStore({
     client,
     keyPrefix: settings.cacheKeyPrefix,

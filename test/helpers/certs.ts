@@ -19,6 +19,12 @@ export interface CertFiles {
   /** Signed by a different CA than caCert. */
   readonly strangerCert: string;
   readonly strangerKey: string;
+  /** A client certificate from caCert with the subject alternative name DNS:envoy.mesh. */
+  readonly meshClientCert: string;
+  readonly meshClientKey: string;
+  /** A second server certificate for localhost from caCert (a rotation's replacement). */
+  readonly nextServerCert: string;
+  readonly nextServerKey: string;
   /** Deletes the directory. */
   remove(): void;
 }
@@ -72,6 +78,13 @@ export function makeTestCerts(): CertFiles {
   const clientExtensions = 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n';
   makeLeaf(dir, { name: 'client', ca: 'ca', cn: 'client', extensions: clientExtensions });
   makeLeaf(dir, { name: 'stranger', ca: 'stranger-ca', cn: 'stranger', extensions: clientExtensions });
+  makeLeaf(dir, { name: 'mesh-client', ca: 'ca', cn: 'mesh', extensions: `subjectAltName=DNS:envoy.mesh\n${clientExtensions}` });
+  makeLeaf(dir, {
+    name: 'next-server',
+    ca: 'ca',
+    cn: 'localhost',
+    extensions: 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\n',
+  });
   const f = (name: string) => path.join(dir, name);
   return {
     dir,
@@ -82,6 +95,10 @@ export function makeTestCerts(): CertFiles {
     clientKey: f('client.key'),
     strangerCert: f('stranger.crt'),
     strangerKey: f('stranger.key'),
+    meshClientCert: f('mesh-client.crt'),
+    meshClientKey: f('mesh-client.key'),
+    nextServerCert: f('next-server.crt'),
+    nextServerKey: f('next-server.key'),
     remove: () => fs.rmSync(dir, { recursive: true, force: true }),
   };
 }

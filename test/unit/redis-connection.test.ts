@@ -64,6 +64,19 @@ describe('parseRedisTarget', () => {
     });
   });
 
+  it('authenticates to the sentinels with REDIS_SENTINEL_AUTH, apart from REDIS_AUTH', () => {
+    const env = { REDIS_TYPE: 'sentinel', REDIS_URL: 'm,s1:26379', REDIS_AUTH: 'master-pw' };
+    expect(parseRedisTarget(redisSettings({ ...env, REDIS_SENTINEL_AUTH: 'sentinel-pw' })).options).toMatchObject({
+      password: 'master-pw',
+      sentinelPassword: 'sentinel-pw',
+    });
+    expect(parseRedisTarget(redisSettings({ ...env, REDIS_SENTINEL_AUTH: 'watcher:sentinel-pw' })).options).toMatchObject({
+      sentinelUsername: 'watcher',
+      sentinelPassword: 'sentinel-pw',
+    });
+    expect(parseRedisTarget(redisSettings(env)).options).not.toHaveProperty('sentinelPassword');
+  });
+
   it('rejects a sentinel list without a master name or without sentinels', () => {
     expect(() => parseRedisTarget(redisSettings({ REDIS_TYPE: 'sentinel', REDIS_URL: 's1:26379,s2:26379' }))).toThrow(/mastername/);
     expect(() => parseRedisTarget(redisSettings({ REDIS_TYPE: 'sentinel', REDIS_URL: 'mymaster' }))).toThrow(/mastername/);

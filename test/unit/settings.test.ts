@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { loadSettings, SettingsError } from '../../src/settings';
+import { DENIAL_CACHE_ENTRY_BYTES, loadSettings, SettingsError } from '../../src/settings';
 
 describe('loadSettings defaults', () => {
   const s = loadSettings({});
@@ -123,6 +123,57 @@ describe('loadSettings with the reference server variable names', () => {
     expect(s.configPath).toBe('/etc/slidegate');
   });
 
+  it('accepts every logrus level, mapping panic to fatal and warning to warn', () => {
+    const levels = ['panic', 'fatal', 'error', 'warn', 'warning', 'info', 'debug', 'trace', 'WARNING', 'Panic'].map(
+      (LOG_LEVEL) => loadSettings({ LOG_LEVEL }).logLevel,
+    );
+    expect(levels).toEqual(['fatal', 'fatal', 'error', 'warn', 'warn', 'info', 'debug', 'trace', 'warn', 'fatal']);
+  });
+
+  it('takes any LOG_FORMAT other than json as text', () => {
+    expect(['json', 'JSON', 'text', 'xml', 'logfmt'].map((LOG_FORMAT) => loadSettings({ LOG_FORMAT }).logFormat)).toEqual([
+      'json',
+      'json',
+      'text',
+      'text',
+      'text',
+    ]);
+  });
+
+  it('reads Go durations for the connection age, its grace and REDIS_TIMEOUT', () => {
+    const s = loadSettings({ GRPC_MAX_CONNECTION_AGE: '1h30m', GRPC_MAX_CONNECTION_AGE_GRACE: '250ms', REDIS_TIMEOUT: '1.5s' });
+    expect([s.grpcMaxConnectionAgeMs, s.grpcMaxConnectionAgeGraceMs, s.redis.timeoutMs]).toEqual([5_400_000, 250, 1_500]);
+    const d = loadSettings({});
+    expect([d.grpcMaxConnectionAgeMs, d.grpcMaxConnectionAgeGraceMs, d.redis.timeoutMs]).toEqual([86_400_000, 3_600_000, undefined]);
+    expect(loadSettings({ GRPC_MAX_CONNECTION_AGE: '0' }).grpcMaxConnectionAgeMs).toBe(0);
+  });
+
+  it('reads GRPC_UDS, GRPC_CLIENT_TLS_SAN and REDIS_SENTINEL_AUTH', () => {
+    const s = loadSettings({ GRPC_UDS: '/tmp/rl.sock', GRPC_CLIENT_TLS_SAN: 'envoy.mesh', REDIS_SENTINEL_AUTH: 'sentinel-secret' });
+    expect([s.grpcUds, s.grpcTls.clientSan, s.redis.sentinelAuth]).toEqual(['/tmp/rl.sock', 'envoy.mesh', 'sentinel-secret']);
+  });
+
+  it('sizes the denial cache from LOCAL_CACHE_SIZE_IN_BYTES unless LOCAL_DENIAL_CACHE_MAX_KEYS is set; 0 turns it off', () => {
+    expect(loadSettings({}).denialCacheMaxKeys).toBe(100_000);
+    expect(loadSettings({ LOCAL_CACHE_SIZE_IN_BYTES: '0' }).denialCacheMaxKeys).toBe(0);
+    expect(loadSettings({ LOCAL_CACHE_SIZE_IN_BYTES: String(DENIAL_CACHE_ENTRY_BYTES * 5000) }).denialCacheMaxKeys).toBe(5000);
+    expect(loadSettings({ LOCAL_CACHE_SIZE_IN_BYTES: '0', LOCAL_DENIAL_CACHE_MAX_KEYS: '7' }).denialCacheMaxKeys).toBe(7);
+  });
+
+  it('warns that counters are per process when neither BACKEND_TYPE nor REDIS_URL is set', () => {
+    const perProcess = (env: Record<string, string>) => loadSettings(env).warnings.filter((w) => w.includes('per process'));
+    expect(perProcess({})).toHaveLength(1);
+    expect(perProcess({})[0]).toMatch(/BACKEND_TYPE.*REDIS_URL/);
+    expect(perProcess({ BACKEND_TYPE: 'memory' })).toEqual([]);
+    expect(perProcess({ REDIS_URL: 'redis:6379' })).toEqual([]);
+  });
+
+  it('rejects BACKEND_TYPE=memcache naming the setting and the supported stores', () => {
+    expect(() => loadSettings({ BACKEND_TYPE: 'memcache', MEMCACHE_HOST_PORT: 'm:11211' })).toThrow(
+      /BACKEND_TYPE: memcache is not supported; the stores are redis .* and memory/,
+    );
+  });
+
   it('treats an empty variable as unset', () => {
     expect(loadSettings({ GRPC_PORT: '', LOG_LEVEL: '' })).toMatchObject({ grpcPort: 8081, logLevel: 'warn' });
   });
@@ -146,7 +197,11 @@ describe('loadSettings rejects invalid values, naming the variable', () => {
     ['GRPC_SERVER_TLS_CERT', { GRPC_SERVER_USE_TLS: 'true' }],
     ['GRPC_SERVER_TLS_KEY', { GRPC_SERVER_USE_TLS: 'true', GRPC_SERVER_TLS_CERT: '/c.pem' }],
     ['LOG_LEVEL', { LOG_LEVEL: 'verbose' }],
-    ['LOG_FORMAT', { LOG_FORMAT: 'xml' }],
+    ['GRPC_MAX_CONNECTION_AGE', { GRPC_MAX_CONNECTION_AGE: '24' }],
+    ['GRPC_MAX_CONNECTION_AGE_GRACE', { GRPC_MAX_CONNECTION_AGE_GRACE: '1 hour' }],
+    ['REDIS_TIMEOUT', { REDIS_TIMEOUT: '10s5' }],
+    ['GRPC_CLIENT_TLS_SAN', { GRPC_TRANSPORT: 'grpc-js', GRPC_CLIENT_TLS_SAN: 'envoy.mesh' }],
+    ['LOCAL_CACHE_SIZE_IN_BYTES', { LOCAL_CACHE_SIZE_IN_BYTES: 'big' }],
     ['RUNTIME_IGNOREDOTFILES', { RUNTIME_IGNOREDOTFILES: 'yes' }],
     ['RUNTIME_WATCH_ROOT', { RUNTIME_WATCH_ROOT: 'no' }],
     ['BACKEND_TYPE', { BACKEND_TYPE: 'memcache' }],
@@ -203,6 +258,7 @@ describe('the service process with an invalid setting', () => {
   it.each([
     ['GRPC_PORT', { GRPC_PORT: 'not-a-port' }],
     ['REDIS_URL', { BACKEND_TYPE: 'redis' }],
+    ['BACKEND_TYPE', { BACKEND_TYPE: 'memcache' }],
     ['LIMIT_RESET_HEADER', { LIMIT_RESET_HEADER: 'Reset\nInjected: yes' }],
   ])('exits 1 with exactly one stderr line naming %s', (variable, env) => {
     const result = run(env);

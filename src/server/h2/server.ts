@@ -1,3 +1,4 @@
+import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as tls from 'node:tls';
 import { type ConnectionOptions, H2Connection } from './connection';
@@ -9,7 +10,16 @@ import { type ConnectionOptions, H2Connection } from './connection';
 export interface H2ServerOptions extends ConnectionOptions {
   /** TLS options (certificate, key, client CA); cleartext when absent. */
   readonly tls?: tls.TlsOptions;
+  /** With TLS: a client certificate must be valid for this name (DNS or IP SAN), or the connection is cut. */
+  readonly clientSan?: string;
+  /** A connection gets a graceful GOAWAY after this long, ±10% (spreads reconnects); 0 or absent: never. */
+  readonly maxConnectionAgeMs?: number;
+  /** ... and is cut this long after that GOAWAY if streams are still open. */
+  readonly maxConnectionAgeGraceMs?: number;
 }
+
+// Node timers hold at most 2^31-1 ms (24.8 days); a longer age is "never".
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export class H2Server {
   private readonly server: net.Server;
@@ -21,9 +31,12 @@ export class H2Server {
       this.server = net.createServer(this.accept);
     } else {
       const secure = tls.createServer({ ...options.tls, ALPNProtocols: ['h2'] });
+      const san = options.clientSan;
       secure.on('secureConnection', (socket: tls.TLSSocket) => {
         // Without ALPN h2 the peer would speak HTTP/1.1 or nothing this server understands.
         if (socket.alpnProtocol !== 'h2') socket.destroy();
+        // The name check Go's x509 VerifyOptions.DNSName makes, before any frame is read.
+        else if (san !== undefined && tls.checkServerIdentity(san, socket.getPeerCertificate()) !== undefined) socket.destroy();
         else this.accept(socket);
       });
       // A failed handshake is the client's failure, not the server's.
@@ -46,6 +59,29 @@ export class H2Server {
         resolve(typeof address === 'object' && address !== null ? address.port : port);
       });
     });
+  }
+
+  /** Binds a Unix domain socket at `path` (a stale socket file left there is replaced) and listens. */
+  listenPath(path: string): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const onError = (err: Error): void => reject(err);
+      this.server.once('error', onError);
+      try {
+        if (fs.statSync(path, { throwIfNoEntry: false })?.isSocket()) fs.unlinkSync(path);
+      } catch (err) {
+        reject(err as Error);
+        return;
+      }
+      this.server.listen({ path }, () => {
+        this.server.off('error', onError);
+        resolve();
+      });
+    });
+  }
+
+  /** Replaces the TLS certificate and key for connections accepted from now on (certificate rotation). */
+  setSecureContext(options: tls.SecureContextOptions): void {
+    (this.server as tls.Server).setSecureContext(options);
   }
 
   /** Pings every connection; one whose previous ping went unanswered is cut. */
@@ -77,7 +113,33 @@ export class H2Server {
   private readonly accept = (socket: net.Socket): void => {
     const connection = new H2Connection(socket, this.options);
     this.connections.add(connection);
-    connection.onClose = () => this.connections.delete(connection);
+    const stopAgeing = this.ageing(connection);
+    connection.onClose = () => {
+      stopAgeing();
+      this.connections.delete(connection);
+    };
     if (this.closing) connection.close();
   };
+
+  // GRPC_MAX_CONNECTION_AGE as grpc-go applies it: GOAWAY after the age with ±10% jitter, cut after the grace.
+  private ageing(connection: H2Connection): () => void {
+    const age = this.options.maxConnectionAgeMs ?? 0;
+    if (age <= 0) return () => undefined;
+    const jittered = age + (Math.random() * 2 - 1) * (age / 10);
+    if (jittered > MAX_TIMER_MS) return () => undefined;
+    let cut: NodeJS.Timeout | undefined;
+    const goaway = setTimeout(() => {
+      connection.close();
+      const grace = this.options.maxConnectionAgeGraceMs ?? 0;
+      if (grace <= MAX_TIMER_MS) {
+        cut = setTimeout(() => connection.destroy(), grace);
+        cut.unref();
+      }
+    }, jittered);
+    goaway.unref();
+    return () => {
+      clearTimeout(goaway);
+      if (cut !== undefined) clearTimeout(cut);
+    };
+  }
 }

@@ -1,0 +1,211 @@
+/**
+ * Every environment variable of envoyproxy/ratelimit's settings, and what this service does with it.
+ *
+ * `honoured`: loadSettings (src/settings.ts) reads it with the reference's meaning.
+ * `warned`: the service does not support it (or supports only some values); when it is set, start-up
+ * logs one warning line that names it and says what happens instead. No reference variable is ignored
+ * without a word. test/unit/reference-settings.test.ts walks the reference's full list against this table.
+ */
+
+export type ReferenceHandling =
+  | { readonly kind: 'honoured' }
+  | {
+      readonly kind: 'warned';
+      /** What the service does instead, completing "NAME=value is not supported: ...". */
+      readonly instead: string;
+      /** Values that do mean the same here (no warning for them); every value warns when absent. */
+      readonly honouredWhen?: (value: string) => boolean;
+    };
+
+const HONOURED: ReferenceHandling = Object.freeze({ kind: 'honoured' });
+
+// Go's strconv.ParseBool spellings.
+const GO_TRUE = new Set(['1', 't', 'T', 'true', 'TRUE', 'True']);
+const GO_FALSE = new Set(['0', 'f', 'F', 'false', 'FALSE', 'False']);
+const isTrue = (v: string): boolean => GO_TRUE.has(v.trim());
+const isFalse = (v: string): boolean => GO_FALSE.has(v.trim());
+
+function warned(instead: string, honouredWhen?: (value: string) => boolean): ReferenceHandling {
+  return Object.freeze({ kind: 'warned', instead, honouredWhen });
+}
+
+const PER_SECOND = warned('per-second limits are counted in the one store that REDIS_URL names, like every other limit');
+const MEMCACHE = warned('there is no memcache store; the store is BACKEND_TYPE=redis or memory');
+const XDS = warned('the config is read from files (RUNTIME_ROOT or CONFIG_PATH); there is no xDS config source');
+const XDS_ONLY = warned('only used with CONFIG_TYPE=GRPC_XDS_SOTW, which is not supported; the config is read from files');
+const TRACING = warned('there is no tracing; calls are reported by the metrics only');
+const REDIS_STARTUP = warned(
+  'the service starts without waiting for Redis, reports NOT_SERVING until it connects and keeps reconnecting (backoff from 50 ms to 1 s)',
+);
+const PIPELINE = warned('concurrent calls share Redis round trips automatically (auto-pipelining); there is nothing to tune');
+
+/** The reference's 114 variables, by name. */
+export const REFERENCE_SETTINGS: Readonly<Record<string, ReferenceHandling>> = Object.freeze({
+  HOST: HONOURED,
+  PORT: HONOURED,
+  DEBUG_HOST: HONOURED,
+  DEBUG_PORT: HONOURED,
+  GRPC_UDS: HONOURED,
+  GRPC_HOST: HONOURED,
+  GRPC_PORT: HONOURED,
+  GRPC_MAX_CONNECTION_AGE: HONOURED,
+  GRPC_MAX_CONNECTION_AGE_GRACE: HONOURED,
+  GRPC_SERVER_USE_TLS: HONOURED,
+  GRPC_SERVER_TLS_CERT: HONOURED,
+  GRPC_SERVER_TLS_KEY: HONOURED,
+  GRPC_CLIENT_TLS_CACERT: HONOURED,
+  GRPC_CLIENT_TLS_SAN: HONOURED,
+  LOG_LEVEL: HONOURED,
+  LOG_FORMAT: HONOURED,
+
+  CONFIG_TYPE: warned('the config is read from files (RUNTIME_ROOT or CONFIG_PATH)', (v) => v.trim().toUpperCase() === 'FILE'),
+  FORCE_START_WITHOUT_INITIAL_CONFIG: warned(
+    'the service always starts without a config and reports NOT_SERVING until one loads',
+    isTrue,
+  ),
+  CONFIG_GRPC_XDS_NODE_ID: XDS_ONLY,
+  CONFIG_GRPC_XDS_NODE_METADATA: XDS_ONLY,
+  CONFIG_GRPC_XDS_SERVER_URL: XDS,
+  CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL: XDS_ONLY,
+  CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: XDS_ONLY,
+  CONFIG_GRPC_XDS_SERVER_USE_TLS: XDS_ONLY,
+  CONFIG_GRPC_XDS_CLIENT_TLS_CERT: XDS_ONLY,
+  CONFIG_GRPC_XDS_CLIENT_TLS_KEY: XDS_ONLY,
+  CONFIG_GRPC_XDS_SERVER_TLS_CACERT: XDS_ONLY,
+  CONFIG_GRPC_XDS_SERVER_TLS_SAN: XDS_ONLY,
+  XDS_CLIENT_BACKOFF_INITIAL_INTERVAL: XDS_ONLY,
+  XDS_CLIENT_BACKOFF_MAX_INTERVAL: XDS_ONLY,
+  XDS_CLIENT_BACKOFF_RANDOM_FACTOR: XDS_ONLY,
+  XDS_CLIENT_BACKOFF_JITTER: XDS_ONLY,
+  XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES: XDS_ONLY,
+
+  USE_DOG_STATSD: warned('statsd lines carry no DogStatsD tags; USE_STATSD sends the plain statsd names', isFalse),
+  USE_DOG_STATSD_MOGRIFIERS: warned('metric names are sent unchanged (no mogrifiers)'),
+  USE_STATSD: HONOURED,
+  STATSD_HOST: HONOURED,
+  STATSD_PORT: HONOURED,
+  EXTRA_TAGS: warned('statsd names and Prometheus series carry no extra tags'),
+  STATS_FLUSH_INTERVAL: warned('statsd lines are flushed every second'),
+  DISABLE_STATS: warned('metrics stay on; USE_STATSD=false stops statsd', isFalse),
+  USE_PROMETHEUS: HONOURED,
+  PROMETHEUS_ADDR: warned('metrics are served on PORT at /metrics'),
+  PROMETHEUS_PATH: warned('metrics are served on PORT at /metrics'),
+  PROMETHEUS_MAPPER_YAML: warned('metrics keep their built-in names and labels (see the README)'),
+  PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS: warned('response times are exported in seconds', isFalse),
+
+  RUNTIME_ROOT: HONOURED,
+  RUNTIME_SUBDIRECTORY: HONOURED,
+  RUNTIME_APPDIRECTORY: HONOURED,
+  RUNTIME_IGNOREDOTFILES: HONOURED,
+  RUNTIME_WATCH_ROOT: HONOURED,
+
+  EXPIRATION_JITTER_MAX_SECONDS: warned(
+    'every counter key expires when its windows have passed, without random jitter (sliding-window keys are written in every window, so expiries do not come in waves)',
+  ),
+  LOCAL_CACHE_SIZE_IN_BYTES: HONOURED,
+  NEAR_LIMIT_RATIO: HONOURED,
+  CACHE_KEY_PREFIX: HONOURED,
+  BACKEND_TYPE: HONOURED,
+  STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: warned(
+    'a request is all-or-nothing here: when any of its limits is over, no counter is charged; COUNT_DENIED_REQUESTS=true charges denied hits as the reference does by default',
+    isTrue,
+  ),
+
+  LIMIT_RESPONSE_HEADERS_ENABLED: HONOURED,
+  LIMIT_LIMIT_HEADER: HONOURED,
+  LIMIT_REMAINING_HEADER: HONOURED,
+  LIMIT_RESET_HEADER: HONOURED,
+
+  HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: warned(
+    'the service reports NOT_SERVING until a config loads, and stays SERVING on a config that loaded once',
+    isTrue,
+  ),
+
+  REDIS_SOCKET_TYPE: HONOURED,
+  REDIS_TYPE: HONOURED,
+  REDIS_URL: HONOURED,
+  REDIS_POOL_SIZE: warned(
+    'each process keeps one pipelined connection per Redis node (ioredis); WORKERS sets the number of processes',
+  ),
+  REDIS_AUTH: HONOURED,
+  REDIS_TLS: HONOURED,
+  REDIS_TLS_CLIENT_CERT: HONOURED,
+  REDIS_TLS_CLIENT_KEY: HONOURED,
+  REDIS_TLS_CACERT: HONOURED,
+  REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: HONOURED,
+  REDIS_PIPELINE_WINDOW: PIPELINE,
+  REDIS_PIPELINE_LIMIT: PIPELINE,
+  REDIS_CLUSTER_PIPELINE_PARALLELISM: warned('calls to different cluster nodes always run in parallel'),
+  REDIS_PERSECOND: warned('per-second limits are counted in the one store that REDIS_URL names, like every other limit', isFalse),
+  REDIS_PERSECOND_SOCKET_TYPE: PER_SECOND,
+  REDIS_PERSECOND_TYPE: PER_SECOND,
+  REDIS_PERSECOND_URL: PER_SECOND,
+  REDIS_PERSECOND_POOL_SIZE: PER_SECOND,
+  REDIS_PERSECOND_AUTH: PER_SECOND,
+  REDIS_PERSECOND_TLS: PER_SECOND,
+  REDIS_SENTINEL_AUTH: HONOURED,
+  REDIS_PERSECOND_SENTINEL_AUTH: PER_SECOND,
+  REDIS_PERSECOND_PIPELINE_WINDOW: PER_SECOND,
+  REDIS_PERSECOND_PIPELINE_LIMIT: PER_SECOND,
+  REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM: PER_SECOND,
+  REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: warned(
+    'health always follows the Redis connection: NOT_SERVING while it is down',
+    isTrue,
+  ),
+  REDIS_TIMEOUT: HONOURED,
+  REDIS_PERSECOND_TIMEOUT: PER_SECOND,
+  REDIS_POOL_ON_EMPTY_BEHAVIOR: warned(
+    'calls never wait for a free connection; STORE_TIMEOUT_MS bounds every store call',
+    (v) => v.trim().toUpperCase() === 'WAIT',
+  ),
+  REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR: PER_SECOND,
+  REDIS_STARTUP_INITIAL_INTERVAL: REDIS_STARTUP,
+  REDIS_STARTUP_MAX_INTERVAL: REDIS_STARTUP,
+  REDIS_STARTUP_MAX_ELAPSED_TIME: REDIS_STARTUP,
+
+  MEMCACHE_HOST_PORT: MEMCACHE,
+  MEMCACHE_MAX_IDLE_CONNS: MEMCACHE,
+  MEMCACHE_SRV: MEMCACHE,
+  MEMCACHE_SRV_REFRESH: MEMCACHE,
+  MEMCACHE_TLS: MEMCACHE,
+  MEMCACHE_TLS_CLIENT_CERT: MEMCACHE,
+  MEMCACHE_TLS_CLIENT_KEY: MEMCACHE,
+  MEMCACHE_TLS_CACERT: MEMCACHE,
+  MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION: MEMCACHE,
+
+  SHADOW_MODE: HONOURED,
+  QUOTA_MODE: warned('no rule is in quota mode: an over-limit rule makes the request OVER_LIMIT', isFalse),
+  RESPONSE_DYNAMIC_METADATA: warned('answers carry no dynamic metadata', isFalse),
+  MERGE_DOMAIN_CONFIG: warned('a domain defined in two files is an error, as without the setting', isFalse),
+
+  TRACING_ENABLED: warned('there is no tracing; calls are reported by the metrics only', isFalse),
+  TRACING_SERVICE_NAME: TRACING,
+  TRACING_SERVICE_NAMESPACE: TRACING,
+  TRACING_SERVICE_INSTANCE_ID: TRACING,
+  TRACING_EXPORTER_PROTOCOL: TRACING,
+  TRACING_SAMPLING_RATE: TRACING,
+});
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+/**
+ * One line for every reference variable that is set (non-empty) and not honoured here, in table order.
+ * Each names the variable and its value and says what happens instead.
+ */
+export function referenceSettingWarnings(env: Env): string[] {
+  const lines: string[] = [];
+  for (const [name, handling] of Object.entries(REFERENCE_SETTINGS)) {
+    if (handling.kind !== 'warned') continue;
+    const value = env[name];
+    if (value === undefined || value === '') continue;
+    if (handling.honouredWhen?.(value)) continue;
+    lines.push(`${name}=${shown(name, value)} is not supported: ${handling.instead}`);
+  }
+  return lines;
+}
+
+// Values of secret-bearing variables are not logged.
+function shown(name: string, value: string): string {
+  const v = /AUTH|KEY$|HEADERS/.test(name) ? '***' : value;
+  return JSON.stringify(v).slice(1, -1);
+}
