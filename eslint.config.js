@@ -1,7 +1,7 @@
 // Lint: correctness and the import boundaries of the source tree, nothing of taste (formatting is
 // prettier's: `make format`). Boundaries, with src/limiter the core:
 //   src/limiter   imports nothing outside itself (no config loading, stores, settings, wire, I/O libraries)
-//   settings.ts   imports the core only; errors.ts (the error catalogue) too
+//   settings.ts   imports the core (and reference-settings.ts, which imports nothing); errors.ts (the error catalogue) the core only
 //   src/config    the core and settings.ts
 //   src/store     the core, settings.ts and log.ts
 //   src/server    never the stores, the config loader, metrics or the composition root
@@ -48,7 +48,13 @@ module.exports = tseslint.config(
           zones: [
             { target: './src/limiter', from: './src', except: ['./limiter'], message: 'the core (src/limiter) imports nothing outside itself' },
             { target: './src/config', from: './src', except: ['./config', './limiter', './settings.ts'], message: 'src/config depends on the core and settings only' },
-            { target: './src/settings.ts', from: './src', except: ['./limiter', './settings.ts'], message: 'settings.ts depends on the core only' },
+            {
+              target: './src/settings.ts',
+              from: './src',
+              except: ['./limiter', './settings.ts', './reference-settings.ts'],
+              message: 'settings.ts depends on the core and the reference settings table only',
+            },
+            { target: './src/reference-settings.ts', from: './src', except: ['./reference-settings.ts'], message: 'the reference settings table imports nothing' },
             { target: './src/errors.ts', from: './src', except: ['./limiter', './errors.ts'], message: 'the error catalogue depends on the core only' },
             {
               target: './src/store',

@@ -59,10 +59,7 @@ export const REFERENCE_SETTINGS: Readonly<Record<string, ReferenceHandling>> = O
   LOG_FORMAT: HONOURED,
 
   CONFIG_TYPE: warned('the config is read from files (RUNTIME_ROOT or CONFIG_PATH)', (v) => v.trim().toUpperCase() === 'FILE'),
-  FORCE_START_WITHOUT_INITIAL_CONFIG: warned(
-    'the service always starts without a config and reports NOT_SERVING until one loads',
-    isTrue,
-  ),
+  FORCE_START_WITHOUT_INITIAL_CONFIG: warned('the service always starts without a config and reports NOT_SERVING until one loads', isTrue),
   CONFIG_GRPC_XDS_NODE_ID: XDS_ONLY,
   CONFIG_GRPC_XDS_NODE_METADATA: XDS_ONLY,
   CONFIG_GRPC_XDS_SERVER_URL: XDS,
@@ -124,9 +121,7 @@ export const REFERENCE_SETTINGS: Readonly<Record<string, ReferenceHandling>> = O
   REDIS_SOCKET_TYPE: HONOURED,
   REDIS_TYPE: HONOURED,
   REDIS_URL: HONOURED,
-  REDIS_POOL_SIZE: warned(
-    'each process keeps one pipelined connection per Redis node (ioredis); WORKERS sets the number of processes',
-  ),
+  REDIS_POOL_SIZE: warned('each process keeps one pipelined connection per Redis node (ioredis); WORKERS sets the number of processes'),
   REDIS_AUTH: HONOURED,
   REDIS_TLS: HONOURED,
   REDIS_TLS_CLIENT_CERT: HONOURED,
@@ -148,10 +143,7 @@ export const REFERENCE_SETTINGS: Readonly<Record<string, ReferenceHandling>> = O
   REDIS_PERSECOND_PIPELINE_WINDOW: PER_SECOND,
   REDIS_PERSECOND_PIPELINE_LIMIT: PER_SECOND,
   REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM: PER_SECOND,
-  REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: warned(
-    'health always follows the Redis connection: NOT_SERVING while it is down',
-    isTrue,
-  ),
+  REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: warned('health always follows the Redis connection: NOT_SERVING while it is down', isTrue),
   REDIS_TIMEOUT: HONOURED,
   REDIS_PERSECOND_TIMEOUT: PER_SECOND,
   REDIS_POOL_ON_EMPTY_BEHAVIOR: warned(

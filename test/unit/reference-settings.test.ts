@@ -31,7 +31,7 @@ const honoured = REFERENCE_NAMES.filter((n) => REFERENCE_SETTINGS[n]?.kind === '
 const warned = REFERENCE_NAMES.filter((n) => REFERENCE_SETTINGS[n]?.kind === 'warned');
 
 describe('the reference settings table', () => {
-  it('lists the reference server\'s 114 variables, each once', () => {
+  it("lists the reference server's 114 variables, each once", () => {
     expect(REFERENCE_NAMES).toHaveLength(114);
     expect(new Set(REFERENCE_NAMES).size).toBe(114);
   });

@@ -6,7 +6,12 @@ function capture(): { lines: string[]; logger: ReturnType<typeof createLogger> }
   const lines: string[] = [];
   const destination = new Writable({
     write(chunk: Buffer, _enc, done) {
-      lines.push(...chunk.toString().split('\n').filter((l) => l !== ''));
+      lines.push(
+        ...chunk
+          .toString()
+          .split('\n')
+          .filter((l) => l !== ''),
+      );
       done();
     },
   });
