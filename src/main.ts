@@ -71,8 +71,10 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     onLoad: (config, files) => {
       clearStoreCache();
       metrics.recordConfigLoad(true);
-      health.set('config', true);
+      // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: a config without a domain serves nothing, so it is not healthy.
+      health.set('config', !settings.healthyWithAtLeastOneConfigLoaded || config.domains.size > 0);
       logger.info({ path: configPath, files, domains: [...config.domains.keys()] }, 'config loaded');
+      for (const warning of config.warnings) logger.warn({ path: configPath }, `config: ${warning}`);
     },
     onError: (err) => {
       metrics.recordConfigLoad(false);
@@ -81,7 +83,6 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   });
   try {
     await configSource.load();
-    health.set('config', true);
   } catch (err) {
     metrics.recordConfigLoad(false);
     // Stay up and NOT_SERVING: the watcher picks up a fixed config without a restart.
@@ -103,6 +104,8 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     store,
     config: () => configSource.current(),
     shadowMode: settings.shadowMode,
+    quotaMode: settings.quotaMode,
+    dynamicMetadata: settings.responseDynamicMetadata,
     countDenied: settings.countDeniedRequests,
     defaultAlgorithm: settings.defaultAlgorithm,
     nearLimitRatio: settings.nearLimitRatio,

@@ -156,6 +156,10 @@ export interface Settings {
   readonly runtimeWatchRoot: boolean;
   /** Short form: a config file or directory; wins over RUNTIME_*. */
   readonly configPath?: string;
+  /** One domain split across several config files is merged (MERGE_DOMAIN_CONFIG). */
+  readonly mergeDomainConfig: boolean;
+  /** Healthy only while the config holds at least one domain (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED). */
+  readonly healthyWithAtLeastOneConfigLoaded: boolean;
 
   readonly backendType: BackendType;
   readonly redis: {
@@ -185,6 +189,10 @@ export interface Settings {
   readonly defaultAlgorithm: Algorithm;
   readonly countDeniedRequests: boolean;
   readonly shadowMode: boolean;
+  /** Every rule in quota mode (QUOTA_MODE). */
+  readonly quotaMode: boolean;
+  /** Fill the response's dynamic_metadata (RESPONSE_DYNAMIC_METADATA). */
+  readonly responseDynamicMetadata: boolean;
   readonly nearLimitRatio: number;
   readonly responseHeaders: {
     readonly enabled: boolean;
@@ -273,6 +281,8 @@ export function loadSettings(env: Env = process.env): Settings {
     runtimeIgnoreDotFiles: bool(env, 'RUNTIME_IGNOREDOTFILES', false),
     runtimeWatchRoot: bool(env, 'RUNTIME_WATCH_ROOT', true),
     configPath: optional(env, 'CONFIG_PATH'),
+    mergeDomainConfig: bool(env, 'MERGE_DOMAIN_CONFIG', false),
+    healthyWithAtLeastOneConfigLoaded: bool(env, 'HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED', false),
 
     backendType,
     redis: Object.freeze({
@@ -297,6 +307,8 @@ export function loadSettings(env: Env = process.env): Settings {
     defaultAlgorithm: oneOf<Algorithm>(env, 'DEFAULT_ALGORITHM', 'sliding_window', ALGORITHMS),
     countDeniedRequests: bool(env, 'COUNT_DENIED_REQUESTS', false),
     shadowMode: bool(env, 'SHADOW_MODE', false),
+    quotaMode: bool(env, 'QUOTA_MODE', false),
+    responseDynamicMetadata: bool(env, 'RESPONSE_DYNAMIC_METADATA', false),
     nearLimitRatio: ratio(env, 'NEAR_LIMIT_RATIO', 0.8),
     responseHeaders: Object.freeze({
       enabled: bool(env, 'LIMIT_RESPONSE_HEADERS_ENABLED', false),

@@ -5,11 +5,15 @@ import { ConfigError } from '../config/config-error';
 import { ALGORITHMS, type Algorithm } from '../limiter/types';
 import type { CliIo } from './io';
 
-export const VALIDATE_USAGE = 'usage: slidegate validate [--default-algorithm NAME] [--ignore-dot-files] PATH';
+export const VALIDATE_USAGE = 'usage: slidegate validate [--default-algorithm NAME] [--ignore-dot-files] [--merge-domain-config] PATH';
+
+const TRUE = new Set(['1', 't', 'T', 'true', 'TRUE', 'True']);
 
 /**
  * `slidegate validate PATH`: loads a config file or directory exactly as the server would and prints
- * what it understood. Exit code 0 when valid, 1 otherwise (the message names the file and path).
+ * what it understood, then its warnings (ignored keys, skipped files) on stderr. Exit code 0 when
+ * valid, 1 otherwise (the message names the file and path). RUNTIME_IGNOREDOTFILES and
+ * MERGE_DOMAIN_CONFIG are read from the environment as the server reads them; the flags force them on.
  */
 export async function runValidate(args: readonly string[], io: CliIo, env: NodeJS.ProcessEnv = process.env): Promise<number> {
   let parsed;
@@ -20,6 +24,7 @@ export async function runValidate(args: readonly string[], io: CliIo, env: NodeJ
       options: {
         'default-algorithm': { type: 'string' },
         'ignore-dot-files': { type: 'boolean', default: false },
+        'merge-domain-config': { type: 'boolean', default: false },
       },
     });
   } catch (err) {
@@ -39,9 +44,11 @@ export async function runValidate(args: readonly string[], io: CliIo, env: NodeJ
   try {
     const config = await loadConfigPath(path, {
       defaultAlgorithm: algorithm as Algorithm,
-      ignoreDotFiles: parsed.values['ignore-dot-files'] === true,
+      ignoreDotFiles: parsed.values['ignore-dot-files'] === true || TRUE.has(env.RUNTIME_IGNOREDOTFILES ?? ''),
+      mergeDomains: parsed.values['merge-domain-config'] === true || TRUE.has(env.MERGE_DOMAIN_CONFIG ?? ''),
     });
     for (const line of describeConfig(config)) io.out(line);
+    for (const warning of config.warnings) io.err(`warning: ${warning}`);
     io.out(`${path}: OK (${config.domains.size} domain${config.domains.size === 1 ? '' : 's'})`);
     return 0;
   } catch (err) {

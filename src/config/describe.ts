@@ -2,7 +2,7 @@ import type { RateLimitConfig, RuleLevel } from '../limiter/rules';
 
 /**
  * Human-readable dump of the loaded rules, for /rlconfig and the validate command. Each line keeps
- * the reference server's shape (`<domain>.<statKey>: unit=SECOND requests_per_unit=5, shadow_mode: false`)
+ * the reference server's shape (`<domain>.<statKey>: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false`)
  * so existing scripts still read it, with this server's window and algorithm inserted before the comma.
  */
 
@@ -19,7 +19,7 @@ function walk(domain: string, level: RuleLevel, out: string[]): void {
           : `unit=${limit.unit.toUpperCase()} requests_per_unit=${limit.requestsPerUnit} unit_multiplier=${limit.unitMultiplier} algorithm=${limit.algorithm}`;
         if (limit.name !== undefined) line += ` name=${limit.name}`;
         if (node.replaces.length > 0) line += ` replaces=${node.replaces.join(',')}`;
-        line += `, shadow_mode: ${node.shadowMode}`;
+        line += `, shadow_mode: ${node.shadowMode}, quota_mode: ${node.quotaMode}`;
         out.push(line);
       }
       walk(domain, node.children, out);

@@ -4,7 +4,15 @@ import { isAlias, isMap, isScalar, isSeq, parseDocument, type Document, type YAM
 import { counterKeyPrefix } from '../limiter/keys';
 import { ALGORITHMS, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
 import { ConfigError } from './config-error';
-import { type DomainConfig, type KeyRules, type RateLimitConfig, type RuleLevel, type RuleNode } from '../limiter/rules';
+import {
+  type DomainConfig,
+  type KeyRules,
+  type Metadata,
+  type MetadataValue,
+  type RateLimitConfig,
+  type RuleLevel,
+  type RuleNode,
+} from '../limiter/rules';
 import { compileWildcard, isWildcard } from './wildcard';
 
 /**
@@ -19,10 +27,17 @@ export interface ParseOptions {
   readonly defaultAlgorithm: Algorithm;
 }
 
-export interface LoadOptions extends ParseOptions {
-  /** Skip files whose name starts with '.' (RUNTIME_IGNOREDOTFILES). */
+export interface BuildOptions {
+  /** One domain split across several files is merged into one (MERGE_DOMAIN_CONFIG); else a duplicate domain is an error. */
+  readonly mergeDomains?: boolean;
+}
+
+export interface ListOptions {
+  /** Skip files and directories whose name starts with '.' (RUNTIME_IGNOREDOTFILES). */
   readonly ignoreDotFiles?: boolean;
 }
+
+export interface LoadOptions extends ParseOptions, BuildOptions, ListOptions {}
 
 /** One config file's name (as it appears in errors) and text. */
 export interface ConfigText {
@@ -34,9 +49,44 @@ const MAX_REQUESTS_PER_UNIT = 4_294_967_295; // uint32, the wire type of request
 const MAX_UNIT_MULTIPLIER = 1_000_000;
 
 const ROOT_KEYS = ['domain', 'descriptors'] as const;
-const RULE_KEYS = ['key', 'value', 'rate_limit', 'descriptors', 'shadow_mode', 'detailed_metric'] as const;
+const RULE_KEYS = [
+  'key',
+  'value',
+  'rate_limit',
+  'descriptors',
+  'shadow_mode',
+  'quota_mode',
+  'detailed_metric',
+  'value_to_metric',
+  'share_threshold',
+  'metadata',
+] as const;
 const LIMIT_KEYS = ['unit', 'requests_per_unit', 'unlimited', 'name', 'replaces', 'unit_multiplier', 'algorithm'] as const;
 const REPLACES_KEYS = ['name'] as const;
+
+/**
+ * Every key the reference format knows. Its loader checks keys against this one set at every level,
+ * so a known key in the wrong place (`shadow_mode` under `rate_limit`, say) loads there and does
+ * nothing: here it loads too, with a warning naming it. Any other unknown key is an error in both.
+ */
+const REFERENCE_KEYS: ReadonlySet<string> = new Set([
+  'domain',
+  'key',
+  'value',
+  'descriptors',
+  'rate_limit',
+  'unit',
+  'requests_per_unit',
+  'unlimited',
+  'shadow_mode',
+  'quota_mode',
+  'name',
+  'replaces',
+  'detailed_metric',
+  'value_to_metric',
+  'share_threshold',
+  'metadata',
+]);
 
 /**
  * A Map that refuses writes once built: Object.freeze does not reach a Map's entries, and the
@@ -60,7 +110,8 @@ class FrozenMap<K, V> extends Map<K, V> {
 }
 
 const EMPTY_LEVEL: RuleLevel = new FrozenMap<string, KeyRules>([]);
-const EMPTY_CONFIG: RateLimitConfig = Object.freeze({ domains: new FrozenMap<string, DomainConfig>([]) });
+const NO_WARNINGS: readonly string[] = Object.freeze([]);
+const EMPTY_CONFIG: RateLimitConfig = Object.freeze({ domains: new FrozenMap<string, DomainConfig>([]), warnings: NO_WARNINGS });
 
 /** A config with no domains: every descriptor matches nothing. */
 export function emptyConfig(): RateLimitConfig {
@@ -71,6 +122,8 @@ interface Context {
   readonly file: string;
   readonly doc: Document;
   readonly defaultAlgorithm: Algorithm;
+  /** Collected while parsing; attached to the file's DomainConfig. */
+  readonly warnings: string[];
 }
 
 function fail(ctx: { readonly file: string }, path: string, detail: string): never {
@@ -121,7 +174,12 @@ function fields(ctx: Context, node: unknown, path: string, allowed: readonly str
     }
     if (!isScalar(key)) fail(ctx, path, `keys must be plain strings, got ${describe(key)}`);
     const name = typeof key.value === 'string' ? key.value : String(key.source ?? key.value);
-    if (!allowed.includes(name)) fail(ctx, child(path, name), `unknown key (expected one of: ${allowed.join(', ')})`);
+    if (!allowed.includes(name)) {
+      if (!REFERENCE_KEYS.has(name)) fail(ctx, child(path, name), `unknown key (expected one of: ${allowed.join(', ')})`);
+      checkIgnored(ctx, pair.value, child(path, name), name);
+      ctx.warnings.push(`${ctx.file}: ${child(path, name)}: ignored (not a setting at this level; expected one of: ${allowed.join(', ')})`);
+      continue;
+    }
     out.set(name, pair.value);
   }
   for (const source of merged) {
@@ -132,6 +190,88 @@ function fields(ctx: Context, node: unknown, path: string, allowed: readonly str
     }
   }
   return out;
+}
+
+/**
+ * What the reference still checks inside a key it ignores: mappings hold only known keys (anything
+ * under `metadata` goes), lists hold only mappings, scalars are strings, integers or booleans.
+ */
+function checkIgnored(ctx: Context, node: unknown, path: string, name: string): void {
+  if (name === 'metadata') return;
+  const n = resolve(ctx, node);
+  if (n === undefined) return;
+  if (isMap(n)) {
+    for (const pair of n.items) {
+      const key = resolve(ctx, pair.key);
+      if (!isScalar(key) || typeof key.value !== 'string') fail(ctx, path, `keys must be plain strings, got ${describe(key)}`);
+      if (!REFERENCE_KEYS.has(key.value)) fail(ctx, child(path, key.value), 'unknown key');
+      checkIgnored(ctx, pair.value, child(path, key.value), key.value);
+    }
+  } else if (isSeq(n)) {
+    n.items.forEach((item, i) => {
+      const element = resolve(ctx, item);
+      if (!isMap(element)) fail(ctx, `${path}[${i}]`, `expected a mapping, got ${describe(element)}`);
+      checkIgnored(ctx, element, `${path}[${i}]`, '');
+    });
+  } else if (isScalar(n)) {
+    const v = n.value;
+    if (typeof v === 'number' && !Number.isInteger(v)) fail(ctx, path, `expected a string, an integer or true/false, got ${describe(n)}`);
+  }
+}
+
+/** A `metadata` mapping as plain, deeply frozen data; undefined when absent or empty (as the reference). */
+function readMetadata(ctx: Context, node: unknown, path: string): Metadata | undefined {
+  const n = resolve(ctx, node);
+  if (n === undefined) return undefined;
+  if (!isMap(n)) fail(ctx, path, `expected a mapping, got ${describe(n)}`);
+  const value = metadataValue(ctx, n, path, 0) as Metadata;
+  return Object.keys(value).length === 0 ? undefined : value;
+}
+
+const MAX_METADATA_DEPTH = 32;
+
+function metadataValue(ctx: Context, node: unknown, path: string, depth: number): MetadataValue {
+  if (depth > MAX_METADATA_DEPTH) fail(ctx, path, `nested deeper than ${MAX_METADATA_DEPTH} levels`);
+  const n = resolve(ctx, node);
+  if (n === undefined) return null;
+  if (isMap(n)) {
+    const entries: [string, MetadataValue][] = [];
+    const seen = new Set<string>();
+    const merged: unknown[] = [];
+    for (const pair of n.items) {
+      const key = resolve(ctx, pair.key);
+      if (isScalar(key) && typeof key.value === 'symbol') {
+        merged.push(pair.value);
+        continue;
+      }
+      if (!isScalar(key)) fail(ctx, path, `keys must be plain values, got ${describe(key)}`);
+      // Non-string keys read as their text, as the reference prints them.
+      const name = typeof key.value === 'string' ? key.value : String(key.source ?? key.value);
+      seen.add(name);
+      entries.push([name, metadataValue(ctx, pair.value, child(path, name), depth + 1)]);
+    }
+    for (const source of merged) {
+      const target = resolve(ctx, source);
+      for (const base of isSeq(target) ? target.items : [target]) {
+        const values = metadataValue(ctx, base, path, depth + 1);
+        if (values === null || typeof values !== 'object' || Array.isArray(values)) fail(ctx, path, 'a merge key (<<) must name a mapping');
+        for (const [k, v] of Object.entries(values)) {
+          if (!seen.has(k)) {
+            seen.add(k);
+            entries.push([k, v]);
+          }
+        }
+      }
+    }
+    return Object.freeze(Object.fromEntries(entries));
+  }
+  if (isSeq(n)) return Object.freeze(n.items.map((item, i) => metadataValue(ctx, item, `${path}[${i}]`, depth + 1)));
+  if (isScalar(n)) {
+    const v = n.value;
+    if (typeof v === 'string' || typeof v === 'boolean' || typeof v === 'number') return v;
+    if (typeof v === 'bigint') return Number(v);
+  }
+  fail(ctx, path, `unsupported value ${describe(n)}`);
 }
 
 /** A string field: its source text for any scalar, as the reference reads strings; undefined when absent. */
@@ -237,9 +377,10 @@ function readReplaces(ctx: Context, node: unknown, path: string, ownName: string
 interface Parent {
   readonly statKey: string;
   readonly shadowMode: boolean;
+  readonly requestKeyed: boolean;
 }
 
-const ROOT: Parent = { statKey: '', shadowMode: false };
+const ROOT: Parent = { statKey: '', shadowMode: false, requestKeyed: false };
 
 function readRule(ctx: Context, node: unknown, path: string, domain: string, parent: Parent): RuleNode {
   const f = fields(ctx, resolve(ctx, node), path, RULE_KEYS);
@@ -253,14 +394,28 @@ function readRule(ctx: Context, node: unknown, path: string, domain: string, par
   // limit nested under it; the reference applies it to the rule's own limit only, which this includes.
   const shadowMode = bool(ctx, f.get('shadow_mode'), child(path, 'shadow_mode')) || parent.shadowMode;
   const detailedMetric = bool(ctx, f.get('detailed_metric'), child(path, 'detailed_metric'));
-  const children = readLevel(ctx, f.get('descriptors'), child(path, 'descriptors'), domain, { statKey, shadowMode });
+  const quotaMode = bool(ctx, f.get('quota_mode'), child(path, 'quota_mode'));
+  const valueToMetric = bool(ctx, f.get('value_to_metric'), child(path, 'value_to_metric'));
+  const shareThreshold = bool(ctx, f.get('share_threshold'), child(path, 'share_threshold'));
+  if (shareThreshold && (value === undefined || !isWildcard(value))) {
+    fail(ctx, child(path, 'share_threshold'), "only allowed on a rule whose value is a wildcard (contains '*')");
+  }
+  const metadata = readMetadata(ctx, f.get('metadata'), child(path, 'metadata'));
+  const requestKeyed = parent.requestKeyed || valueToMetric || shareThreshold;
+  const children = readLevel(ctx, f.get('descriptors'), child(path, 'descriptors'), domain, { statKey, shadowMode, requestKeyed });
   const limit = parsed?.limit;
   return Object.freeze({
     key,
+    path,
     value,
     limit,
     shadowMode,
     detailedMetric,
+    quotaMode,
+    shareThreshold,
+    valueToMetric,
+    requestKeyed,
+    metadata,
     replaces: parsed?.replaces ?? Object.freeze([]),
     statKey,
     keyPrefix: limit === undefined ? undefined : counterKeyPrefix(domain, limit.algorithm, limit.windowMs),
@@ -272,8 +427,41 @@ interface LevelBuilder {
   readonly exact: Map<string, RuleNode>;
   readonly wildcards: { readonly pattern: string; readonly test: (value: string) => boolean; readonly node: RuleNode }[];
   keyOnly?: RuleNode;
-  /** Where each (value | key-only) was first defined, for duplicate errors. */
-  readonly seen: Map<string | undefined, string>;
+}
+
+/** Adds `rule` to the level being built; the rule already there for its key and value, if any, is returned instead. */
+function addRule(builders: Map<string, LevelBuilder>, rule: RuleNode): RuleNode | undefined {
+  let b = builders.get(rule.key);
+  if (b === undefined) {
+    b = { exact: new Map(), wildcards: [] };
+    builders.set(rule.key, b);
+  }
+  if (rule.value === undefined) {
+    if (b.keyOnly !== undefined) return b.keyOnly;
+    b.keyOnly = rule;
+  } else if (isWildcard(rule.value)) {
+    const same = b.wildcards.find((w) => w.pattern === rule.value);
+    if (same !== undefined) return same.node;
+    b.wildcards.push(Object.freeze({ pattern: rule.value, test: compileWildcard(rule.value), node: rule }));
+  } else {
+    const same = b.exact.get(rule.value);
+    if (same !== undefined) return same;
+    b.exact.set(rule.value, rule);
+  }
+  return undefined;
+}
+
+function duplicateRule(rule: RuleNode, first: string): string {
+  const what = rule.value === undefined ? 'without a value' : `and value ${JSON.stringify(rule.value)}`;
+  return `duplicate rule for key ${JSON.stringify(rule.key)} ${what} (first at ${first})`;
+}
+
+function freezeLevel(builders: Map<string, LevelBuilder>): RuleLevel {
+  const level: [string, KeyRules][] = [];
+  for (const [key, b] of builders) {
+    level.push([key, Object.freeze({ exact: new FrozenMap(b.exact), wildcards: Object.freeze(b.wildcards), keyOnly: b.keyOnly })]);
+  }
+  return new FrozenMap(level);
 }
 
 function readLevel(ctx: Context, node: unknown, path: string, domain: string, parent: Parent): RuleLevel {
@@ -285,30 +473,33 @@ function readLevel(ctx: Context, node: unknown, path: string, domain: string, pa
   n.items.forEach((item, i) => {
     const itemPath = `${path}[${i}]`;
     const rule = readRule(ctx, item, itemPath, domain, parent);
-    let b = builders.get(rule.key);
-    if (b === undefined) {
-      b = { exact: new Map(), wildcards: [], seen: new Map() };
-      builders.set(rule.key, b);
-    }
-    const first = b.seen.get(rule.value);
-    if (first !== undefined) {
-      const what = rule.value === undefined ? 'without a value' : `and value ${JSON.stringify(rule.value)}`;
-      fail(ctx, itemPath, `duplicate rule for key ${JSON.stringify(rule.key)} ${what} (first at ${first})`);
-    }
-    b.seen.set(rule.value, itemPath);
-    if (rule.value === undefined) b.keyOnly = rule;
-    else if (isWildcard(rule.value)) {
-      b.wildcards.push(Object.freeze({ pattern: rule.value, test: compileWildcard(rule.value), node: rule }));
-    } else b.exact.set(rule.value, rule);
+    const first = addRule(builders, rule);
+    if (first !== undefined) fail(ctx, itemPath, duplicateRule(rule, first.path));
   });
-  const level: [string, KeyRules][] = [];
-  for (const [key, b] of builders) {
-    level.push([
-      key,
-      Object.freeze({ exact: new FrozenMap(b.exact), wildcards: Object.freeze(b.wildcards), keyOnly: b.keyOnly }),
-    ]);
+  return freezeLevel(builders);
+}
+
+/** The top-level rules of `later` added to those of `earlier` (MERGE_DOMAIN_CONFIG); a rule defined in both is an error naming `later`. */
+function mergeDomains(earlier: DomainConfig, later: DomainConfig): DomainConfig {
+  const builders = new Map<string, LevelBuilder>();
+  for (const level of [earlier.rules, later.rules]) {
+    for (const rules of level.values()) {
+      const nodes = [...rules.exact.values(), ...rules.wildcards.map((w) => w.node)];
+      if (rules.keyOnly !== undefined) nodes.push(rules.keyOnly);
+      for (const rule of nodes) {
+        const first = addRule(builders, rule);
+        if (first !== undefined) {
+          throw new ConfigError(later.file, rule.path, duplicateRule(rule, `${first.path} of ${earlier.file}, domain ${JSON.stringify(later.domain)}`));
+        }
+      }
+    }
   }
-  return new FrozenMap(level);
+  return Object.freeze({
+    domain: earlier.domain,
+    file: earlier.file,
+    rules: freezeLevel(builders),
+    warnings: Object.freeze([...earlier.warnings, ...later.warnings]),
+  });
 }
 
 function syntaxError(file: string, err: YAMLError): ConfigError {
@@ -323,35 +514,52 @@ export function parseConfigText(file: string, text: string, opts: ParseOptions):
   // YAML 1.1, as the reference's parser: `on`/`yes` are booleans there too.
   const doc = parseDocument(text, { version: '1.1' });
   if (doc.errors.length > 0) throw syntaxError(file, doc.errors[0]);
-  const ctx: Context = { file, doc, defaultAlgorithm: opts.defaultAlgorithm };
+  const ctx: Context = { file, doc, defaultAlgorithm: opts.defaultAlgorithm, warnings: [] };
   const root = resolve(ctx, doc.contents);
   if (root === undefined) fail(ctx, '', 'the file is empty (expected a mapping with "domain" and "descriptors")');
   if (!isMap(root)) fail(ctx, '', `expected a mapping with "domain" and "descriptors", got ${describe(root)}`);
   const f = fields(ctx, root, '', ROOT_KEYS);
   const domain = requiredText(ctx, f.get('domain'), 'domain');
   const rules = readLevel(ctx, f.get('descriptors'), 'descriptors', domain, ROOT);
-  return Object.freeze({ domain, file, rules });
+  return Object.freeze({ domain, file, rules, warnings: ctx.warnings.length === 0 ? NO_WARNINGS : Object.freeze(ctx.warnings) });
 }
 
-/** Combines parsed files into one config. Two files with the same domain are a ConfigError naming the second. */
-export function buildConfig(domains: readonly DomainConfig[]): RateLimitConfig {
+/**
+ * Combines parsed files into one config. Two files with the same domain are a ConfigError naming
+ * the second, unless `mergeDomains`: then their rules are merged, and a rule both define is the error.
+ * `warnings` (from listing the files) come first in the config's warnings.
+ */
+export function buildConfig(domains: readonly DomainConfig[], opts: BuildOptions = {}, warnings: readonly string[] = NO_WARNINGS): RateLimitConfig {
   const byName = new Map<string, DomainConfig>();
   for (const d of domains) {
     const previous = byName.get(d.domain);
-    if (previous !== undefined) {
-      throw new ConfigError(d.file, 'domain', `duplicate domain ${JSON.stringify(d.domain)} (already defined in ${previous.file})`);
+    if (previous === undefined) byName.set(d.domain, d);
+    else if (opts.mergeDomains === true) byName.set(d.domain, mergeDomains(previous, d));
+    else {
+      throw new ConfigError(
+        d.file,
+        'domain',
+        `duplicate domain ${JSON.stringify(d.domain)} (already defined in ${previous.file}; MERGE_DOMAIN_CONFIG=true merges them)`,
+      );
     }
-    byName.set(d.domain, d);
   }
-  return Object.freeze({ domains: new FrozenMap(byName) });
+  const all = [...warnings];
+  for (const d of domains) all.push(...d.warnings);
+  if (!domains.some((d) => d.rules.size > 0)) {
+    const from = domains.length === 0 ? 'no config file found' : `no rule in ${domains.map((d) => d.file).join(', ')}`;
+    all.push(`${from}: every request is allowed`);
+  }
+  return Object.freeze({ domains: new FrozenMap(byName), warnings: all.length === 0 ? NO_WARNINGS : Object.freeze(all) });
 }
 
 /** parseConfigText over every file, then buildConfig. */
-export function configFromTexts(files: readonly ConfigText[], opts: ParseOptions): RateLimitConfig {
-  return buildConfig(files.map((f) => parseConfigText(f.file, f.text, opts)));
+export function configFromTexts(files: readonly ConfigText[], opts: ParseOptions & BuildOptions, warnings?: readonly string[]): RateLimitConfig {
+  return buildConfig(
+    files.map((f) => parseConfigText(f.file, f.text, opts)),
+    opts,
+    warnings,
+  );
 }
-
-const CONFIG_FILE = /\.ya?ml$/i;
 
 function readFailure(file: string, err: unknown): ConfigError {
   // Node's fs messages end with ", <syscall> '<path>'"; the path is already the error's file.
@@ -359,46 +567,82 @@ function readFailure(file: string, err: unknown): ConfigError {
   return new ConfigError(file, '', `cannot read: ${message.replace(/, \w+ '.*'$/, '')}`);
 }
 
+/** The files listConfigFiles found, and what it skipped that deserves a warning. */
+export interface ConfigListing {
+  readonly files: readonly string[];
+  readonly warnings: readonly string[];
+}
+
 /**
- * The config files at `path`: the path itself when it is a file, else every *.yaml / *.yml directly
- * inside the directory (symlinks followed), sorted by name. Names starting with '..' are always
- * skipped: they are the Kubernetes ConfigMap's `..data` and timestamped directories, whose files
- * also appear as top-level symlinks. Throws ConfigError when the path or a listed file is unreadable.
+ * The config files at `path`: the path itself when it is a file, else every file under the
+ * directory, recursively, whatever its name or extension, in name order (a ConfigMap key such as
+ * `ratelimit` or `rules.conf` is a config file like any other). As the reference's runtime loader:
+ * links to files are followed, links to directories are not (skipped with a warning), and with
+ * `ignoreDotFiles` names starting with '.' are skipped, directories included. Names starting with
+ * '..' are always skipped: they are the Kubernetes ConfigMap's `..data` link and timestamped
+ * directories, whose files also appear as top-level links. Throws ConfigError when the path, a
+ * directory or a listed file is unreadable, a dangling link included: dropping a domain silently
+ * would lift its limits.
  */
-export async function listConfigFiles(path: string, opts: { readonly ignoreDotFiles?: boolean } = {}): Promise<string[]> {
+export async function findConfigFiles(path: string, opts: ListOptions = {}): Promise<ConfigListing> {
   let info;
   try {
     info = await stat(path);
   } catch (err) {
     throw readFailure(path, err);
   }
-  if (info.isFile()) return [path];
+  if (info.isFile()) return { files: [path], warnings: NO_WARNINGS };
   if (!info.isDirectory()) throw new ConfigError(path, '', 'not a file or a directory');
-  let names: string[];
-  try {
-    names = await readdir(path);
-  } catch (err) {
-    throw readFailure(path, err);
-  }
   const files: string[] = [];
-  for (const name of names.sort()) {
-    if (name.startsWith('..') || (opts.ignoreDotFiles && name.startsWith('.')) || !CONFIG_FILE.test(name)) continue;
-    const file = join(path, name);
-    try {
-      // A dangling link is an error, not a skip: dropping a domain silently would lift its limits.
-      if ((await stat(file)).isFile()) files.push(file);
-    } catch (err) {
-      throw readFailure(file, err);
-    }
-  }
-  return files;
+  const warnings: string[] = [];
+  await walkDirectory(path, opts, files, warnings);
+  return { files, warnings };
 }
 
-/** Reads every file listConfigFiles finds. */
-export async function readConfigTexts(path: string, opts: { readonly ignoreDotFiles?: boolean } = {}): Promise<ConfigText[]> {
-  const files = await listConfigFiles(path, opts);
-  return Promise.all(
-    files.map(async (file) => {
+async function walkDirectory(dir: string, opts: ListOptions, files: string[], warnings: string[]): Promise<void> {
+  let entries;
+  try {
+    entries = await readdir(dir, { withFileTypes: true });
+  } catch (err) {
+    throw readFailure(dir, err);
+  }
+  entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  for (const entry of entries) {
+    const name = entry.name;
+    if (name.startsWith('..') || (opts.ignoreDotFiles === true && name.startsWith('.'))) continue;
+    const full = join(dir, name);
+    if (entry.isDirectory()) {
+      await walkDirectory(full, opts, files, warnings);
+      continue;
+    }
+    let target;
+    try {
+      target = entry.isSymbolicLink() ? await stat(full) : entry;
+    } catch (err) {
+      throw readFailure(full, err);
+    }
+    if (target.isFile()) files.push(full);
+    else if (target.isDirectory()) warnings.push(`${full}: skipped: a link to a directory is not followed (link its files instead)`);
+    else warnings.push(`${full}: skipped: not a regular file`);
+  }
+}
+
+/** The files findConfigFiles finds, without its warnings. */
+export async function listConfigFiles(path: string, opts: ListOptions = {}): Promise<string[]> {
+  return [...(await findConfigFiles(path, opts)).files];
+}
+
+/** The texts of every file findConfigFiles finds, and its warnings. */
+export interface ConfigTexts {
+  readonly texts: readonly ConfigText[];
+  readonly warnings: readonly string[];
+}
+
+/** Reads every file findConfigFiles finds. */
+export async function readConfigTexts(path: string, opts: ListOptions = {}): Promise<ConfigTexts> {
+  const listing = await findConfigFiles(path, opts);
+  const texts = await Promise.all(
+    listing.files.map(async (file) => {
       try {
         return { file, text: await readFile(file, 'utf8') };
       } catch (err) {
@@ -406,9 +650,11 @@ export async function readConfigTexts(path: string, opts: { readonly ignoreDotFi
       }
     }),
   );
+  return { texts, warnings: listing.warnings };
 }
 
-/** Loads a config file, or every config file in a directory. Throws ConfigError. */
+/** Loads a config file, or every config file under a directory. Throws ConfigError. */
 export async function loadConfigPath(path: string, opts: LoadOptions): Promise<RateLimitConfig> {
-  return configFromTexts(await readConfigTexts(path, opts), opts);
+  const read = await readConfigTexts(path, opts);
+  return configFromTexts(read.texts, opts, read.warnings);
 }

@@ -24,8 +24,10 @@ export interface ConfigSourceOptions {
   /** A config file, or a directory of *.yaml / *.yml files. */
   readonly path: string;
   readonly defaultAlgorithm: Algorithm;
-  /** Skip files whose name starts with '.'. */
+  /** Skip files and directories whose name starts with '.'. */
   readonly ignoreDotFiles?: boolean;
+  /** Merge one domain split across files (MERGE_DOMAIN_CONFIG). */
+  readonly mergeDomains?: boolean;
   /**
    * Also watch a directory above the config (RUNTIME_WATCH_ROOT): a directory path, or true for the
    * parent of `path`. Changes there are picked up by the fingerprint poll in any case; watching
@@ -43,11 +45,14 @@ export interface ConfigSourceOptions {
 }
 
 /** ConfigSource options from the settings table: location, default algorithm, dotfiles, watched root. */
-export function configSourceOptions(settings: Settings): Pick<ConfigSourceOptions, 'path' | 'defaultAlgorithm' | 'ignoreDotFiles' | 'watchRoot'> {
+export function configSourceOptions(
+  settings: Settings,
+): Pick<ConfigSourceOptions, 'path' | 'defaultAlgorithm' | 'ignoreDotFiles' | 'mergeDomains' | 'watchRoot'> {
   return {
     path: configLocation(settings),
     defaultAlgorithm: settings.defaultAlgorithm,
     ignoreDotFiles: settings.runtimeIgnoreDotFiles,
+    mergeDomains: settings.mergeDomainConfig,
     watchRoot: settings.configPath === undefined && settings.runtimeWatchRoot ? settings.runtimeRoot : false,
   };
 }
@@ -56,6 +61,8 @@ const MAX_DEBOUNCE_FACTOR = 10; // a directory that never stops changing still r
 
 interface TextsRead {
   readonly texts: readonly ConfigText[];
+  /** What listing the files skipped (links to directories and the like). */
+  readonly warnings: readonly string[];
   readonly signature: string;
 }
 
@@ -108,7 +115,7 @@ export class ConfigSource {
   async load(): Promise<RateLimitConfig> {
     const fingerprint = await this.computeFingerprint();
     const read = await this.readTexts();
-    const config = configFromTexts(read.texts, this.opts);
+    const config = configFromTexts(read.texts, this.opts, read.warnings);
     this.fingerprint = fingerprint;
     this.apply(config, read);
     return config;
@@ -282,7 +289,7 @@ export class ConfigSource {
     if (this.closed || read.signature === this.signature || read.signature === this.failedSignature) return;
     let config: RateLimitConfig;
     try {
-      config = configFromTexts(read.texts, this.opts);
+      config = configFromTexts(read.texts, this.opts, read.warnings);
     } catch (err) {
       this.failedSignature = read.signature;
       this.report(err);
@@ -293,10 +300,11 @@ export class ConfigSource {
 
   /** Reads every file; identical text yields the same signature, so no-op reloads are skipped. */
   private async readTexts(): Promise<TextsRead> {
-    const texts = await readConfigTexts(this.opts.path, this.opts);
+    const { texts, warnings } = await readConfigTexts(this.opts.path, this.opts);
     const hash = createHash('sha256');
     for (const t of texts) hash.update(`${t.file}\u0000${t.text}\u0000`);
-    return { texts, signature: hash.digest('hex') };
+    for (const w of warnings) hash.update(`${w}\u0000`);
+    return { texts, warnings, signature: hash.digest('hex') };
   }
 
   private apply(config: RateLimitConfig, read: TextsRead): void {

@@ -57,3 +57,43 @@ export function entriesStatKey(entries: readonly Entry[]): string {
   }
   return key;
 }
+
+/** What a descriptor matched to a `requestKeyed` rule counts on and reports under. */
+export interface RequestKeys {
+  /** The entries its counter is keyed by: where a share_threshold rule matched, the value is that rule's pattern. */
+  readonly entries: readonly Entry[];
+  /** Its metric key path, without the domain. */
+  readonly statKey: string;
+}
+
+/**
+ * The counter entries and stat key of `entries`, matched to `rule` (a `requestKeyed` rule that
+ * matchDescriptor returned for them), as the reference computes them:
+ * - share_threshold: the entry matched by such a wildcard rule is counted, and named in metrics,
+ *   as the pattern, so every value the pattern covers shares one counter;
+ * - value_to_metric (unless detailed_metric, which names every entry by its value anyway): the
+ *   level is named by the request's value where the rule matched by wildcard or by key only.
+ * Walks the tree a second time; only rules that use these keys pay for it.
+ */
+export function requestKeys(config: RateLimitConfig, domain: string, entries: readonly Entry[], rule: MatchedRule): RequestKeys {
+  let level: RuleLevel = config.domains.get(domain)!.rules;
+  const counted: Entry[] = new Array<Entry>(entries.length);
+  let statKey = '';
+  for (let i = 0; i < entries.length; i++) {
+    const entry = entries[i];
+    const rules = level.get(entry.key)!;
+    const node = pick(rules, entry.value)!;
+    const byWildcard = node.value !== undefined && rules.exact.get(entry.value) !== node;
+    const shared = byWildcard && node.shareThreshold;
+    counted[i] = shared ? { key: entry.key, value: node.value! } : entry;
+    let named: string;
+    if (shared) named = node.value!;
+    else if (byWildcard) named = node.valueToMetric ? entry.value : node.value!;
+    else if (node.value !== undefined) named = entry.value;
+    else named = node.valueToMetric ? entry.value : '';
+    if (i > 0) statKey += '.';
+    statKey += named === '' ? entry.key : `${entry.key}_${named}`;
+    level = node.children;
+  }
+  return { entries: counted, statKey: rule.detailedMetric ? entriesStatKey(counted) : statKey };
+}

@@ -1,4 +1,4 @@
-import { detailedStatKey, entriesStatKey, matchDescriptor } from './match';
+import { detailedStatKey, entriesStatKey, matchDescriptor, requestKeys } from './match';
 import type { MatchedRule, RateLimitConfig } from './rules';
 import { InvalidRequestError, NotReadyError } from './errors';
 import type { CounterDecision, CounterRequest, Store } from './store';
@@ -16,6 +16,8 @@ import {
   type Limit,
   type RateLimitRequest,
   type RateLimitResponse,
+  type StructFields,
+  type StructValue,
 } from './types';
 
 /**
@@ -29,14 +31,18 @@ import {
  * - a request-supplied `limit` override is used instead of matching, for domains that have a config
  *   (an unknown domain limits nothing, override or not), counted with the default algorithm;
  * - a rule in shadow mode is decided and counted but answers OK;
+ * - a rule in quota mode (`quota_mode`, or every rule with QUOTA_MODE) over its limit answers
+ *   OVER_LIMIT, but the overall code is OVER_LIMIT only when a rule not in quota mode is over, or
+ *   every quota-mode descriptor of the request is (descriptors matching no rule count as quota-mode
+ *   ones under QUOTA_MODE, unlimited ones never);
  * - global shadow mode keeps every descriptor's own code and makes only the overall code OK;
  * - an entry with an empty value is accepted (Envoy sends them; the reference server counts them).
  *
- * All-or-nothing is the store's job (one decide() call), with one refinement: shadow-mode rules
- * never deny, so their counters must not veto the charging of the enforced ones. When a request
- * mixes them, the enforced counters are decided first (one call); each shadow counter is then
- * decided on its own, charged only if the request was admitted. Requests without shadow rules,
- * the common case, make exactly one call.
+ * All-or-nothing is the store's job (one decide() call), with one refinement: shadow-mode and
+ * quota-mode rules ("soft" rules) never deny on their own, so their counters must not veto the
+ * charging of the enforced ones. When a request has soft rules, the enforced counters are decided
+ * first (one call); each soft counter is then decided on its own, charged only if the request was
+ * admitted so far. Requests without soft rules, the common case, make exactly one call.
  *
  * A call the store answered wholly from its local denial cache can be remembered by the request's
  * wire bytes (`replayKey`) and answered again by replay() without decoding or matching, with the
@@ -80,6 +86,10 @@ export interface RateLimiterOptions {
   readonly config: () => RateLimitConfig | undefined;
   /** Global shadow mode (SHADOW_MODE): overall code always OK. */
   readonly shadowMode: boolean;
+  /** Every rule in quota mode (QUOTA_MODE). */
+  readonly quotaMode?: boolean;
+  /** Fill `dynamicMetadata` of every response (RESPONSE_DYNAMIC_METADATA). */
+  readonly dynamicMetadata?: boolean;
   /** Charge denied requests too (COUNT_DENIED_REQUESTS). */
   readonly countDenied: boolean;
   /** Algorithm of request-supplied limit overrides. */
@@ -107,9 +117,14 @@ const NO_REPLACES: readonly string[] = Object.freeze([]);
 interface Plan {
   readonly domain: string;
   readonly descriptors: readonly Descriptor[];
+  /** The request-level hits_addend as sent (0 when unset). */
+  readonly hitsAddend: number;
   readonly statuses: DescriptorStatus[];
   readonly counted: Counted[];
-  readonly shadowCount: number;
+  /** Counted descriptors on shadow-mode or quota-mode rules. */
+  readonly softCount: number;
+  /** Per descriptor, whether it is in quota mode; undefined when none is (the overall code is then any status's). */
+  readonly quotaAt: boolean[] | undefined;
 }
 
 /**
@@ -130,6 +145,10 @@ interface Counted {
   readonly index: number;
   readonly rule: MatchedRule;
   readonly counter: CounterRequest;
+  /** Shadow or quota mode: its counter does not veto the others (see decideSplit). */
+  readonly soft: boolean;
+  /** The stat key when it depends on the request (share_threshold, value_to_metric); else the rule's. */
+  readonly statKey: string | undefined;
 }
 
 /** Decides ShouldRateLimit requests against the current config and a Store. */
@@ -137,6 +156,8 @@ export class RateLimiter {
   private readonly store: Store;
   private readonly config: () => RateLimitConfig | undefined;
   private readonly shadowMode: boolean;
+  private readonly quotaMode: boolean;
+  private readonly dynamicMetadata: boolean;
   private readonly countDenied: boolean;
   private readonly defaultAlgorithm: Algorithm;
   private readonly nearLimitRatio: number;
@@ -160,6 +181,8 @@ export class RateLimiter {
     this.store = options.store;
     this.config = options.config;
     this.shadowMode = options.shadowMode;
+    this.quotaMode = options.quotaMode === true;
+    this.dynamicMetadata = options.dynamicMetadata === true;
     this.countDenied = options.countDenied;
     this.defaultAlgorithm = options.defaultAlgorithm;
     this.nearLimitRatio = options.nearLimitRatio;
@@ -188,7 +211,7 @@ export class RateLimiter {
       if (plan.counted.length === 0) return Promise.resolve(this.answer(plan));
       // Read before the store call, so that a remembered denial can only expire early (see DenialCache).
       const startedMs = replayKey !== undefined && this.replays !== undefined ? this.clock.nowMs() : undefined;
-      return this.decide(plan.counted, plan.shadowCount).then((decisions) => {
+      return this.decide(plan.counted, plan.softCount).then((decisions) => {
         if (startedMs !== undefined) this.remember(replayKey!, plan, decisions, startedMs);
         this.applyDecisions(plan, decisions);
         return this.answer(plan);
@@ -229,7 +252,7 @@ export class RateLimiter {
    * OVER_LIMIT (and count it so).
    */
   private remember(replayKey: string, plan: Plan, decisions: readonly CounterDecision[], startedMs: number): void {
-    if (!this.oneCall(plan.counted.length, plan.shadowCount)) return;
+    if (!this.oneCall(plan.counted.length, plan.softCount)) return;
     const m = decisions.length;
     const deniedUntilMs = new Array<number>(m);
     let untilMs = Infinity;
@@ -278,11 +301,13 @@ export class RateLimiter {
     // Pass 2: statuses that need no store, and the counters that do.
     const statuses: DescriptorStatus[] = new Array<DescriptorStatus>(n);
     const counted: Counted[] = [];
-    let shadowCount = 0;
+    let softCount = 0;
+    let quotaAt: boolean[] | undefined;
     for (let i = 0; i < n; i++) {
       const rule = rules[i];
       if (rule === undefined) {
         statuses[i] = NOT_LIMITED;
+        if (this.quotaMode) (quotaAt ??= new Array<boolean>(n).fill(false))[i] = true;
         continue;
       }
       const limit = rule.limit;
@@ -292,25 +317,32 @@ export class RateLimiter {
       }
       if (replaced !== undefined && limit.name !== undefined && replaced.has(limit.name)) {
         statuses[i] = NOT_LIMITED;
+        if (this.quotaMode) (quotaAt ??= new Array<boolean>(n).fill(false))[i] = true;
         continue;
       }
+      const quota = this.quotaMode || rule.quotaMode;
+      if (quota) (quotaAt ??= new Array<boolean>(n).fill(false))[i] = true;
       const d = descriptors[i];
       const hits = d.hitsAddend ?? requestHits;
-      if (rule.shadowMode) shadowCount++;
+      const soft = rule.shadowMode || quota;
+      if (soft) softCount++;
+      const keys = rule.requestKeyed ? requestKeys(config, domain, d.entries, rule) : undefined;
       counted.push({
         index: i,
         rule,
         counter: {
-          key: counterKey(rule.keyPrefix, d.entries),
+          key: counterKey(rule.keyPrefix, keys === undefined ? d.entries : keys.entries),
           limit: limit.requestsPerUnit,
           windowMs: limit.windowMs,
           algorithm: limit.algorithm,
           hits,
         },
+        soft,
+        statKey: keys?.statKey,
       });
     }
 
-    return { domain, descriptors, statuses, counted, shadowCount };
+    return { domain, descriptors, hitsAddend: req.hitsAddend, statuses, counted, softCount, quotaAt };
   }
 
   /** The store's verdicts, in `plan.counted` order, turned into statuses (and reported). */
@@ -334,30 +366,31 @@ export class RateLimiter {
     if (this.observer === undefined) return;
     const { domain, descriptors, counted } = plan;
     for (let k = 0; k < counted.length; k++) {
-      const { index, rule, counter } = counted[k];
-      this.report(domain, descriptors[index].entries, rule, counter.hits, decisions[k]);
+      const { index, rule, counter, statKey } = counted[k];
+      this.report(domain, descriptors[index].entries, rule, counter.hits, decisions[k], statKey);
     }
   }
 
   private answer(plan: Plan): RateLimitResponse {
     const { domain, statuses } = plan;
-    let overLimit = anyOverLimit(statuses);
+    let overLimit = plan.quotaAt === undefined ? anyOverLimit(statuses) : overallOverLimit(statuses, plan.quotaAt);
     if (overLimit && this.shadowMode) {
       overLimit = false;
       this.observer?.onGlobalShadowMode?.(domain);
     }
-    return {
+    const response: RateLimitResponse = {
       overallCode: overLimit ? 'OVER_LIMIT' : 'OK',
       statuses,
       responseHeaders: this.headers === undefined ? NO_HEADERS : this.headers(statuses),
     };
+    return this.dynamicMetadata ? { ...response, dynamicMetadata: dynamicMetadataOf(plan) } : response;
   }
 
   /** Store verdicts in `counted` order; see the class comment for how shadow rules are split off. */
-  private decide(counted: readonly Counted[], shadowCount: number): Promise<CounterDecision[]> {
+  private decide(counted: readonly Counted[], softCount: number): Promise<CounterDecision[]> {
     const m = counted.length;
     // The store's own promise is handed back as is: no extra async frame on the hot path.
-    if (this.oneCall(m, shadowCount)) {
+    if (this.oneCall(m, softCount)) {
       const counters: CounterRequest[] = new Array<CounterRequest>(m);
       for (let k = 0; k < m; k++) counters[k] = counted[k].counter;
       return this.store.decide(counters, this.decideOptions);
@@ -365,9 +398,9 @@ export class RateLimiter {
     return this.decideSplit(counted);
   }
 
-  /** Nothing to split: no shadow rule, only shadow rules on one counter, or every counter is charged anyway. */
-  private oneCall(counted: number, shadowCount: number): boolean {
-    return shadowCount === 0 || (shadowCount === counted && counted === 1) || this.countDenied;
+  /** Nothing to split: no soft rule, only one counter, or every counter is charged anyway. */
+  private oneCall(counted: number, softCount: number): boolean {
+    return softCount === 0 || counted === 1 || this.countDenied;
   }
 
   private async decideSplit(counted: readonly Counted[]): Promise<CounterDecision[]> {
@@ -376,7 +409,7 @@ export class RateLimiter {
     const enforced: CounterRequest[] = [];
     const enforcedAt: number[] = [];
     for (let k = 0; k < m; k++) {
-      if (!counted[k].rule.shadowMode) {
+      if (!counted[k].soft) {
         enforced.push(counted[k].counter);
         enforcedAt.push(k);
       }
@@ -389,12 +422,12 @@ export class RateLimiter {
         if (!verdicts[j].allowed) admitted = false;
       }
     }
-    // A denied request is counted nowhere: shadow counters are then only checked (hits 0) for their status.
+    // A denied request is counted nowhere: soft counters are then only checked (hits 0) for their status.
     const shadowCalls: Promise<CounterDecision[]>[] = [];
     const shadowAt: number[] = [];
     for (let k = 0; k < m; k++) {
-      const { rule, counter } = counted[k];
-      if (!rule.shadowMode) continue;
+      const { soft, counter } = counted[k];
+      if (!soft) continue;
       shadowAt.push(k);
       shadowCalls.push(this.store.decide([admitted ? counter : { ...counter, hits: 0 }], this.decideOptions));
     }
@@ -402,7 +435,7 @@ export class RateLimiter {
     for (let j = 0; j < shadowAt.length; j++) {
       const k = shadowAt[j];
       const verdict = shadowVerdicts[j][0];
-      // Checked with hits 0, a shadow counter would always look allowed: re-judge it with its own hits.
+      // Checked with hits 0, a soft counter would always look allowed: re-judge it with its own hits.
       decisions[k] = admitted ? verdict : judgeCheck(verdict, counted[k].counter);
     }
     return decisions;
@@ -423,14 +456,23 @@ export class RateLimiter {
       limit,
       shadowMode: false,
       detailedMetric: false,
+      quotaMode: false,
+      requestKeyed: false,
       replaces: NO_REPLACES,
       statKey: entriesStatKey(d.entries),
       keyPrefix: counterKeyPrefix(domain, this.defaultAlgorithm, windowMs),
     };
   }
 
-  private report(domain: string, entries: readonly Entry[], rule: MatchedRule, hits: number, decision: CounterDecision): void {
-    const statKey = rule.detailedMetric ? detailedStatKey(rule, entries) : rule.statKey;
+  private report(
+    domain: string,
+    entries: readonly Entry[],
+    rule: MatchedRule,
+    hits: number,
+    decision: CounterDecision,
+    requestStatKey: string | undefined,
+  ): void {
+    const statKey = requestStatKey ?? (rule.detailedMetric ? detailedStatKey(rule, entries) : rule.statKey);
     const limit = rule.limit.requestsPerUnit;
     let overLimit = 0;
     let nearLimit = 0;
@@ -459,6 +501,75 @@ export class RateLimiter {
 function anyOverLimit(statuses: readonly DescriptorStatus[]): boolean {
   for (let i = 0; i < statuses.length; i++) if (statuses[i].code === 'OVER_LIMIT') return true;
   return false;
+}
+
+/** The overall verdict when some descriptors are in quota mode: any other one over, or every quota-mode one over. */
+function overallOverLimit(statuses: readonly DescriptorStatus[], quotaAt: readonly boolean[]): boolean {
+  let quotaTotal = 0;
+  let quotaOver = 0;
+  for (let i = 0; i < statuses.length; i++) {
+    const over = statuses[i].code === 'OVER_LIMIT';
+    if (quotaAt[i]) {
+      quotaTotal++;
+      if (over) quotaOver++;
+    } else if (over) return true;
+  }
+  return quotaTotal > 0 && quotaOver === quotaTotal;
+}
+
+const WIRE_UNIT_NAME: Readonly<Record<string, string>> = Object.freeze({
+  second: 'SECOND',
+  minute: 'MINUTE',
+  hour: 'HOUR',
+  day: 'DAY',
+  week: 'WEEK',
+  month: 'MONTH',
+  year: 'YEAR',
+});
+
+/**
+ * The response's dynamic metadata, in the reference's shape: the domain; per descriptor its entries
+ * as `key=value`, its limit override in protobuf text form and its hits_addend when set; the
+ * request's hits_addend when not 0; and `metadata`, the rules' metadata merged over the descriptors
+ * not over their limit (first one wins for a key, mappings merged key by key).
+ */
+function dynamicMetadataOf(plan: Plan): StructFields {
+  const descriptors: StructFields[] = plan.descriptors.map((d) => {
+    const out: Record<string, StructValue> = { entries: d.entries.map((e) => `${e.key}=${e.value}`) };
+    if (d.limit !== undefined) {
+      const parts: string[] = [];
+      if (d.limit.requestsPerUnit !== 0) parts.push(`requests_per_unit:${d.limit.requestsPerUnit}`);
+      parts.push(`unit:${WIRE_UNIT_NAME[d.limit.unit]}`);
+      out.limit = parts.join(' ');
+    }
+    if (d.hitsAddend !== undefined) out.hitsAddend = d.hitsAddend;
+    return out;
+  });
+  const fields: Record<string, StructValue> = { domain: plan.domain, descriptors };
+  if (plan.hitsAddend !== 0) fields.hitsAddend = plan.hitsAddend;
+  let merged: Record<string, StructValue> | undefined;
+  for (const { index, rule } of plan.counted) {
+    if (rule.metadata === undefined || plan.statuses[index].code === 'OVER_LIMIT') continue;
+    merged = mergeStruct(merged ?? {}, rule.metadata);
+  }
+  if (merged !== undefined) fields.metadata = merged;
+  return fields;
+}
+
+function isStruct(v: StructValue | undefined): v is StructFields {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** `into` with the keys of `from` it lacks; where both hold a mapping, merged the same way. Never writes `from`. */
+function mergeStruct(into: Record<string, StructValue>, from: StructFields): Record<string, StructValue> {
+  for (const key of Object.keys(from)) {
+    const mine = Object.prototype.hasOwnProperty.call(into, key) ? into[key] : undefined;
+    const theirs = from[key];
+    // defineProperty: a metadata key may be "__proto__", which plain assignment would not store.
+    if (mine === undefined) Object.defineProperty(into, key, { value: theirs, enumerable: true, writable: true, configurable: true });
+    else if (isStruct(mine) && isStruct(theirs)) into[key] = mergeStruct({ ...mine }, theirs);
+  }
+  return into;
 }
 
 /**

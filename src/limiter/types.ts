@@ -83,11 +83,19 @@ export interface DescriptorStatus {
   readonly durationUntilResetMs?: number;
 }
 
+/** A value of a google.protobuf.Struct, as plain data (what JSON can hold). */
+export type StructValue = null | boolean | number | string | readonly StructValue[] | StructFields;
+
+/** The fields of a google.protobuf.Struct, as plain data. */
+export type StructFields = { readonly [key: string]: StructValue };
+
 export interface RateLimitResponse {
   readonly overallCode: Code;
   readonly statuses: readonly DescriptorStatus[];
   /** Extra response headers (RateLimit-* when enabled). */
   readonly responseHeaders: readonly { readonly key: string; readonly value: string }[];
+  /** `dynamic_metadata` (RESPONSE_DYNAMIC_METADATA); absent when not enabled. */
+  readonly dynamicMetadata?: StructFields;
 }
 
 /** Time source; tests pin it. */

@@ -1,5 +1,6 @@
 import { InvalidRequestError } from '../errors';
 import type { Code, Descriptor, Entry, RateLimitRequest, RateLimitResponse, Unit } from '../limiter/types';
+import { structToWire } from './struct-codec';
 import type {
   WireDescriptor,
   WireDescriptorStatus,
@@ -116,10 +117,12 @@ export function responseToWire(response: RateLimitResponse): WireRateLimitRespon
     if (s.durationUntilResetMs !== undefined) out.durationUntilReset = durationFromMs(s.durationUntilResetMs);
     statuses[i] = out;
   }
-  return {
+  const wire: WireRateLimitResponse = {
     // The limiter only speaks OK and OVER_LIMIT; anything else would be read by Envoy as OK.
     overallCode: response.overallCode === 'OVER_LIMIT' ? CODE_NUMBER.OVER_LIMIT : CODE_NUMBER.OK,
     statuses,
     responseHeadersToAdd: response.responseHeaders.length === 0 ? [] : response.responseHeaders.map((h) => ({ key: h.key, value: h.value })),
   };
+  if (response.dynamicMetadata !== undefined) wire.dynamicMetadata = structToWire(response.dynamicMetadata);
+  return wire;
 }

@@ -232,6 +232,8 @@ export function responseToJson(response: RateLimitResponse): Json {
   });
   const json: Json = { overallCode: response.overallCode === 'OVER_LIMIT' ? 'OVER_LIMIT' : 'OK', statuses };
   if (response.responseHeaders.length > 0) json.responseHeadersToAdd = response.responseHeaders.map((h) => ({ key: h.key, value: h.value }));
+  // A Struct's proto JSON is the plain object itself.
+  if (response.dynamicMetadata !== undefined) json.dynamicMetadata = response.dynamicMetadata as Json;
   return json;
 }
 

@@ -1,6 +1,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as protobuf from 'protobufjs';
+import type { WireStruct } from './struct-codec';
 
 /**
  * The wire format, loaded once from proto/ and shared by every edge: names, the protobufjs Root (for
@@ -89,6 +90,7 @@ export interface WireRateLimitResponse {
   statuses: WireDescriptorStatus[];
   responseHeadersToAdd: WireHeaderValue[];
   requestHeadersToAdd?: WireHeaderValue[];
+  dynamicMetadata?: WireStruct;
 }
 
 /** grpc.health.v1 status numbers. */

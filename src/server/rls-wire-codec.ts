@@ -2,6 +2,7 @@ import { InvalidRequestError } from '../errors';
 import type { Descriptor, Entry, LimitOverride, RateLimitRequest, RateLimitResponse } from '../limiter/types';
 import { CODE_NUMBER, UINT32_MAX, UNIT_NUMBER, unitFromWire } from './convert';
 import { MESSAGE_PREFIX_BYTES } from './grpc-framing';
+import { encodeStruct } from './struct-codec';
 
 /**
  * Protobuf wire codec of the two hot messages, written by hand for the http2 transport:
@@ -269,6 +270,8 @@ export class ResponseEncoder {
       const inner = headerSize(headers[i].key, headers[i].value);
       size += 1 + varintSize(inner) + inner;
     }
+    const metadata = response.dynamicMetadata === undefined ? undefined : encodeStruct(response.dynamicMetadata);
+    if (metadata !== undefined) size += 1 + varintSize(metadata.length) + metadata.length;
 
     const buf = Buffer.allocUnsafe(MESSAGE_PREFIX_BYTES + size);
     buf[0] = 0;
@@ -304,6 +307,11 @@ export class ResponseEncoder {
       pos = writeVarint(buf, pos, headerSize(key, value));
       pos = writeString(buf, pos, 0x0a, key);
       pos = writeString(buf, pos, 0x12, value);
+    }
+    if (metadata !== undefined) {
+      buf[pos++] = 0x32;
+      pos = writeVarint(buf, pos, metadata.length);
+      metadata.copy(buf, pos);
     }
     return buf;
   }

@@ -59,7 +59,8 @@ const INVALID: Record<string, string> = {
     '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm)',
   'unknown-root-key.yaml': 'descriptor: unknown key (expected one of: domain, descriptors)',
   'unknown-rule-key.yaml':
-    'descriptors[0].limit: unknown key (expected one of: key, value, rate_limit, descriptors, shadow_mode, detailed_metric)',
+    'descriptors[0].limit: unknown key (expected one of: key, value, rate_limit, descriptors, shadow_mode, quota_mode, ' +
+    'detailed_metric, value_to_metric, share_threshold, metadata)',
   'unknown-unit-unknown.yaml': 'descriptors[0].rate_limit.unit: unknown unit "unknown"',
   'unknown-unit.yaml': 'descriptors[2].rate_limit.unit: unknown unit "sec"',
   'unlimited-with-multiplier.yaml': 'descriptors[0].rate_limit.unit_multiplier: not allowed with unlimited: true',
@@ -102,11 +103,11 @@ describe('invalid config files', () => {
   test('two files with the same domain are rejected naming the second file', async () => {
     const dir = join(FIXTURES, 'duplicate-domain');
     await expect(loadConfigPath(dir, opts)).rejects.toThrow(
-      new ConfigError(join(dir, 'b.yaml'), 'domain', `duplicate domain "edge" (already defined in ${join(dir, 'a.yaml')})`),
+      new ConfigError(join(dir, 'b.yaml'), 'domain', `duplicate domain "edge" (already defined in ${join(dir, 'a.yaml')}; MERGE_DOMAIN_CONFIG=true merges them)`),
     );
     const a = parseConfigText('a.yaml', 'domain: edge\n', opts);
     const b = parseConfigText('b.yaml', 'domain: edge\n', opts);
-    expect(() => buildConfig([a, b])).toThrow('b.yaml: domain: duplicate domain "edge" (already defined in a.yaml)');
+    expect(() => buildConfig([a, b])).toThrow('b.yaml: domain: duplicate domain "edge" (already defined in a.yaml; MERGE_DOMAIN_CONFIG=true merges them)');
   });
 
   test('a missing path is a ConfigError naming it', async () => {
@@ -221,13 +222,16 @@ describe('valid config files', () => {
 });
 
 describe('loading a path', () => {
-  test('a directory loads every *.yaml and *.yml inside, dotfiles included unless ignored', async () => {
+  test('a directory loads every file under it, whatever its name, subfolders and dotfiles included unless ignored', async () => {
     const dir = join(FIXTURES, 'dir');
     const all = await loadConfigPath(dir, opts);
-    expect([...all.domains.keys()].sort()).toEqual(['alpha', 'beta', 'hidden']);
+    expect([...all.domains.keys()].sort()).toEqual(['alpha', 'beta', 'delta', 'gamma', 'hidden', 'secret']);
     expect(all.domains.get('beta')!.file).toBe(join(dir, 'b.yml'));
+    expect(all.domains.get('gamma')!.file).toBe(join(dir, 'tenants', 'ratelimit'));
+    expect(all.domains.get('delta')!.file).toBe(join(dir, 'tenants', 'rules.conf'));
+    expect(all.domains.get('secret')!.file).toBe(join(dir, 'tenants', '.private', 'config'));
     const visible = await loadConfigPath(dir, { ...opts, ignoreDotFiles: true });
-    expect([...visible.domains.keys()].sort()).toEqual(['alpha', 'beta']);
+    expect([...visible.domains.keys()].sort()).toEqual(['alpha', 'beta', 'delta', 'gamma']);
   });
 
   test('a single file path loads that file', async () => {
@@ -274,16 +278,16 @@ describe('describing a config', () => {
       opts,
     );
     expect(describeConfig(config)).toEqual([
-      'edge.api_key: unit=SECOND requests_per_unit=5 unit_multiplier=10 algorithm=sliding_window, shadow_mode: false',
-      'edge.remote_address_10.0.*: unit=MINUTE requests_per_unit=100 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false',
-      'edge.tenant_acme.path: unit=HOUR requests_per_unit=1000 unit_multiplier=1 algorithm=sliding_log name=acme_path, shadow_mode: true',
-      'messaging.message_type_marketing.to_number: unit=DAY requests_per_unit=5 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false',
-      'messaging.to_number: unit=DAY requests_per_unit=100 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false',
-      'messaging.generic_key_health: unlimited, shadow_mode: false',
-      'messaging.source_cluster_proxy.destination_cluster_bank: unit=SECOND requests_per_unit=500 unit_multiplier=1 algorithm=sliding_window name=bank_limit replaces=global_limit, shadow_mode: false',
-      'messaging.source_cluster_proxy.destination_cluster: unit=SECOND requests_per_unit=10 unit_multiplier=1 algorithm=sliding_window name=global_limit, shadow_mode: false',
-      'messaging.client_id_010: unit=WEEK requests_per_unit=0 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false',
-      'messaging.flag_on: unit=YEAR requests_per_unit=4294967295 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false',
+      'edge.api_key: unit=SECOND requests_per_unit=5 unit_multiplier=10 algorithm=sliding_window, shadow_mode: false, quota_mode: false',
+      'edge.remote_address_10.0.*: unit=MINUTE requests_per_unit=100 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: false',
+      'edge.tenant_acme.path: unit=HOUR requests_per_unit=1000 unit_multiplier=1 algorithm=sliding_log name=acme_path, shadow_mode: true, quota_mode: false',
+      'messaging.message_type_marketing.to_number: unit=DAY requests_per_unit=5 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: false',
+      'messaging.to_number: unit=DAY requests_per_unit=100 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: false',
+      'messaging.generic_key_health: unlimited, shadow_mode: false, quota_mode: false',
+      'messaging.source_cluster_proxy.destination_cluster_bank: unit=SECOND requests_per_unit=500 unit_multiplier=1 algorithm=sliding_window name=bank_limit replaces=global_limit, shadow_mode: false, quota_mode: false',
+      'messaging.source_cluster_proxy.destination_cluster: unit=SECOND requests_per_unit=10 unit_multiplier=1 algorithm=sliding_window name=global_limit, shadow_mode: false, quota_mode: false',
+      'messaging.client_id_010: unit=WEEK requests_per_unit=0 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: false',
+      'messaging.flag_on: unit=YEAR requests_per_unit=4294967295 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: false',
     ]);
   });
 });

@@ -38,7 +38,7 @@ describe('where the config lives', () => {
 
   test('source options carry the dotfile policy and watch the runtime root only for the runtime layout', () => {
     const runtime = configSourceOptions(loadSettings({ RUNTIME_ROOT: '/data', RUNTIME_IGNOREDOTFILES: 'true', DEFAULT_ALGORITHM: 'fixed_window' }));
-    expect(runtime).toEqual({ path: '/data/config', defaultAlgorithm: 'fixed_window', ignoreDotFiles: true, watchRoot: '/data' });
+    expect(runtime).toEqual({ path: '/data/config', defaultAlgorithm: 'fixed_window', ignoreDotFiles: true, mergeDomains: false, watchRoot: '/data' });
     expect(configSourceOptions(loadSettings({ CONFIG_PATH: '/etc/x.yaml' })).watchRoot).toBe(false);
     expect(configSourceOptions(loadSettings({ RUNTIME_WATCH_ROOT: 'false' })).watchRoot).toBe(false);
   });
@@ -197,7 +197,7 @@ describe('reloading the config', () => {
     s.start();
     writeFileSync(join(dir, 'b.yaml'), limitFile('edge', 6));
     await eventually(() => errors.length > 0);
-    expect(errors[0].message).toBe(`${join(dir, 'b.yaml')}: domain: duplicate domain "edge" (already defined in ${join(dir, 'a.yaml')})`);
+    expect(errors[0].message).toBe(`${join(dir, 'b.yaml')}: domain: duplicate domain "edge" (already defined in ${join(dir, 'a.yaml')}; MERGE_DOMAIN_CONFIG=true merges them)`);
     expect(s.current()).toBe(first);
   });
 

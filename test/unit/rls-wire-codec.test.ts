@@ -86,11 +86,33 @@ const status: fc.Arbitrary<DescriptorStatus> = fc.record(
   },
   { requiredKeys: ['code', 'limitRemaining'] },
 );
-const response: fc.Arbitrary<RateLimitResponse> = fc.record({
-  overallCode: fc.constantFrom('OK' as const, 'OVER_LIMIT' as const),
-  statuses: fc.array(status, { maxLength: 5 }),
-  responseHeaders: fc.array(fc.record({ key: text, value: text }), { maxLength: 3 }),
-});
+const response: fc.Arbitrary<RateLimitResponse> = fc.record(
+  {
+    overallCode: fc.constantFrom('OK' as const, 'OVER_LIMIT' as const),
+    statuses: fc.array(status, { maxLength: 5 }),
+    responseHeaders: fc.array(fc.record({ key: text, value: text }), { maxLength: 3 }),
+    // dynamic_metadata: a google.protobuf.Struct of any JSON value, nested.
+    dynamicMetadata: fc.dictionary(text, fc.jsonValue({ maxDepth: 3 }), { maxKeys: 4 }) as fc.Arbitrary<RateLimitResponse['dynamicMetadata']>,
+  },
+  { requiredKeys: ['overallCode', 'statuses', 'responseHeaders'] },
+);
+
+/** A decoded google.protobuf.Struct (protobufjs toObject form) as plain data. */
+function plainStruct(struct: { fields?: Record<string, unknown> } | undefined): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(struct?.fields ?? {})) Object.defineProperty(out, k, { value: plainValue(v), enumerable: true });
+  return out;
+}
+
+function plainValue(v: unknown): unknown {
+  const value = v as { nullValue?: number; numberValue?: number; stringValue?: string; boolValue?: boolean; structValue?: object; listValue?: { values?: unknown[] } };
+  if (value.numberValue !== undefined) return value.numberValue === 0 ? 0 : value.numberValue;
+  if (value.stringValue !== undefined) return value.stringValue;
+  if (value.boolValue !== undefined) return value.boolValue;
+  if (value.structValue !== undefined) return plainStruct(value.structValue);
+  if (value.listValue !== undefined) return (value.listValue.values ?? []).map(plainValue);
+  return null;
+}
 
 describe('ResponseEncoder', () => {
   it('frames the same bytes protobufjs would after responseToWire, reused limits included', () => {
@@ -102,7 +124,10 @@ describe('ResponseEncoder', () => {
         expect(framed[0]).toBe(0);
         expect(framed.readUInt32BE(1)).toBe(framed.length - 5);
         const expected = ResponseType.toObject(ResponseType.decode(ResponseType.encode(responseToWire(r)).finish()), { longs: Number });
-        expect(ResponseType.toObject(ResponseType.decode(framed.subarray(5)), { longs: Number })).toEqual(expected);
+        const decoded = ResponseType.toObject(ResponseType.decode(framed.subarray(5)), { longs: Number });
+        expect(decoded).toEqual(expected);
+        // The Struct reads back as the plain data it was made from (-0 aside, which JSON cannot tell from 0).
+        if (r.dynamicMetadata !== undefined) expect(plainStruct(decoded.dynamicMetadata)).toEqual(JSON.parse(JSON.stringify(r.dynamicMetadata)));
       }),
       { numRuns: 300 },
     );
