@@ -30,6 +30,8 @@ export interface DecodedRateLimitResponse {
   statuses: DecodedDescriptorStatus[];
   responseHeadersToAdd: { key: string; value: string }[];
   requestHeadersToAdd: { key: string; value: string }[];
+  /** google.protobuf.Struct in proto-loader's object form; null when absent. */
+  dynamicMetadata: { fields: Record<string, unknown> } | null;
 }
 
 export type HealthStatusName = 'UNKNOWN' | 'SERVING' | 'NOT_SERVING' | 'SERVICE_UNKNOWN';

@@ -5,6 +5,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { runCli } from '../../src/cli';
 import type { CliIo } from '../../src/cli/io';
+import { runValidate } from '../../src/cli/validate';
 import { startTestService, type TestService } from '../helpers/service';
 
 /** The `slidegate` command: validate against files on disk, client against a live server. */
@@ -53,6 +54,27 @@ describe('slidegate validate', () => {
     expect(io.stderr).toHaveLength(1);
     expect(io.stderr[0]).toContain('broken.yaml');
     expect(io.stderr[0]).toContain('fortnight');
+  });
+
+  it('accepts what the reference loader accepts: any file name, subfolders, its rule keys, split domains with --merge-domain-config', async () => {
+    const ref = path.join(dir, 'reference');
+    fs.mkdirSync(path.join(ref, 'teams'), { recursive: true });
+    fs.writeFileSync(
+      path.join(ref, 'ratelimit'),
+      'domain: ref\ndescriptors:\n  - key: path\n    value: files/*\n    share_threshold: true\n    quota_mode: true\n' +
+        '    metadata: {team: a}\n    rate_limit: {unit: minute, requests_per_unit: 5, shadow_mode: true}\n',
+    );
+    fs.writeFileSync(path.join(ref, 'teams', 'more.conf'), 'domain: ref\ndescriptors:\n  - key: user\n    value_to_metric: true\n    rate_limit: {unit: hour, requests_per_unit: 1}\n');
+    const split = capture();
+    expect(await runValidate([ref], split, {})).toBe(1);
+    expect(split.stderr.join('\n')).toContain('duplicate domain "ref"');
+    const io = capture();
+    expect(await runValidate(['--merge-domain-config', ref], io, {})).toBe(0);
+    expect(io.stdout).toContain('ref.path_files/*: unit=MINUTE requests_per_unit=5 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: true');
+    expect(io.stdout[io.stdout.length - 1]).toMatch(/OK \(1 domain\)/);
+    expect(io.stderr).toEqual([`warning: ${path.join(ref, 'ratelimit')}: descriptors[0].rate_limit.shadow_mode: ignored (not a setting at this level; expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm)`]);
+    // MERGE_DOMAIN_CONFIG from the environment, as the server reads it.
+    expect(await runValidate([ref], capture(), { MERGE_DOMAIN_CONFIG: 'true' })).toBe(0);
   });
 
   it('exits 1 for a path that does not exist', async () => {

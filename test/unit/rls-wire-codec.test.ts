@@ -4,6 +4,7 @@ import type { DescriptorStatus, RateLimitResponse, Unit } from '../../src/limite
 import { requestFromWire, responseToWire } from '../../src/server/convert';
 import { protoRoot, type WireRateLimitRequest } from '../../src/server/proto';
 import { decodeRateLimitRequest, MalformedMessageError, ResponseEncoder } from '../../src/server/rls-wire-codec';
+import { plainStruct } from '../helpers/struct';
 
 /**
  * The hand-written codec must agree with the generic path of the grpc-js transport
@@ -96,23 +97,6 @@ const response: fc.Arbitrary<RateLimitResponse> = fc.record(
   },
   { requiredKeys: ['overallCode', 'statuses', 'responseHeaders'] },
 );
-
-/** A decoded google.protobuf.Struct (protobufjs toObject form) as plain data. */
-function plainStruct(struct: { fields?: Record<string, unknown> } | undefined): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(struct?.fields ?? {})) Object.defineProperty(out, k, { value: plainValue(v), enumerable: true });
-  return out;
-}
-
-function plainValue(v: unknown): unknown {
-  const value = v as { nullValue?: number; numberValue?: number; stringValue?: string; boolValue?: boolean; structValue?: object; listValue?: { values?: unknown[] } };
-  if (value.numberValue !== undefined) return value.numberValue === 0 ? 0 : value.numberValue;
-  if (value.stringValue !== undefined) return value.stringValue;
-  if (value.boolValue !== undefined) return value.boolValue;
-  if (value.structValue !== undefined) return plainStruct(value.structValue);
-  if (value.listValue !== undefined) return (value.listValue.values ?? []).map(plainValue);
-  return null;
-}
 
 describe('ResponseEncoder', () => {
   it('frames the same bytes protobufjs would after responseToWire, reused limits included', () => {
