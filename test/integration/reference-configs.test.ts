@@ -24,9 +24,12 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-/** A service on the test's Redis; every call's keys are fresh thanks to a per-test domain or value. */
+/**
+ * A service on the test's Redis; every call's keys are fresh thanks to a per-test domain or value.
+ * A generous store deadline: these tests are about answers, not latency, on a loaded machine.
+ */
 function startOnRedis(options: Parameters<typeof startTestService>[0] = {}): Promise<TestService> {
-  return startTestService({ ...options, env: { BACKEND_TYPE: 'redis', REDIS_URL: redis.url, WORKERS: '1', ...options.env } });
+  return startTestService({ ...options, env: { BACKEND_TYPE: 'redis', REDIS_URL: redis.url, WORKERS: '1', STORE_TIMEOUT_MS: '5000', ...options.env } });
 }
 
 function logCapture(): { lines: string[]; logger: ReturnType<typeof createLogger> } {
@@ -209,6 +212,14 @@ describe.each(['http2', 'grpc-js'])('quota_mode and dynamic metadata on the wire
       hitsAddend: 1,
       metadata: { policy: 'regular', service: { name: 'billing' } },
     });
+    // The HTTP /json endpoint answers the same metadata, as proto JSON (the plain object).
+    const json = (await (
+      await fetch(`http://127.0.0.1:${svc.service.httpPort}/json`, {
+        method: 'POST',
+        body: JSON.stringify({ domain: 'quota', descriptors: [{ entries: [{ key: 'quota2', value: id }] }] }),
+      })
+    ).json()) as { dynamicMetadata?: unknown };
+    expect(json.dynamicMetadata).toEqual({ domain: 'quota', descriptors: [{ entries: [`quota2=${id}`] }] });
     // Now both are over: no rule within its limit, no metadata.
     const over = await svc.client.shouldRateLimit(ask('quota', [['regular', id]], [['quota', id]]));
     expect(plainStruct(over.dynamicMetadata)).toEqual({ domain: 'quota', descriptors: [{ entries: [`regular=${id}`] }, { entries: [`quota=${id}`] }] });
