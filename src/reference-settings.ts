@@ -113,10 +113,7 @@ export const REFERENCE_SETTINGS: Readonly<Record<string, ReferenceHandling>> = O
   LIMIT_REMAINING_HEADER: HONOURED,
   LIMIT_RESET_HEADER: HONOURED,
 
-  HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: warned(
-    'the service reports NOT_SERVING until a config loads, and stays SERVING on a config that loaded once',
-    isTrue,
-  ),
+  HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: HONOURED,
 
   REDIS_SOCKET_TYPE: HONOURED,
   REDIS_TYPE: HONOURED,
@@ -166,9 +163,9 @@ export const REFERENCE_SETTINGS: Readonly<Record<string, ReferenceHandling>> = O
   MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION: MEMCACHE,
 
   SHADOW_MODE: HONOURED,
-  QUOTA_MODE: warned('no rule is in quota mode: an over-limit rule makes the request OVER_LIMIT', isFalse),
-  RESPONSE_DYNAMIC_METADATA: warned('answers carry no dynamic metadata', isFalse),
-  MERGE_DOMAIN_CONFIG: warned('a domain defined in two files is an error, as without the setting', isFalse),
+  QUOTA_MODE: HONOURED,
+  RESPONSE_DYNAMIC_METADATA: HONOURED,
+  MERGE_DOMAIN_CONFIG: HONOURED,
 
   TRACING_ENABLED: warned('there is no tracing; calls are reported by the metrics only', isFalse),
   TRACING_SERVICE_NAME: TRACING,

@@ -66,7 +66,6 @@ describe('the reference settings table', () => {
       REDIS_POOL_ON_EMPTY_BEHAVIOR: 'WAIT',
       REDIS_PERSECOND: 'false',
       TRACING_ENABLED: 'false',
-      QUOTA_MODE: 'false',
     };
     expect(referenceSettingWarnings(same)).toEqual([]);
     expect(referenceSettingWarnings({ ...same, STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'false' })).toEqual([
