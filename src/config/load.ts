@@ -1,6 +1,6 @@
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { isAlias, isMap, isScalar, isSeq, parseDocument, type Document, type YAMLError } from 'yaml';
+import { isAlias, isMap, isScalar, isSeq, parseDocument, type Document, type YAMLError, type YAMLMap } from 'yaml';
 import { counterKeyPrefix } from '../limiter/keys';
 import { ALGORITHMS, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
 import { ConfigError } from './config-error';
@@ -165,31 +165,40 @@ function describe(node: unknown): string {
 function fields(ctx: Context, node: unknown, path: string, allowed: readonly string[]): Map<string, unknown> {
   if (!isMap(node)) fail(ctx, path, `expected a mapping, got ${describe(node)}`);
   const out = new Map<string, unknown>();
-  const merged: unknown[] = [];
-  for (const pair of node.items) {
-    const key = resolve(ctx, pair.key);
-    if (isScalar(key) && typeof key.value === 'symbol') {
-      merged.push(pair.value);
-      continue;
-    }
-    if (!isScalar(key)) fail(ctx, path, `keys must be plain strings, got ${describe(key)}`);
-    const name = typeof key.value === 'string' ? key.value : String(key.source ?? key.value);
+  const { pairs, bases } = mappingParts(ctx, node, path);
+  for (const [name, value] of pairs) {
     if (!allowed.includes(name)) {
       if (!REFERENCE_KEYS.has(name)) fail(ctx, child(path, name), `unknown key (expected one of: ${allowed.join(', ')})`);
-      checkIgnored(ctx, pair.value, child(path, name), name);
+      checkIgnored(ctx, value, child(path, name), name);
       ctx.warnings.push(`${ctx.file}: ${child(path, name)}: ignored (not a setting at this level; expected one of: ${allowed.join(', ')})`);
       continue;
     }
-    out.set(name, pair.value);
+    out.set(name, value);
   }
-  for (const source of merged) {
-    const target = resolve(ctx, source);
-    const bases = isSeq(target) ? target.items : [target];
-    for (const base of bases) {
-      for (const [k, v] of fields(ctx, resolve(ctx, base), path, allowed)) if (!out.has(k)) out.set(k, v);
-    }
+  for (const base of bases) {
+    for (const [k, v] of fields(ctx, base, path, allowed)) if (!out.has(k)) out.set(k, v);
   }
   return out;
+}
+
+/**
+ * A mapping's explicit pairs (key text, value node), and the mappings its YAML merge keys
+ * (`<<: *base`) name, in order. Non-string keys read as their source text, as the reference prints them.
+ */
+function mappingParts(ctx: Context, node: YAMLMap, path: string): { pairs: [string, unknown][]; bases: unknown[] } {
+  const pairs: [string, unknown][] = [];
+  const bases: unknown[] = [];
+  for (const pair of node.items) {
+    const key = resolve(ctx, pair.key);
+    if (isScalar(key) && typeof key.value === 'symbol') {
+      const target = resolve(ctx, pair.value);
+      for (const base of isSeq(target) ? target.items : [target]) bases.push(resolve(ctx, base));
+      continue;
+    }
+    if (!isScalar(key)) fail(ctx, path, `keys must be plain strings, got ${describe(key)}`);
+    pairs.push([typeof key.value === 'string' ? key.value : String(key.source ?? key.value), pair.value]);
+  }
+  return { pairs, bases };
 }
 
 /**
@@ -235,31 +244,16 @@ function metadataValue(ctx: Context, node: unknown, path: string, depth: number)
   const n = resolve(ctx, node);
   if (n === undefined) return null;
   if (isMap(n)) {
-    const entries: [string, MetadataValue][] = [];
-    const seen = new Set<string>();
-    const merged: unknown[] = [];
-    for (const pair of n.items) {
-      const key = resolve(ctx, pair.key);
-      if (isScalar(key) && typeof key.value === 'symbol') {
-        merged.push(pair.value);
-        continue;
-      }
-      if (!isScalar(key)) fail(ctx, path, `keys must be plain values, got ${describe(key)}`);
-      // Non-string keys read as their text, as the reference prints them.
-      const name = typeof key.value === 'string' ? key.value : String(key.source ?? key.value);
-      seen.add(name);
-      entries.push([name, metadataValue(ctx, pair.value, child(path, name), depth + 1)]);
-    }
-    for (const source of merged) {
-      const target = resolve(ctx, source);
-      for (const base of isSeq(target) ? target.items : [target]) {
-        const values = metadataValue(ctx, base, path, depth + 1);
-        if (values === null || typeof values !== 'object' || Array.isArray(values)) fail(ctx, path, 'a merge key (<<) must name a mapping');
-        for (const [k, v] of Object.entries(values)) {
-          if (!seen.has(k)) {
-            seen.add(k);
-            entries.push([k, v]);
-          }
+    const { pairs, bases } = mappingParts(ctx, n, path);
+    const entries: [string, MetadataValue][] = pairs.map(([name, value]) => [name, metadataValue(ctx, value, child(path, name), depth + 1)]);
+    const seen = new Set(pairs.map(([name]) => name));
+    for (const base of bases) {
+      const values = metadataValue(ctx, base, path, depth + 1);
+      if (values === null || typeof values !== 'object' || Array.isArray(values)) fail(ctx, path, 'a merge key (<<) must name a mapping');
+      for (const [k, v] of Object.entries(values)) {
+        if (!seen.has(k)) {
+          seen.add(k);
+          entries.push([k, v]);
         }
       }
     }

@@ -517,16 +517,6 @@ function overallOverLimit(statuses: readonly DescriptorStatus[], quotaAt: readon
   return quotaTotal > 0 && quotaOver === quotaTotal;
 }
 
-const WIRE_UNIT_NAME: Readonly<Record<string, string>> = Object.freeze({
-  second: 'SECOND',
-  minute: 'MINUTE',
-  hour: 'HOUR',
-  day: 'DAY',
-  week: 'WEEK',
-  month: 'MONTH',
-  year: 'YEAR',
-});
-
 /**
  * The response's dynamic metadata, in the reference's shape: the domain; per descriptor its entries
  * as `key=value`, its limit override in protobuf text form and its hits_addend when set; the
@@ -539,7 +529,7 @@ function dynamicMetadataOf(plan: Plan): StructFields {
     if (d.limit !== undefined) {
       const parts: string[] = [];
       if (d.limit.requestsPerUnit !== 0) parts.push(`requests_per_unit:${d.limit.requestsPerUnit}`);
-      parts.push(`unit:${WIRE_UNIT_NAME[d.limit.unit]}`);
+      parts.push(`unit:${d.limit.unit.toUpperCase()}`); // the wire enum's name
       out.limit = parts.join(' ');
     }
     if (d.hitsAddend !== undefined) out.hitsAddend = d.hitsAddend;

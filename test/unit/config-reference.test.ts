@@ -120,6 +120,23 @@ descriptors:
     expect(matchDescriptor(config, 'meta', entries(['plain', 'p']))!.metadata).toBeUndefined();
   });
 
+  test('metadata with anchors and merge keys reads as the mapping they spell', () => {
+    const config = load(`
+domain: meta
+descriptors:
+  - key: a
+    metadata: &base {team: core, routing: {pool: primary}}
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: b
+    metadata:
+      <<: *base
+      team: edge
+    rate_limit: {unit: second, requests_per_unit: 5}
+`);
+    expect(matchDescriptor(config, 'meta', entries(['b', 'x']))!.metadata).toEqual({ team: 'edge', routing: { pool: 'primary' } });
+    expect(rejection('domain: d\ndescriptors:\n  - key: k\n    metadata: {<<: [1]}\n')).toContain('descriptors[0].metadata: a merge key (<<) must name a mapping');
+  });
+
   test('wildcards: trailing, middle and several stars, nested under an exact value', () => {
     const config = load(`
 domain: wild
