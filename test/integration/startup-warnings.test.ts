@@ -19,6 +19,8 @@ interface LogLine {
 function startLogged(env: Record<string, string>): Promise<{ child: ChildProcess; lines: LogLine[] }> {
   if (!fs.existsSync(MAIN_JS)) throw new Error(`${MAIN_JS} is missing: build first (npx tsc -p tsconfig.json)`);
   const configDir = fs.mkdtempSync(path.join(os.tmpdir(), 'slidegate-warn-'));
+  // A config with a rule: an empty directory has a warning of its own (every request would be allowed).
+  fs.writeFileSync(path.join(configDir, 'edge.yaml'), 'domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n');
   const child = spawn(process.execPath, [MAIN_JS], {
     env: {
       PATH: process.env.PATH,
