@@ -3,7 +3,8 @@ import cluster from 'node:cluster';
 import * as http2 from 'node:http2';
 import { encodeHeaderBlock } from '../src/server/h2/hpack';
 import { H2Server } from '../src/server/h2/server';
-import { OK_TRAILERS, RESPONSE_HEADERS } from '../src/server/http2-grpc-server';
+import { connectionLimits, OK_TRAILERS, RESPONSE_HEADERS } from '../src/server/http2-grpc-server';
+import { loadSettings } from '../src/settings';
 import { countDescriptors, encodeOkResponse, grpcFrame, SHOULD_RATE_LIMIT_PATH } from './rls-codec';
 
 /**
@@ -67,10 +68,7 @@ const INVALID_ARGUMENT = encodeHeaderBlock([
 /** The service's own HTTP/2 layer (src/server/h2) with the same connection settings. */
 async function startH2(port: number): Promise<NoopServer> {
   const server = new H2Server({
-    maxConcurrentStreams: 10_000,
-    initialWindowSize: 1 << 20,
-    connectionWindowSize: 16 << 20,
-    maxHeaderListSize: 64 * 1024,
+    ...connectionLimits(loadSettings({}).h2),
     onStream: (stream) => {
       const chunks: Buffer[] = [];
       stream.onData = (c) => chunks.push(c);

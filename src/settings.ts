@@ -142,6 +142,24 @@ export interface Settings {
     /** When set, the client certificate must carry this subject alternative name (GRPC_CLIENT_TLS_SAN). */
     readonly clientSan?: string;
   };
+  /** Limits of the service's own HTTP/2 layer (GRPC_TRANSPORT=http2): every one bounds what a peer can make it hold. */
+  readonly h2: {
+    /** SETTINGS_MAX_CONCURRENT_STREAMS: streams one connection may have open. */
+    readonly maxConcurrentStreams: number;
+    /** SETTINGS_MAX_HEADER_LIST_SIZE: largest decoded request header list, bytes. */
+    readonly maxHeaderListBytes: number;
+    /** Request body bytes one stream may have buffered (its receive window); also bounds the request message. */
+    readonly streamBufferBytes: number;
+    /** Request body bytes all streams of one connection may have buffered (the connection's receive window). */
+    readonly connectionBufferBytes: number;
+    /** Streams one connection may have reset or refused at once, and per second beyond that. */
+    readonly resetBurst: number;
+    readonly resetsPerSecond: number;
+    /** A connection without a stream for this long is closed with GOAWAY, ms; 0 never. */
+    readonly idleTimeoutMs: number;
+    /** Time for the TLS handshake, the preface and first SETTINGS, and for a header block to complete, ms. */
+    readonly handshakeTimeoutMs: number;
+  };
   readonly httpHost: string;
   readonly httpPort: number;
   readonly debugHost: string;
@@ -245,6 +263,11 @@ export function loadSettings(env: Env = process.env): Settings {
   if (workers > 1 && backendType === 'memory') {
     throw new SettingsError('WORKERS', 'must be 1 with the memory backend (its counters live in one process)');
   }
+  const h2StreamBufferBytes = int(env, 'H2_STREAM_BUFFER_BYTES', 64 * 1024, 1024, 0x7fffffff);
+  const h2ConnectionBufferBytes = int(env, 'H2_CONNECTION_BUFFER_BYTES', 1024 * 1024, 65_535, 0x7fffffff);
+  if (h2ConnectionBufferBytes < h2StreamBufferBytes) {
+    throw new SettingsError('H2_CONNECTION_BUFFER_BYTES', `must be at least H2_STREAM_BUFFER_BYTES (${h2StreamBufferBytes})`);
+  }
   const header = (name: string, fallback: string): string => {
     const v = str(env, name, fallback);
     if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(v)) throw new SettingsError(name, `not a valid header name: "${v}"`);
@@ -266,6 +289,16 @@ export function loadSettings(env: Env = process.env): Settings {
       keyPath,
       clientCaPath: optional(env, 'GRPC_CLIENT_TLS_CACERT'),
       clientSan,
+    }),
+    h2: Object.freeze({
+      maxConcurrentStreams: int(env, 'H2_MAX_CONCURRENT_STREAMS', 1_000, 1, 1_000_000),
+      maxHeaderListBytes: int(env, 'H2_MAX_HEADER_LIST_BYTES', 16 * 1024, 1024, 1024 * 1024),
+      streamBufferBytes: h2StreamBufferBytes,
+      connectionBufferBytes: h2ConnectionBufferBytes,
+      resetBurst: int(env, 'H2_RESET_BURST', 1_000, 1, 1_000_000_000),
+      resetsPerSecond: int(env, 'H2_RESETS_PER_SECOND', 33, 0, 1_000_000_000),
+      idleTimeoutMs: int(env, 'H2_IDLE_TIMEOUT_MS', 300_000, 0, 86_400_000),
+      handshakeTimeoutMs: int(env, 'H2_HANDSHAKE_TIMEOUT_MS', 5_000, 100, 600_000),
     }),
     httpHost: str(env, 'HOST', '0.0.0.0'),
     httpPort: port(env, 'PORT', 8080),

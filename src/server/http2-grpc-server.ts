@@ -4,13 +4,13 @@ import { performance } from 'node:perf_hooks';
 import type { Type } from 'protobufjs';
 import { InvalidRequestError } from '../errors';
 import type { RateLimitRequest, RateLimitResponse } from '../limiter/types';
-import { SettingsError } from '../settings';
+import { loadSettings, type Settings, SettingsError } from '../settings';
 import { checkPrefix, encodeGrpcMessage, frameMessage, GrpcStatus, MESSAGE_PREFIX_BYTES, parseGrpcTimeout, unaryMessage } from './grpc-framing';
 import { classifyError, type GrpcServerOptions } from './grpc-edge';
 import type { H2Stream } from './h2/connection';
 import { encodeHeaderBlock } from './h2/hpack';
 import { watchCertificateFiles } from './certificate-files';
-import { H2Server } from './h2/server';
+import { H2Server, type H2ServerOptions } from './h2/server';
 import type { ServingStatus } from './health';
 import { HEALTH_SERVICE, protoRoot, RLS_SERVICE, ServingStatusNumber } from './proto';
 import { decodeRateLimitRequest, ResponseEncoder } from './rls-wire-codec';
@@ -50,13 +50,19 @@ const REPLAY_KEY_MAX_BYTES = 512;
 /** Idle connections are pinged this often; one unanswered for a whole period is closed. */
 const KEEPALIVE_MS = 60_000;
 
-/** Connection settings: many concurrent streams per proxy connection, windows sized for small messages at high rates. */
-const CONNECTION_SETTINGS = {
-  maxConcurrentStreams: 10_000,
-  initialWindowSize: 1 << 20,
-  connectionWindowSize: 16 << 20,
-  maxHeaderListSize: 64 * 1024,
-} as const;
+/** The HTTP/2 layer's limits, from the H2_* settings. */
+export function connectionLimits(h2: Settings['h2']): Omit<H2ServerOptions, 'onStream'> {
+  return {
+    maxConcurrentStreams: h2.maxConcurrentStreams,
+    initialWindowSize: h2.streamBufferBytes,
+    connectionWindowSize: h2.connectionBufferBytes,
+    maxHeaderListSize: h2.maxHeaderListBytes,
+    resetBurst: h2.resetBurst,
+    resetsPerSecond: h2.resetsPerSecond,
+    idleTimeoutMs: h2.idleTimeoutMs,
+    handshakeTimeoutMs: h2.handshakeTimeoutMs,
+  };
+}
 
 // Encoded once: the header blocks of every successful answer. No `date` header: gRPC clients ignore it.
 export const RESPONSE_HEADERS = encodeHeaderBlock([
@@ -139,8 +145,12 @@ function secureOptions(grpcTls: GrpcServerOptions['settings']['grpcTls']): tls.T
   };
 }
 
-/** Options of Http2GrpcServer: GrpcServer's, and `exclusive` (see H2Server.listen; the warm-up's private port). */
+/**
+ * Options of Http2GrpcServer: GrpcServer's, the HTTP/2 layer's limits (the H2_* settings' defaults
+ * when absent), and `exclusive` (see H2Server.listen; the warm-up's private port).
+ */
 export interface Http2GrpcServerOptions extends GrpcServerOptions {
+  readonly settings: GrpcServerOptions['settings'] & { readonly h2?: Settings['h2'] };
   readonly exclusive?: boolean;
 }
 
@@ -161,10 +171,12 @@ export class Http2GrpcServer {
   constructor(private readonly options: Http2GrpcServerOptions) {
     this.codecs = loadCodecs();
     const settings = options.settings;
-    this.maxMessageBytes = settings.grpcMaxMessageBytes;
+    // A request must fit the stream's receive window, which reopens only once the request has ended.
+    const h2 = settings.h2 ?? loadSettings({}).h2;
+    this.maxMessageBytes = Math.min(settings.grpcMaxMessageBytes, h2.streamBufferBytes - MESSAGE_PREFIX_BYTES);
     const grpcTls = settings.grpcTls;
     this.server = new H2Server({
-      ...CONNECTION_SETTINGS,
+      ...connectionLimits(h2),
       tls: grpcTls.enabled ? secureOptions(grpcTls) : undefined,
       // As the reference: the SAN is checked on client certificates, which only GRPC_CLIENT_TLS_CACERT asks for.
       clientSan: grpcTls.enabled && grpcTls.clientCaPath !== undefined ? grpcTls.clientSan : undefined,

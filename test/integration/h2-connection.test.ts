@@ -2,120 +2,14 @@ import fc from 'fast-check';
 import * as net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { H2Stream } from '../../src/server/h2/connection';
-import { CONNECTION_PREFACE, ErrorCode, Flag, frame, FrameType, Setting, settingsFrame, wordFrame } from '../../src/server/h2/frames';
-import { encodeHeaderBlock, HpackDecoder } from '../../src/server/h2/hpack';
+import { ErrorCode, Flag, frame, FrameType, Setting, wordFrame } from '../../src/server/h2/frames';
 import { H2Server, type H2ServerOptions } from '../../src/server/h2/server';
+import { dataFrame, type Frame, headersFrame, isType, RawClient, REQUEST, RESPONSE, TRAILERS } from '../helpers/h2-raw-client';
 
 /**
  * The HTTP/2 connection layer from a raw socket: the frame-level behaviour no well-behaved client
  * shows (CONTINUATION, padding, small windows, resets, protocol errors) and graceful GOAWAY.
  */
-
-interface Frame {
-  type: number;
-  flags: number;
-  streamId: number;
-  payload: Buffer;
-}
-
-class RawClient {
-  readonly frames: Frame[] = [];
-  closed = false;
-  private buffered = Buffer.alloc(0);
-  private waiters: Array<() => void> = [];
-  private readonly decoder = new HpackDecoder({ maxTableSize: 4096, maxHeaderListSize: 1 << 20 });
-
-  constructor(readonly socket: net.Socket) {
-    socket.on('data', (chunk: Buffer) => {
-      this.buffered = Buffer.concat([this.buffered, chunk]);
-      while (this.buffered.length >= 9) {
-        const length = this.buffered.readUIntBE(0, 3);
-        if (this.buffered.length < 9 + length) break;
-        this.frames.push({
-          type: this.buffered[3],
-          flags: this.buffered[4],
-          streamId: this.buffered.readUInt32BE(5) & 0x7fffffff,
-          payload: this.buffered.subarray(9, 9 + length),
-        });
-        this.buffered = this.buffered.subarray(9 + length);
-      }
-      this.wake();
-    });
-    socket.on('close', () => {
-      this.closed = true;
-      this.wake();
-    });
-    socket.on('error', () => undefined);
-  }
-
-  static async connect(port: number, settings: ReadonlyArray<readonly [Setting, number]> = []): Promise<RawClient> {
-    const socket = net.connect(port, '127.0.0.1');
-    await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
-    const client = new RawClient(socket);
-    socket.write(Buffer.concat([CONNECTION_PREFACE, settingsFrame(settings)]));
-    return client;
-  }
-
-  send(...frames: Buffer[]): void {
-    this.socket.write(Buffer.concat(frames));
-  }
-
-  /** Waits until a received frame matches (or the socket closes); returns it. */
-  async waitFor(match: (f: Frame) => boolean, timeoutMs = 2000): Promise<Frame | undefined> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const found = this.frames.find(match);
-      if (found !== undefined || this.closed) return found;
-      if (Date.now() > deadline) throw new Error('timed out waiting for a frame');
-      await new Promise<void>((resolve) => {
-        this.waiters.push(resolve);
-        setTimeout(resolve, 50);
-      });
-    }
-  }
-
-  async waitClosed(timeoutMs = 2000): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    while (!this.closed) {
-      if (Date.now() > deadline) throw new Error('socket still open');
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  }
-
-  /** Header fields of a HEADERS frame this client received, decoded in arrival order. */
-  decode(f: Frame): string[] {
-    return this.decoder.decode(f.payload) ?? [];
-  }
-
-  goaway(): { lastStreamId: number; code: number } | undefined {
-    const f = this.frames.find((x) => x.type === FrameType.GOAWAY);
-    return f === undefined ? undefined : { lastStreamId: f.payload.readUInt32BE(0), code: f.payload.readUInt32BE(4) };
-  }
-
-  close(): void {
-    this.socket.destroy();
-  }
-
-  private wake(): void {
-    const waiters = this.waiters;
-    this.waiters = [];
-    for (const w of waiters) w();
-  }
-}
-
-const REQUEST = encodeHeaderBlock([
-  [':method', 'POST'],
-  [':scheme', 'http'],
-  [':path', '/echo'],
-  [':authority', 'localhost'],
-  ['content-type', 'application/grpc'],
-]);
-const RESPONSE = encodeHeaderBlock([[':status', '200']]);
-const TRAILERS = encodeHeaderBlock([['grpc-status', '0']]);
-
-const headersFrame = (streamId: number, flags = Flag.END_HEADERS | Flag.END_STREAM, block = REQUEST): Buffer => frame(FrameType.HEADERS, flags, streamId, block);
-const dataFrame = (streamId: number, data: Buffer, flags = Flag.END_STREAM): Buffer => frame(FrameType.DATA, flags, streamId, data);
-const isType = (type: FrameType, streamId?: number) => (f: Frame) => f.type === type && (streamId === undefined || f.streamId === streamId);
 
 describe('the HTTP/2 connection layer', () => {
   let server: H2Server;
@@ -331,7 +225,7 @@ describe('the HTTP/2 connection layer', () => {
   });
 
   it('cuts a connection whose header block stays open past the header block timeout', async () => {
-    await start({ headerBlockTimeoutMs: 200 });
+    await start({ handshakeTimeoutMs: 200 });
     const attacker = await RawClient.connect(port);
     attacker.send(headersFrame(1, 0, REQUEST.subarray(0, 4)), frame(FrameType.CONTINUATION, 0, 1, REQUEST.subarray(4, 6)));
     const started = Date.now();

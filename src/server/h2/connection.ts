@@ -1,4 +1,5 @@
 import type { Socket } from 'node:net';
+import { performance } from 'node:perf_hooks';
 import { HpackDecoder, HpackError } from './hpack';
 import {
   CONNECTION_PREFACE,
@@ -15,27 +16,47 @@ import {
   settingsFrame,
   writeFrameHeader,
 } from './frames';
+import { checkRequestHeaders, checkTrailers, MALFORMED } from './request-headers';
+import { ResetBudget } from './reset-budget';
 
 /**
  * The server side of one HTTP/2 connection (RFC 9113), written for many small request/response
  * exchanges: no object per stream beyond one small record, header blocks decoded to a flat string
  * list, output frames gathered and written once per tick. What a gRPC server needs, and only that:
  * client-initiated streams, flow control both ways, SETTINGS, PING, RST_STREAM, GOAWAY (graceful
- * and on error), CONTINUATION, padding. PRIORITY is read and ignored; PUSH_PROMISE from a client is
- * a protocol error.
+ * and on error), CONTINUATION, padding, the stream states and request header rules of RFC 9113.
+ * PRIORITY is checked and otherwise ignored; PUSH_PROMISE from a client is a protocol error.
+ *
+ * Everything a peer can make it hold is bounded: open streams (maxConcurrentStreams), a header
+ * block (bytes, frames and time), request body bytes (the receive windows reopen only as the
+ * application consumes what it was given), streams reset or refused (a ResetBudget; past it,
+ * GOAWAY ENHANCE_YOUR_CALM), the time to the first SETTINGS, and output (a peer that does not
+ * read stops being read).
  */
 
 export interface ConnectionOptions {
   /** Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS). */
   readonly maxConcurrentStreams: number;
-  /** Receive window of each stream (SETTINGS_INITIAL_WINDOW_SIZE). */
+  /**
+   * Receive window of each stream (SETTINGS_INITIAL_WINDOW_SIZE): the most request body bytes one
+   * stream may have buffered, since it reopens only as the application consumes them.
+   */
   readonly initialWindowSize: number;
-  /** Receive window of the connection as a whole. */
+  /** Receive window of the connection: the most request body bytes all its streams may have buffered (at least 65,535). */
   readonly connectionWindowSize: number;
   /** Largest decoded header list accepted (SETTINGS_MAX_HEADER_LIST_SIZE). */
   readonly maxHeaderListSize: number;
-  /** How long a header block split over CONTINUATION frames may stay open, ms (default 5,000). */
-  readonly headerBlockTimeoutMs?: number;
+  /** Streams a connection may have reset or refused at once (default 1,000); see ResetBudget. */
+  readonly resetBurst?: number;
+  /** ...and per second beyond that (default 33). */
+  readonly resetsPerSecond?: number;
+  /**
+   * How long the client may take to send its preface and first SETTINGS, and a header block split
+   * over CONTINUATION frames may stay open, ms (default 5,000).
+   */
+  readonly handshakeTimeoutMs?: number;
+  /** Monotonic clock in ms (performance.now by default); read only when a stream is reset or refused. */
+  readonly now?: () => number;
   /** A new stream, with its request header fields as a flat `[name, value, ...]` list. */
   readonly onStream: (stream: H2Stream, headers: readonly string[]) => void;
   /**
@@ -54,7 +75,18 @@ const MAX_HEADER_BLOCK_FACTOR = 2;
 // Real clients fill frames up to SETTINGS_MAX_FRAME_SIZE, so a block of the largest accepted
 // size takes a handful.
 const MAX_HEADER_BLOCK_FRAMES = 32;
-const DEFAULT_HEADER_BLOCK_TIMEOUT_MS = 5_000;
+const DEFAULT_HANDSHAKE_TIMEOUT_MS = 5_000;
+const DEFAULT_RESET_BURST = 1_000;
+const DEFAULT_RESETS_PER_SECOND = 33;
+// A header list over the limit costs its decoding in full: it weighs as this many resets.
+const HEADER_LIST_REFUSAL_COST = 100;
+// Streams this layer reset lately: frames the client sent before it learnt of the reset are
+// dropped, not answered (RFC 9113 5.1, "closed"). Older ones are forgotten.
+const RECENT_RESETS = 256;
+// A connection is idle after this many idle checks in a row with no stream (see checkIdle).
+const IDLE_CHECKS = 4;
+// After GOAWAY for a connection error, the socket is cut if it has not closed within this time.
+const FAIL_LINGER_MS = 1_000;
 
 const EMPTY = Buffer.alloc(0);
 const PING_PAYLOAD = Buffer.alloc(8);
@@ -75,7 +107,12 @@ export class H2Stream {
   closed = false;
   /** @internal */ remoteEnded = false;
   /** @internal */ sendWindow: number;
-  /** @internal */ recvUnacked = 0;
+  /** @internal Received bytes (padding included) not yet returned to the client's window. */
+  recvUnacked = 0;
+  /** @internal The request's content-length, or -1. */
+  expectedLength = -1;
+  /** @internal DATA bytes received (padding excluded). */
+  receivedLength = 0;
   /** @internal Frames held back by flow control (DATA) and what must follow them. */
   pending: Array<{ data: Buffer; endStream: boolean } | { trailers: Buffer }> | undefined = undefined;
 
@@ -111,6 +148,15 @@ export class H2Stream {
     if (this.closed) return;
     this.connection.resetStream(this, code);
   }
+
+  /**
+   * The application is done with `bytes` of the DATA it was given: the windows reopen by that
+   * much. Not needed for a request read whole: when the client ends the stream (after onEnd) or
+   * the stream closes, whatever it sent is released.
+   */
+  consume(bytes: number): void {
+    this.connection.consume(this, bytes);
+  }
 }
 
 /** The protocol state of one connection; errors end it with GOAWAY. */
@@ -122,14 +168,26 @@ export class H2Connection {
   private lastStreamId = 0;
   private readonly decoder: HpackDecoder;
   // A header block being continued: its stream, flags and fragments.
-  private continuing: { streamId: number; endStream: boolean; fragments: Buffer[]; bytes: number; frames: number } | undefined = undefined;
+  private continuing:
+    | { streamId: number; endStream: boolean; selfDependent: boolean; fragments: Buffer[]; bytes: number; frames: number }
+    | undefined = undefined;
   // Armed while a header block is open: a peer may not hold the connection's HPACK state hostage.
   private headerBlockTimer: NodeJS.Timeout | undefined = undefined;
 
   private peerInitialWindow = DEFAULT_WINDOW;
   private peerMaxFrameSize = DEFAULT_MAX_FRAME_SIZE;
   private sendWindow = DEFAULT_WINDOW;
+  // Received DATA bytes not yet returned by WINDOW_UPDATE, and of those, the ones released.
   private recvUnacked = 0;
+  private recvReleased = 0;
+  // Until the client acknowledges our SETTINGS it may use the protocol's default stream window.
+  private settingsAcked = false;
+  private readonly budget: ResetBudget;
+  private readonly now: () => number;
+  private recentResets: Set<number> | undefined = undefined;
+  private handshakeTimer: NodeJS.Timeout | undefined;
+  private streamOpened = false;
+  private idleChecks = 0;
   private readonly blocked = new Set<H2Stream>();
 
   private out: Buffer = EMPTY;
@@ -146,6 +204,9 @@ export class H2Connection {
     private readonly options: ConnectionOptions,
   ) {
     this.decoder = new HpackDecoder({ maxTableSize: HPACK_TABLE_SIZE, maxHeaderListSize: options.maxHeaderListSize });
+    this.now = options.now ?? performance.now.bind(performance);
+    this.budget = new ResetBudget(options.resetBurst ?? DEFAULT_RESET_BURST, options.resetsPerSecond ?? DEFAULT_RESETS_PER_SECOND, this.now());
+    this.handshakeTimer = setTimeout(this.onHandshakeTimeout, options.handshakeTimeoutMs ?? DEFAULT_HANDSHAKE_TIMEOUT_MS);
     socket.setNoDelay(true);
     this.putRaw(
       settingsFrame([
@@ -168,7 +229,10 @@ export class H2Connection {
     return this.streams.size;
   }
 
-  /** Graceful close: GOAWAY naming the last stream taken; the socket ends once those streams finish. */
+  /**
+   * Graceful close (shutdown, a connection age limit, idleness): GOAWAY NO_ERROR naming the last
+   * stream taken; the streams it names still get their answers, and the socket ends once they have.
+   */
   close(): void {
     if (this.closed) return;
     if (!this.goawaySent) {
@@ -181,6 +245,22 @@ export class H2Connection {
   /** Cuts the connection at once. */
   destroy(): void {
     this.socket.destroy();
+  }
+
+  /**
+   * Called by the server every quarter of its idle timeout: the connection is closed gracefully at
+   * the fourth call in a row without a stream open or opened in between, and cut at the fifth.
+   */
+  checkIdle(): void {
+    if (this.closed) return;
+    if (this.streams.size > 0 || this.streamOpened) {
+      this.streamOpened = false;
+      this.idleChecks = 0;
+      return;
+    }
+    this.idleChecks++;
+    if (this.idleChecks > IDLE_CHECKS) this.destroy();
+    else if (this.idleChecks === IDLE_CHECKS) this.close();
   }
 
   /**
@@ -218,7 +298,16 @@ export class H2Connection {
 
   resetStream(stream: H2Stream, code: ErrorCode): void {
     this.putWord(FrameType.RST_STREAM, stream.id, code);
+    this.rememberReset(stream.id);
     this.closeStream(stream, false);
+  }
+
+  consume(stream: H2Stream, bytes: number): void {
+    const n = Math.min(bytes, stream.recvUnacked);
+    if (n <= 0 || this.closed) return;
+    stream.recvUnacked -= n;
+    if (!stream.remoteEnded && !stream.closed) this.putWord(FrameType.WINDOW_UPDATE, stream.id, n);
+    this.release(n);
   }
 
   /** Sends what the windows allow of `data`; queues the rest. False when some was held back. */
@@ -284,7 +373,10 @@ export class H2Connection {
 
   /** Our END_STREAM is out: the stream is done (a client still sending is told to stop). */
   private finishLocal(stream: H2Stream): void {
-    if (!stream.remoteEnded) this.putWord(FrameType.RST_STREAM, stream.id, ErrorCode.NO_ERROR);
+    if (!stream.remoteEnded) {
+      this.putWord(FrameType.RST_STREAM, stream.id, ErrorCode.NO_ERROR);
+      this.rememberReset(stream.id);
+    }
     this.closeStream(stream, true);
   }
 
@@ -294,6 +386,7 @@ export class H2Connection {
     stream.pending = undefined;
     this.blocked.delete(stream);
     this.streams.delete(stream.id);
+    this.releaseStream(stream);
     const onAbort = stream.onAbort;
     stream.onData = stream.onEnd = stream.onAbort = undefined;
     if (!completed && onAbort !== undefined) onAbort();
@@ -365,6 +458,7 @@ export class H2Connection {
   private readonly onSocketClose = (): void => {
     this.closed = true;
     this.endHeaderBlock();
+    this.clearHandshakeTimer();
     this.out = EMPTY;
     this.outLength = 0;
     for (const stream of [...this.streams.values()]) this.closeStream(stream, false);
@@ -377,13 +471,82 @@ export class H2Connection {
   private fail(code: ErrorCode, debug: string): void {
     if (this.closed) return;
     this.endHeaderBlock();
+    this.clearHandshakeTimer();
     this.putRaw(goawayFrame(this.lastStreamId, code, debug));
     this.goawaySent = true;
     this.flush();
     this.closed = true;
+    // Lingering close: the socket's write side ends after GOAWAY, and what the peer still sends is
+    // read and dropped, since closing with unread input would reset the connection and could lose
+    // the GOAWAY on its way. The peer gets a moment to close, not more.
     this.socket.end();
-    this.socket.destroySoon();
+    this.socket.resume();
+    setTimeout(() => this.socket.destroy(), FAIL_LINGER_MS).unref();
     for (const stream of [...this.streams.values()]) this.closeStream(stream, false);
+  }
+
+  private readonly onHandshakeTimeout = (): void => {
+    this.handshakeTimer = undefined;
+    this.fail(ErrorCode.ENHANCE_YOUR_CALM, 'no connection preface and SETTINGS in time');
+  };
+
+  private clearHandshakeTimer(): void {
+    if (this.handshakeTimer !== undefined) clearTimeout(this.handshakeTimer);
+    this.handshakeTimer = undefined;
+  }
+
+  /** Charges the reset budget; past it, the connection ends with ENHANCE_YOUR_CALM (false). */
+  private spend(cost: number): boolean {
+    if (this.budget.spend(cost, this.now())) return true;
+    this.fail(ErrorCode.ENHANCE_YOUR_CALM, 'too many streams reset or refused');
+    return false;
+  }
+
+  /** A stream error (RFC 9113 5.4.2): RST_STREAM with `code`, charged to the reset budget. */
+  private streamError(streamId: number, code: ErrorCode, cost = 1): void {
+    const stream = this.streams.get(streamId);
+    if (stream !== undefined) this.resetStream(stream, code);
+    else {
+      this.putWord(FrameType.RST_STREAM, streamId, code);
+      this.rememberReset(streamId);
+    }
+    this.spend(cost);
+  }
+
+  private rememberReset(streamId: number): void {
+    const recent = (this.recentResets ??= new Set());
+    recent.add(streamId);
+    if (recent.size > RECENT_RESETS) recent.delete(recent.values().next().value as number);
+  }
+
+  /** Whether frames on `streamId` may be in flight from before our RST_STREAM reached the client. */
+  private resetLately(streamId: number): boolean {
+    return this.recentResets !== undefined && this.recentResets.has(streamId);
+  }
+
+  /** A stream id the client has not opened yet (and even ids: this server never opens streams). */
+  private isIdle(streamId: number): boolean {
+    return streamId > this.lastStreamId || streamId % 2 === 0;
+  }
+
+  /** Received bytes no longer held: the connection window reopens (in batches). */
+  private release(bytes: number): void {
+    this.recvReleased += bytes;
+    const window = this.options.connectionWindowSize;
+    // Batched at half the window; sooner when what stays held has left the client little room.
+    if (this.recvReleased >= window / 2 || window - this.recvUnacked < window / 4) {
+      this.putWord(FrameType.WINDOW_UPDATE, 0, this.recvReleased);
+      this.recvUnacked -= this.recvReleased;
+      this.recvReleased = 0;
+    }
+  }
+
+  /** Whatever a stream still holds goes back to the connection window. */
+  private releaseStream(stream: H2Stream): void {
+    const held = stream.recvUnacked;
+    if (held === 0) return;
+    stream.recvUnacked = 0;
+    if (!this.closed) this.release(held);
   }
 
   // ---- receiving ----
@@ -440,6 +603,7 @@ export class H2Connection {
         return;
       }
       this.settingsSeen = true;
+      this.clearHandshakeTimer();
     }
     if (this.continuing !== undefined && type !== FrameType.CONTINUATION) {
       this.fail(ErrorCode.PROTOCOL_ERROR, 'expected CONTINUATION');
@@ -456,7 +620,7 @@ export class H2Connection {
         this.onContinuation(flags, streamId, payload);
         return;
       case FrameType.PRIORITY:
-        if (streamId === 0) this.fail(ErrorCode.PROTOCOL_ERROR, 'PRIORITY on stream 0');
+        this.onPriority(streamId, payload);
         return;
       case FrameType.RST_STREAM:
         this.onRstStream(streamId, payload);
@@ -499,7 +663,7 @@ export class H2Connection {
   }
 
   private onData(flags: number, streamId: number, payload: Buffer): void {
-    if (streamId === 0 || streamId > this.lastStreamId) {
+    if (streamId === 0 || this.isIdle(streamId)) {
       this.fail(ErrorCode.PROTOCOL_ERROR, 'DATA on an idle stream');
       return;
     }
@@ -509,34 +673,40 @@ export class H2Connection {
       this.fail(ErrorCode.FLOW_CONTROL_ERROR, 'connection window exceeded');
       return;
     }
-    if (this.recvUnacked >= this.options.connectionWindowSize / 2) {
-      this.putWord(FrameType.WINDOW_UPDATE, 0, this.recvUnacked);
-      this.recvUnacked = 0;
-    }
     const data = this.unpad(flags, payload, 0);
     if (data === undefined) return;
     const stream = this.streams.get(streamId);
-    // A stream already answered or reset: its late DATA is dropped.
-    if (stream === undefined || stream.remoteEnded) return;
-    stream.recvUnacked += payload.length;
-    if (stream.recvUnacked > this.options.initialWindowSize) {
-      this.putWord(FrameType.RST_STREAM, streamId, ErrorCode.FLOW_CONTROL_ERROR);
-      this.closeStream(stream, false);
+    if (stream === undefined || stream.remoteEnded) {
+      this.release(payload.length);
+      // Half-closed (remote) or closed: STREAM_CLOSED, unless our reset is still on its way.
+      if (stream !== undefined || !this.resetLately(streamId)) this.streamError(streamId, ErrorCode.STREAM_CLOSED);
       return;
     }
-    const endStream = (flags & Flag.END_STREAM) !== 0;
-    if (!endStream && stream.recvUnacked >= this.options.initialWindowSize / 2) {
-      this.putWord(FrameType.WINDOW_UPDATE, streamId, stream.recvUnacked);
-      stream.recvUnacked = 0;
+    stream.recvUnacked += payload.length;
+    const window = this.settingsAcked ? this.options.initialWindowSize : Math.max(this.options.initialWindowSize, DEFAULT_WINDOW);
+    if (stream.recvUnacked > window) {
+      this.streamError(streamId, ErrorCode.FLOW_CONTROL_ERROR);
+      return;
+    }
+    stream.receivedLength += data.length;
+    if (stream.expectedLength >= 0 && stream.receivedLength > stream.expectedLength) {
+      this.streamError(streamId, ErrorCode.PROTOCOL_ERROR);
+      return;
     }
     if (data.length > 0 && stream.onData !== undefined) this.guard(stream, stream.onData, data);
-    if (endStream) this.endRemote(stream);
+    if ((flags & Flag.END_STREAM) !== 0) this.endRemote(stream);
   }
 
+  /** The client has ended its side: the handler hears of it, and the body it sent is released. */
   private endRemote(stream: H2Stream): void {
     if (stream.remoteEnded) return;
+    if (stream.expectedLength >= 0 && stream.receivedLength !== stream.expectedLength) {
+      this.streamError(stream.id, ErrorCode.PROTOCOL_ERROR);
+      return;
+    }
     stream.remoteEnded = true;
     if (!stream.closed && stream.onEnd !== undefined) this.guard(stream, stream.onEnd, undefined);
+    this.releaseStream(stream);
   }
 
   /** Runs a handler; one that throws costs its own stream, not the connection. */
@@ -554,11 +724,14 @@ export class H2Connection {
       this.fail(ErrorCode.PROTOCOL_ERROR, 'HEADERS on stream 0 or a server stream id');
       return;
     }
-    const fragment = this.unpad(flags, payload, (flags & Flag.PRIORITY) !== 0 ? 5 : 0);
+    const prioritized = (flags & Flag.PRIORITY) !== 0;
+    const fragment = this.unpad(flags, payload, prioritized ? 5 : 0);
     if (fragment === undefined) return;
+    // A stream may not depend on itself (RFC 9113 5.3.1): a stream error, once its block is decoded.
+    const selfDependent = prioritized && (payload.readUInt32BE((flags & Flag.PADDED) !== 0 ? 1 : 0) & MAX_WINDOW) === streamId;
     const endStream = (flags & Flag.END_STREAM) !== 0;
     if ((flags & Flag.END_HEADERS) !== 0) {
-      this.onHeaderBlock(streamId, endStream, fragment);
+      this.onHeaderBlock(streamId, endStream, selfDependent, fragment);
       return;
     }
     if (fragment.length > this.options.maxHeaderListSize * MAX_HEADER_BLOCK_FACTOR) {
@@ -566,8 +739,8 @@ export class H2Connection {
       return;
     }
     const fragments = fragment.length === 0 ? [] : [Buffer.from(fragment)];
-    this.continuing = { streamId, endStream, fragments, bytes: fragment.length, frames: 1 };
-    this.headerBlockTimer = setTimeout(this.onHeaderBlockTimeout, this.options.headerBlockTimeoutMs ?? DEFAULT_HEADER_BLOCK_TIMEOUT_MS);
+    this.continuing = { streamId, endStream, selfDependent, fragments, bytes: fragment.length, frames: 1 };
+    this.headerBlockTimer = setTimeout(this.onHeaderBlockTimeout, this.options.handshakeTimeoutMs ?? DEFAULT_HANDSHAKE_TIMEOUT_MS);
   }
 
   private readonly onHeaderBlockTimeout = (): void => {
@@ -597,10 +770,10 @@ export class H2Connection {
     if (payload.length > 0) c.fragments.push(Buffer.from(payload));
     if ((flags & Flag.END_HEADERS) === 0) return;
     this.endHeaderBlock();
-    this.onHeaderBlock(streamId, c.endStream, Buffer.concat(c.fragments, c.bytes));
+    this.onHeaderBlock(streamId, c.endStream, c.selfDependent, Buffer.concat(c.fragments, c.bytes));
   }
 
-  private onHeaderBlock(streamId: number, endStream: boolean, block: Buffer): void {
+  private onHeaderBlock(streamId: number, endStream: boolean, selfDependent: boolean, block: Buffer): void {
     let headers: string[] | undefined;
     try {
       headers = this.decoder.decode(block);
@@ -611,32 +784,58 @@ export class H2Connection {
       }
       throw err;
     }
+    // Decoded above whatever follows, so that the HPACK contexts stay in step.
     if (streamId <= this.lastStreamId) {
-      // Trailers of a request (or HEADERS for a stream already gone, decoded above to keep HPACK in step).
-      const stream = this.streams.get(streamId);
-      if (stream === undefined) return;
-      if (!endStream) {
-        this.putWord(FrameType.RST_STREAM, streamId, ErrorCode.PROTOCOL_ERROR);
-        this.closeStream(stream, false);
-        return;
-      }
-      this.endRemote(stream);
+      this.onTrailers(streamId, endStream, selfDependent, headers);
       return;
     }
     this.lastStreamId = streamId;
     if (this.goawaySent) return;
     if (headers === undefined) {
-      this.putWord(FrameType.RST_STREAM, streamId, ErrorCode.ENHANCE_YOUR_CALM);
+      this.streamError(streamId, ErrorCode.ENHANCE_YOUR_CALM, HEADER_LIST_REFUSAL_COST);
+      return;
+    }
+    if (selfDependent) {
+      this.streamError(streamId, ErrorCode.PROTOCOL_ERROR);
       return;
     }
     if (this.streams.size >= this.options.maxConcurrentStreams) {
-      this.putWord(FrameType.RST_STREAM, streamId, ErrorCode.REFUSED_STREAM);
+      this.streamError(streamId, ErrorCode.REFUSED_STREAM);
+      return;
+    }
+    const expectedLength = checkRequestHeaders(headers);
+    if (expectedLength === MALFORMED) {
+      this.streamError(streamId, ErrorCode.PROTOCOL_ERROR);
       return;
     }
     const stream = new H2Stream(streamId, this, this.peerInitialWindow);
+    stream.expectedLength = expectedLength;
     this.streams.set(streamId, stream);
+    this.streamOpened = true;
     this.guard(stream, (h: readonly string[]) => this.options.onStream(stream, h), headers);
     if (endStream) this.endRemote(stream);
+  }
+
+  /** A header block on a stream already opened: the request's trailers, or an error. */
+  private onTrailers(streamId: number, endStream: boolean, selfDependent: boolean, headers: string[] | undefined): void {
+    const stream = this.streams.get(streamId);
+    if (stream === undefined) {
+      if (this.resetLately(streamId)) return;
+      // Closed after the client ended it, or an id below one already used (RFC 9113 5.1, 5.1.1).
+      if (streamId === this.lastStreamId) this.fail(ErrorCode.STREAM_CLOSED, 'HEADERS on a closed stream');
+      else this.fail(ErrorCode.PROTOCOL_ERROR, 'HEADERS on a stream id lower than one already used');
+      return;
+    }
+    if (stream.remoteEnded) {
+      this.streamError(streamId, ErrorCode.STREAM_CLOSED);
+      return;
+    }
+    // Trailers end the stream and carry no pseudo-header fields (RFC 9113 8.1).
+    if (!endStream || selfDependent || headers === undefined || !checkTrailers(headers)) {
+      this.streamError(streamId, ErrorCode.PROTOCOL_ERROR);
+      return;
+    }
+    this.endRemote(stream);
   }
 
   private onRstStream(streamId: number, payload: Buffer): void {
@@ -644,12 +843,27 @@ export class H2Connection {
       this.fail(ErrorCode.FRAME_SIZE_ERROR, 'RST_STREAM length');
       return;
     }
-    if (streamId === 0 || streamId > this.lastStreamId) {
+    if (streamId === 0 || this.isIdle(streamId)) {
       this.fail(ErrorCode.PROTOCOL_ERROR, 'RST_STREAM on an idle stream');
       return;
     }
+    // Every reset is charged: a stream opened and reset at once is the rapid-reset attack.
+    if (!this.spend(1)) return;
     const stream = this.streams.get(streamId);
     if (stream !== undefined) this.closeStream(stream, false);
+  }
+
+  private onPriority(streamId: number, payload: Buffer): void {
+    if (streamId === 0) {
+      this.fail(ErrorCode.PROTOCOL_ERROR, 'PRIORITY on stream 0');
+      return;
+    }
+    const code =
+      payload.length !== 5 ? ErrorCode.FRAME_SIZE_ERROR : (payload.readUInt32BE(0) & MAX_WINDOW) === streamId ? ErrorCode.PROTOCOL_ERROR : ErrorCode.NO_ERROR;
+    if (code === ErrorCode.NO_ERROR) return;
+    // No RST_STREAM may name an idle stream: there the stream error becomes a connection error.
+    if (this.isIdle(streamId)) this.fail(code, 'bad PRIORITY on an idle stream');
+    else this.streamError(streamId, code);
   }
 
   private onSettings(flags: number, streamId: number, payload: Buffer): void {
@@ -659,6 +873,7 @@ export class H2Connection {
     }
     if ((flags & Flag.ACK) !== 0) {
       if (payload.length !== 0) this.fail(ErrorCode.FRAME_SIZE_ERROR, 'SETTINGS ACK with a payload');
+      else this.settingsAcked = true;
       return;
     }
     if (payload.length % 6 !== 0) {
@@ -724,15 +939,20 @@ export class H2Connection {
       this.resumeBlocked();
       return;
     }
+    if (this.isIdle(streamId)) {
+      this.fail(ErrorCode.PROTOCOL_ERROR, 'WINDOW_UPDATE on an idle stream');
+      return;
+    }
     const stream = this.streams.get(streamId);
+    // Closed: a late update is harmless.
     if (stream === undefined) return;
     if (increment === 0) {
-      this.resetStream(stream, ErrorCode.PROTOCOL_ERROR);
+      this.streamError(streamId, ErrorCode.PROTOCOL_ERROR);
       return;
     }
     stream.sendWindow += increment;
     if (stream.sendWindow > MAX_WINDOW) {
-      this.resetStream(stream, ErrorCode.FLOW_CONTROL_ERROR);
+      this.streamError(streamId, ErrorCode.FLOW_CONTROL_ERROR);
       return;
     }
     this.resume(stream);

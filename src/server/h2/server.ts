@@ -16,21 +16,27 @@ export interface H2ServerOptions extends ConnectionOptions {
   readonly maxConnectionAgeMs?: number;
   /** ... and is cut this long after that GOAWAY if streams are still open. */
   readonly maxConnectionAgeGraceMs?: number;
+  /** A connection without a stream for this long is closed with GOAWAY, ms; 0 never (default 0). */
+  readonly idleTimeoutMs?: number;
 }
 
 // Node timers hold at most 2^31-1 ms (24.8 days); a longer age is "never".
 const MAX_TIMER_MS = 2 ** 31 - 1;
+// Idle connections are looked for this often, as a share of the idle timeout (see H2Connection.checkIdle).
+const IDLE_CHECKS_PER_TIMEOUT = 4;
 
 export class H2Server {
   private readonly server: net.Server;
   private readonly connections = new Set<H2Connection>();
   private closing = false;
+  private idleSweep: NodeJS.Timeout | undefined;
 
   constructor(private readonly options: H2ServerOptions) {
     if (options.tls === undefined) {
       this.server = net.createServer(this.accept);
     } else {
-      const secure = tls.createServer({ ...options.tls, ALPNProtocols: ['h2'] });
+      const handshakeTimeout = options.handshakeTimeoutMs;
+      const secure = tls.createServer({ ...options.tls, ALPNProtocols: ['h2'], ...(handshakeTimeout === undefined ? {} : { handshakeTimeout }) });
       const san = options.clientSan;
       secure.on('secureConnection', (socket: tls.TLSSocket) => {
         // Without ALPN h2 the peer would speak HTTP/1.1 or nothing this server understands.
@@ -55,6 +61,13 @@ export class H2Server {
       this.server.once('error', onError);
       this.server.listen({ host, port, exclusive }, () => {
         this.server.off('error', onError);
+        const idleTimeoutMs = this.options.idleTimeoutMs ?? 0;
+        if (idleTimeoutMs > 0) {
+          this.idleSweep = setInterval(() => {
+            for (const connection of this.connections) connection.checkIdle();
+          }, idleTimeoutMs / IDLE_CHECKS_PER_TIMEOUT);
+          this.idleSweep.unref();
+        }
         const address = this.server.address();
         resolve(typeof address === 'object' && address !== null ? address.port : port);
       });
@@ -97,6 +110,7 @@ export class H2Server {
    */
   close(graceMs: number): Promise<void> {
     this.closing = true;
+    if (this.idleSweep !== undefined) clearInterval(this.idleSweep);
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         for (const connection of this.connections) connection.destroy();
