@@ -2,9 +2,10 @@ import fc from 'fast-check';
 import * as net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { H2Stream } from '../../src/server/h2/connection';
-import { ErrorCode, Flag, frame, FrameType, Setting, wordFrame } from '../../src/server/h2/frames';
+import { ErrorCode, Flag, frame, FrameType, Setting, settingsFrame, wordFrame } from '../../src/server/h2/frames';
+import { encodeHeaderBlock } from '../../src/server/h2/hpack';
 import { H2Server, type H2ServerOptions } from '../../src/server/h2/server';
-import { dataFrame, type Frame, headersFrame, isType, RawClient, REQUEST, RESPONSE, TRAILERS } from '../helpers/h2-raw-client';
+import { dataFrame, headersFrame, isType, RawClient, REQUEST, RESPONSE, TRAILERS } from '../helpers/h2-raw-client';
 
 /**
  * The HTTP/2 connection layer from a raw socket: the frame-level behaviour no well-behaved client
@@ -262,6 +263,100 @@ describe('the HTTP/2 connection layer', () => {
       { numRuns: 150, seed: 20261122 },
     );
     // Protocol errors are the client's; nothing may have failed inside the layer.
+    expect(internal).toEqual([]);
+    // A well-behaved client is still served.
+    const client = await RawClient.connect(port);
+    client.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('still here')));
+    await client.waitFor((f) => f.type === FrameType.HEADERS && (f.flags & Flag.END_STREAM) !== 0);
+    expect(Buffer.concat(client.frames.filter(isType(FrameType.DATA, 1)).map((f) => f.payload)).toString()).toBe('still here');
+    client.close();
+  });
+
+  it('keeps the stream state machine over any sequence of stream frames: nothing on idle streams, nothing after a stream ends, an answer or a GOAWAY', async () => {
+    // Half the streams are answered at once, half after a moment (a handler still deciding).
+    let toggle = false;
+    reply = (stream, body) => {
+      toggle = !toggle;
+      const answer = (): void => {
+        stream.respond(RESPONSE, false);
+        stream.write(body);
+        stream.end(TRAILERS);
+      };
+      if (toggle) answer();
+      else setTimeout(answer, 5);
+    };
+    const internal: unknown[] = [];
+    await start({ maxConcurrentStreams: 3, resetBurst: 20, onError: (err) => internal.push(err) });
+    const streamId = fc.constantFrom(1, 3, 5, 7, 9);
+    const malformed = encodeHeaderBlock([
+      [':method', 'POST'],
+      [':path', '/echo'],
+    ]);
+    const trailers = encodeHeaderBlock([['x-trailer', '1']]);
+    const action = fc.oneof(
+      fc.record({ kind: fc.constant('headers' as const), id: streamId, end: fc.boolean(), block: fc.constantFrom(REQUEST, malformed, trailers), split: fc.boolean(), priority: fc.constantFrom(-1, 0, 1, 3) }),
+      fc.record({ kind: fc.constant('data' as const), id: streamId, end: fc.boolean(), size: fc.constantFrom(0, 1, 100, 16_384), padded: fc.boolean() }),
+      fc.record({ kind: fc.constant('rst' as const), id: streamId, code: fc.constantFrom(ErrorCode.CANCEL, ErrorCode.NO_ERROR, 0xff) }),
+      fc.record({ kind: fc.constant('window' as const), id: fc.constantFrom(0, 1, 3, 5), increment: fc.constantFrom(0, 1, 1000, 0x7fff_ffff) }),
+      fc.record({ kind: fc.constant('priority' as const), id: streamId, dependency: fc.constantFrom(0, 1, 3), length: fc.constantFrom(5, 4) }),
+      fc.record({ kind: fc.constant('settings' as const), window: fc.constantFrom(0, 10, 65_535) }),
+    );
+    type Action = typeof action extends fc.Arbitrary<infer A> ? A : never;
+    const encode = (a: Action): Buffer[] => {
+      switch (a.kind) {
+        case 'headers': {
+          const flags = (a.end ? Flag.END_STREAM : 0) | (a.priority >= 0 ? Flag.PRIORITY : 0);
+          const head = a.priority >= 0 ? Buffer.concat([Buffer.from([0, 0, 0, a.priority === 1 ? a.id : a.priority, 16]), a.block]) : a.block;
+          if (!a.split) return [frame(FrameType.HEADERS, flags | Flag.END_HEADERS, a.id, head)];
+          const cut = head.length - 2;
+          return [frame(FrameType.HEADERS, flags, a.id, head.subarray(0, cut)), frame(FrameType.CONTINUATION, 0, a.id), frame(FrameType.CONTINUATION, Flag.END_HEADERS, a.id, head.subarray(cut))];
+        }
+        case 'data': {
+          const data = Buffer.alloc(a.size, 0x61);
+          const payload = a.padded ? Buffer.concat([Buffer.from([3]), data, Buffer.alloc(3)]) : data;
+          return [frame(FrameType.DATA, (a.end ? Flag.END_STREAM : 0) | (a.padded ? Flag.PADDED : 0), a.id, payload)];
+        }
+        case 'rst':
+          return [wordFrame(FrameType.RST_STREAM, a.id, a.code)];
+        case 'window':
+          return [wordFrame(FrameType.WINDOW_UPDATE, a.id, a.increment)];
+        case 'priority':
+          return [frame(FrameType.PRIORITY, 0, a.id, Buffer.from([0, 0, 0, a.dependency === 1 ? a.id : a.dependency, 16]).subarray(0, a.length))];
+        case 'settings':
+          return [settingsFrame([[Setting.INITIAL_WINDOW_SIZE, a.window]])];
+      }
+    };
+    await fc.assert(
+      fc.asyncProperty(fc.array(action, { minLength: 1, maxLength: 16 }), async (actions) => {
+        const client = await RawClient.connect(port);
+        const opened = new Set<number>();
+        for (const a of actions) {
+          if (a.kind === 'headers') opened.add(a.id);
+          client.send(...encode(a));
+        }
+        client.send(frame(FrameType.PING, 0, 0, Buffer.from('survived')));
+        const pong = await client.waitFor((f) => f.type === FrameType.PING && f.flags === Flag.ACK && f.payload.toString() === 'survived', 3000);
+        if (pong === undefined) expect(client.goaway()).toBeDefined();
+        else await new Promise((r) => setTimeout(r, 20));
+        const goawayAt = client.frames.findIndex((f) => f.type === FrameType.GOAWAY);
+        const ended = new Set<number>();
+        const reset = new Set<number>();
+        client.frames.forEach((f, i) => {
+          if (f.streamId === 0) return;
+          // Nothing on an idle stream (RFC 9113 5.1); only RST_STREAM on one closed without being opened.
+          if (f.type === FrameType.RST_STREAM) expect(f.streamId).toBeLessThanOrEqual(Math.max(...opened));
+          else expect(opened.has(f.streamId)).toBe(true);
+          // Nothing at all after RST_STREAM, no HEADERS or DATA after END_STREAM, nothing after a connection error.
+          expect(reset.has(f.streamId)).toBe(false);
+          if (f.type !== FrameType.RST_STREAM) expect(ended.has(f.streamId)).toBe(false);
+          if (goawayAt >= 0 && client.goaway()!.code !== ErrorCode.NO_ERROR) expect(i).toBeLessThan(goawayAt);
+          if (f.type === FrameType.RST_STREAM) reset.add(f.streamId);
+          if ((f.flags & Flag.END_STREAM) !== 0 && (f.type === FrameType.HEADERS || f.type === FrameType.DATA)) ended.add(f.streamId);
+        });
+        client.close();
+      }),
+      { numRuns: 200, seed: 20261125 },
+    );
     expect(internal).toEqual([]);
     // A well-behaved client is still served.
     const client = await RawClient.connect(port);

@@ -506,7 +506,8 @@ export class H2Connection {
   private streamError(streamId: number, code: ErrorCode, cost = 1): void {
     const stream = this.streams.get(streamId);
     if (stream !== undefined) this.resetStream(stream, code);
-    else {
+    else if (!this.resetLately(streamId)) {
+      // A stream already reset is not reset again: one RST_STREAM per stream.
       this.putWord(FrameType.RST_STREAM, streamId, code);
       this.rememberReset(streamId);
     }
