@@ -70,14 +70,19 @@ export const RESPONSE_HEADERS = encodeHeaderBlock([
   ['content-type', 'application/grpc'],
 ]);
 export const OK_TRAILERS = encodeHeaderBlock([['grpc-status', '0']]);
+// HTTP errors carry a line of text, as HTTP servers' do (HTTP/2 conformance suites expect a body).
 const METHOD_NOT_ALLOWED = encodeHeaderBlock([
   [':status', '405'],
   ['allow', 'POST'],
+  ['content-type', 'text/plain'],
 ]);
+const METHOD_NOT_ALLOWED_TEXT = Buffer.from('gRPC calls are POST requests\n');
 const UNSUPPORTED_MEDIA_TYPE = encodeHeaderBlock([
   [':status', '415'],
   ['content-type', 'text/plain'],
 ]);
+const UNSUPPORTED_MEDIA_TYPE_TEXT = Buffer.from('gRPC calls have content-type application/grpc\n');
+const NO_TRAILERS = encodeHeaderBlock([]);
 
 /** The protobufjs message types of the health service, resolved once. */
 interface Codecs {
@@ -106,6 +111,13 @@ function respondStatus(stream: H2Stream, code: number, message: string): void {
     ]),
     true,
   );
+}
+
+/** An HTTP error answer with a text body. */
+function respondText(stream: H2Stream, headers: Buffer, text: Buffer): void {
+  stream.respond(headers, false);
+  stream.write(text);
+  stream.end(NO_TRAILERS);
 }
 
 /** One framed message and OK trailers. */
@@ -233,12 +245,12 @@ export class Http2GrpcServer {
 
   private readonly onStream = (stream: H2Stream, headers: readonly string[]): void => {
     if (field(headers, ':method') !== 'POST') {
-      stream.respond(METHOD_NOT_ALLOWED, true);
+      respondText(stream, METHOD_NOT_ALLOWED, METHOD_NOT_ALLOWED_TEXT);
       return;
     }
     const contentType = field(headers, 'content-type');
     if (contentType !== 'application/grpc' && contentType !== 'application/grpc+proto' && !isGrpcContentType(contentType)) {
-      stream.respond(UNSUPPORTED_MEDIA_TYPE, true);
+      respondText(stream, UNSUPPORTED_MEDIA_TYPE, UNSUPPORTED_MEDIA_TYPE_TEXT);
       return;
     }
     const path = field(headers, ':path');

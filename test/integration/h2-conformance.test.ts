@@ -2,7 +2,11 @@ import * as net from 'node:net';
 import type { H2Stream } from '../../src/server/h2/connection';
 import { ErrorCode, Flag, frame, FrameType, Setting, settingsFrame, wordFrame } from '../../src/server/h2/frames';
 import { encodeHeaderBlock } from '../../src/server/h2/hpack';
+import { silentLogger } from '../../src/log';
 import { H2Server } from '../../src/server/h2/server';
+import { HealthState } from '../../src/server/health';
+import { Http2GrpcServer } from '../../src/server/http2-grpc-server';
+import { loadSettings } from '../../src/settings';
 import { dataFrame, headersFrame, isType, RawClient, REQUEST } from '../helpers/h2-raw-client';
 
 /**
@@ -476,5 +480,65 @@ describe('RFC 9113 / RFC 7541 conformance of the HTTP/2 layer (after h2spec)', (
       client.close();
       for (const stream of held.splice(0)) stream.reset();
     }
+  });
+});
+
+describe("the gRPC service's HTTP/2 port, as h2spec sees it (GET /, a request no gRPC client sends)", () => {
+  let server: Http2GrpcServer;
+  let port: number;
+  const decided: unknown[] = [];
+  const GET = block([
+    [':method', 'GET'],
+    [':scheme', 'http'],
+    [':path', '/'],
+    [':authority', 'localhost'],
+  ]);
+
+  beforeAll(async () => {
+    const health = new HealthState();
+    health.set('config', true);
+    const h2 = { ...loadSettings({}).h2, maxConcurrentStreams: 3 };
+    server = new Http2GrpcServer({
+      limiter: { shouldRateLimit: (request) => (decided.push(request), Promise.resolve({ overallCode: 'OK', statuses: [], responseHeaders: [] })) },
+      health,
+      settings: { grpcHost: '127.0.0.1', grpcPort: 0, grpcMaxMessageBytes: 1024, grpcTls: { enabled: false }, h2 },
+      logger: silentLogger(),
+    });
+    port = await server.start();
+  });
+
+  afterAll(() => server.stop(100));
+
+  it('answers 405 with a body, which a window of one octet lets out one octet at a time', async () => {
+    const client = await RawClient.connect(port, [[Setting.INITIAL_WINDOW_SIZE, 1]]);
+    client.send(headersFrame(1, END, GET));
+    const head = await client.waitFor(isType(FrameType.HEADERS, 1));
+    expect(client.decode(head!)).toEqual([':status', '405', 'allow', 'POST', 'content-type', 'text/plain']);
+    await client.waitFor(isType(FrameType.DATA, 1));
+    await pause(50);
+    expect(client.frames.filter(isType(FrameType.DATA, 1)).map((f) => f.payload.length)).toEqual([1]);
+    client.close();
+  });
+
+  it('refuses a stream past its concurrency limit while the answers wait on a zero window', async () => {
+    const client = await RawClient.connect(port, [[Setting.INITIAL_WINDOW_SIZE, 0]]);
+    client.send(headersFrame(1, END, GET), headersFrame(3, END, GET), headersFrame(5, END, GET), headersFrame(7, END, GET));
+    const rst = await client.waitFor(isType(FrameType.RST_STREAM, 7));
+    expect(rst?.payload.readUInt32BE(0)).toBe(ErrorCode.REFUSED_STREAM);
+    client.close();
+  });
+
+  it('refuses a malformed request before the service sees it', async () => {
+    const client = await RawClient.connect(port);
+    const call = block([
+      [':method', 'POST'],
+      [':path', '/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit'],
+      ['content-type', 'application/grpc'],
+    ]);
+    client.send(headersFrame(1, Flag.END_HEADERS, call), dataFrame(1, Buffer.from([0, 0, 0, 0, 0])));
+    const rst = await client.waitFor(isType(FrameType.RST_STREAM, 1));
+    expect(rst?.payload.readUInt32BE(0)).toBe(ErrorCode.PROTOCOL_ERROR);
+    expect(decided).toEqual([]);
+    client.close();
   });
 });
