@@ -131,6 +131,73 @@ describe('the files the reference reads', () => {
   });
 });
 
+describe("the reference's integration layout and expectations (windows of an hour or more)", () => {
+  let root: string;
+  let svc: TestService;
+  beforeAll(async () => {
+    // RUNTIME_ROOT/ratelimit/config/*.yaml, and a file beside config/ that the watched-root layout does not read.
+    root = fs.mkdtempSync(path.join(os.tmpdir(), 'slidegate-runtime-'));
+    const config = path.join(root, 'ratelimit', 'config');
+    fs.mkdirSync(config, { recursive: true });
+    fs.writeFileSync(path.join(config, 'basic.yaml'), 'domain: basic\ndescriptors:\n  - key: key1\n    rate_limit: {unit: second, requests_per_unit: 50}\n');
+    fs.writeFileSync(
+      path.join(config, 'another.yaml'),
+      'domain: another\ndescriptors:\n' +
+        '  - key: key2\n    rate_limit: {unit: hour, requests_per_unit: 20}\n' +
+        '  - key: key3\n    rate_limit: {unit: hour, requests_per_unit: 10}\n' +
+        '  - key: key4\n    rate_limit: {unit: day, requests_per_unit: 20}\n',
+    );
+    fs.writeFileSync(path.join(root, 'ratelimit', 'outside.yaml'), 'domain: outside\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 0}\n');
+    svc = await startOnRedis({ env: { CONFIG_PATH: '', RUNTIME_ROOT: root, RUNTIME_SUBDIRECTORY: 'ratelimit' } });
+  });
+  afterAll(async () => {
+    await svc?.stop();
+    fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  it('an unknown domain and a file outside the config directory limit nothing', async () => {
+    for (const domain of ['foo', 'outside']) {
+      const reply = await svc.client.shouldRateLimit(ask(domain, [['hello', 'world']]));
+      expect(reply.overallCode).toBe('OK');
+      expect(reply.statuses).toEqual([expect.objectContaining({ code: 'OK', currentLimit: null, limitRemaining: 0, durationUntilReset: null })]);
+    }
+  });
+
+  it('a first hit reports the limit and what remains', async () => {
+    const reply = await svc.client.shouldRateLimit(ask('basic', [['key1', 'foo']]));
+    expect(reply.overallCode).toBe('OK');
+    expect(reply.statuses[0]).toMatchObject({ code: 'OK', currentLimit: { requestsPerUnit: 50, unit: 'SECOND' }, limitRemaining: 49 });
+  });
+
+  it('one key counts down to its limit, then is OVER_LIMIT', async () => {
+    for (let i = 0; i < 25; i++) {
+      const reply = await svc.client.shouldRateLimit(ask('another', [['key2', 'alone']]));
+      expect(reply.overallCode).toBe(i < 20 ? 'OK' : 'OVER_LIMIT');
+      expect(reply.statuses[0]).toMatchObject({ currentLimit: { requestsPerUnit: 20, unit: 'HOUR' }, limitRemaining: i < 20 ? 19 - i : 0 });
+    }
+  });
+
+  it('two keys in one request: the smaller limit denies, and the denied request charges neither (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)', async () => {
+    for (let i = 0; i < 15; i++) {
+      const reply = await svc.client.shouldRateLimit(ask('another', [['key2', 'pair']], [['key3', 'pair']]));
+      expect(reply.overallCode).toBe(i < 10 ? 'OK' : 'OVER_LIMIT');
+      expect(reply.statuses.map((st) => st.code)).toEqual(['OK', i < 10 ? 'OK' : 'OVER_LIMIT']);
+      // key2's limit_remaining in a denied request is not the reference's (see the README's Migrating section).
+      if (i < 10) expect(reply.statuses.map((st) => st.limitRemaining)).toEqual([19 - i, 9 - i]);
+      else expect(reply.statuses[1].limitRemaining).toBe(0);
+    }
+    // Nothing the denied requests carried was charged: key2 has 10 of its 20 left.
+    expect((await svc.client.shouldRateLimit(ask('another', [['key2', 'pair']]))).statuses[0].limitRemaining).toBe(9);
+  });
+
+  it('duration_until_reset counts down between two hits', async () => {
+    const first = await svc.client.shouldRateLimit(ask('another', [['key4', 'durTest']]));
+    await new Promise((r) => setTimeout(r, 1_100));
+    const second = await svc.client.shouldRateLimit(ask('another', [['key4', 'durTest']]));
+    expect(second.statuses[0].durationUntilReset!.seconds).toBeLessThan(first.statuses[0].durationUntilReset!.seconds);
+  });
+});
+
 describe('share_threshold on the wire', () => {
   it('values matching the pattern share one counter; without it each value has its own', async () => {
     const svc = await startOnRedis({
