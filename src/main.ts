@@ -4,7 +4,9 @@ import { ConfigSource, configSourceOptions } from './config/source';
 import { RateLimiter } from './limiter/rate-limiter';
 import { createLogger, type Logger } from './log';
 import { createMetrics, instrumentDecider, type Metrics } from './metrics';
+import { createMetricSinks, registryExposition } from './metric-sinks';
 import { DebugServer } from './server/debug-server';
+import { PrometheusServer } from './server/prometheus-server';
 import { Http2GrpcServer } from './server/http2-grpc-server';
 import { HttpServer } from './server/http-server';
 import { HealthState, watchStoreHealth } from './server/health';
@@ -32,6 +34,8 @@ export interface Service {
   /** The bound ports of the HTTP (/healthcheck, /json, /metrics) and debug (/rlconfig) servers. */
   readonly httpPort: number;
   readonly debugPort: number;
+  /** The bound port of the USE_PROMETHEUS listener (PROMETHEUS_ADDR); undefined without it. */
+  readonly prometheusPort?: number;
   readonly metrics: Metrics;
   readonly health: HealthState;
   readonly limiter: RateLimiter;
@@ -55,12 +59,11 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   const health = new HealthState();
   // statsd send errors repeat on every flush while the agent is down: one warning is enough.
   let statsdWarned = false;
-  const metrics = createMetrics(settings, {
-    onStatsdError: (err) => {
-      if (!statsdWarned) logger.warn({ err: errorText(err) }, 'statsd send failed; metrics keep being dropped while it fails');
-      statsdWarned = true;
-    },
+  const sinks = createMetricSinks(settings, (err) => {
+    if (!statsdWarned) logger.warn({ err: errorText(err) }, 'statsd send failed; metrics keep being dropped while it fails');
+    statsdWarned = true;
   });
+  const metrics = createMetrics(settings, { statsd: sinks.statsd });
 
   const sourceOptions = configSourceOptions(settings);
   const configPath = sourceOptions.path;
@@ -116,7 +119,15 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   // Both edges share one timed, error-counting view of the limiter.
   const decider = instrumentDecider(limiter, metrics);
   // Under WORKERS > 1 every scrape answers for all workers (see workers.ts).
-  const exposition = settings.usePrometheus ? (clusterMetrics(metrics.registry) ?? metrics) : undefined;
+  const exposition = settings.disableStats ? undefined : (clusterMetrics(metrics.registry) ?? metrics);
+  const prometheusServer =
+    sinks.prometheus === undefined
+      ? undefined
+      : new PrometheusServer({
+          ...settings.prometheus,
+          metrics: clusterMetrics(sinks.prometheus.registry, 'prometheus') ?? registryExposition(sinks.prometheus.registry),
+          logger,
+        });
 
   const grpcOptions = { limiter: decider, health, settings, logger };
   // grpc-js is loaded only when it serves: the default transport does without it (less heap to mark).
@@ -149,12 +160,14 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   let grpcPort: number;
   let httpPort: number;
   let debugPort: number;
+  let prometheusPort: number | undefined;
   try {
     grpcPort = await grpcServer.start();
     httpPort = await httpServer.start();
     debugPort = await debugServer.start();
+    prometheusPort = await prometheusServer?.start();
   } catch (err) {
-    await Promise.all([grpcServer.stop(0), httpServer.close(0), debugServer.close(0)]);
+    await Promise.all([grpcServer.stop(0), httpServer.close(0), debugServer.close(0), prometheusServer?.close(0)]);
     stopStoreWatch();
     configSource.close();
     await store.close();
@@ -163,14 +176,15 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   }
   const grpcWhere = settings.grpcUds !== undefined ? { socket: settings.grpcUds } : { host: settings.grpcHost, port: grpcPort };
   logger.info({ ...grpcWhere, store: store.name }, 'gRPC listening');
-  logger.info({ http: `${settings.httpHost}:${httpPort}`, debug: `${settings.debugHost}:${debugPort}` }, 'HTTP listening');
+  const prometheusWhere = prometheusPort === undefined ? {} : { prometheus: `${settings.prometheus.host ?? ''}:${prometheusPort}${settings.prometheus.path}` };
+  logger.info({ http: `${settings.httpHost}:${httpPort}`, debug: `${settings.debugHost}:${debugPort}`, ...prometheusWhere }, 'HTTP listening');
 
   let closing: Promise<void> | undefined;
   const close = (): Promise<void> =>
     (closing ??= (async () => {
       health.beginShutdown();
       const grace = settings.shutdownGraceMs;
-      await Promise.all([grpcServer.stop(grace), httpServer.close(grace), debugServer.close(grace)]);
+      await Promise.all([grpcServer.stop(grace), httpServer.close(grace), debugServer.close(grace), prometheusServer?.close(grace)]);
       stopStoreWatch();
       configSource.close();
       await store.close();
@@ -178,7 +192,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
       logger.info('stopped');
     })());
 
-  return { settings, logger, grpcPort, httpPort, debugPort, metrics, health, limiter, configSource, store, close };
+  return { settings, logger, grpcPort, httpPort, debugPort, prometheusPort, metrics, health, limiter, configSource, store, close };
 }
 
 /** Settings as logged: secrets (REDIS_AUTH, a password inside REDIS_URL) replaced by "***". */

@@ -1,5 +1,4 @@
 import { performance } from 'node:perf_hooks';
-import { StatsD } from 'hot-shots';
 import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
 import { NotReadyError, StoreUnavailableError } from './errors';
 import type { RateLimitDecider, RateLimitRequest, RateLimitResponse } from './limiter/types';
@@ -350,35 +349,12 @@ export class Metrics {
   }
 }
 
-/**
- * A statsd client for USE_STATSD: UDP to STATSD_HOST:STATSD_PORT, lines batched into datagrams and
- * flushed every second so the request path only appends to a buffer. Send errors are dropped
- * (`onError` hears them): metrics must never fail a request.
- */
-export function createStatsdClient(options: { host: string; port: number; onError?: (error: Error) => void }): StatsdSink {
-  return new StatsD({
-    host: options.host,
-    port: options.port,
-    protocol: 'udp',
-    cacheDns: true,
-    maxBufferSize: 1400,
-    bufferFlushInterval: 1000,
-    errorHandler: options.onError ?? (() => undefined),
-  });
-}
-
-/** The service's metrics from its settings (statsd client only when USE_STATSD). */
+/** The service's metrics; `statsd` receives the statsd-named counters and timings (src/metric-sinks.ts). */
 export function createMetrics(
-  settings: Pick<Settings, 'backendType' | 'useStatsd' | 'statsdHost' | 'statsdPort'>,
-  options: { onStatsdError?: (error: Error) => void; defaultMetrics?: boolean } = {},
+  settings: Pick<Settings, 'backendType'>,
+  options: { statsd?: StatsdSink; defaultMetrics?: boolean } = {},
 ): Metrics {
-  return new Metrics({
-    storeName: settings.backendType,
-    defaultMetrics: options.defaultMetrics,
-    statsd: settings.useStatsd
-      ? createStatsdClient({ host: settings.statsdHost, port: settings.statsdPort, onError: options.onStatsdError })
-      : undefined,
-  });
+  return new Metrics({ storeName: settings.backendType, defaultMetrics: options.defaultMetrics, statsd: options.statsd });
 }
 
 /**

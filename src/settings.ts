@@ -220,10 +220,29 @@ export interface Settings {
     /** Also/instead send the IETF draft `RateLimit-Policy` and `RateLimit` fields. */
     readonly draftEnabled: boolean;
   };
+  /** statsd over TCP to STATSD_HOST:STATSD_PORT, as the reference (USE_STATSD, default true). */
   readonly useStatsd: boolean;
+  /** DogStatsD over UDP to the same address, EXTRA_TAGS as tags; replaces plain statsd. */
+  readonly useDogStatsd: boolean;
   readonly statsdHost: string;
   readonly statsdPort: number;
+  /** EXTRA_TAGS (`k:v,k2:v2`): on every statsd name, DogStatsD tag and mapped Prometheus series. */
+  readonly extraTags: Readonly<Record<string, string>>;
+  /** How often summed statsd counters are sent (STATS_FLUSH_INTERVAL). */
+  readonly statsFlushIntervalMs: number;
+  /** DISABLE_STATS: no statsd, no Prometheus listener, no /metrics. */
+  readonly disableStats: boolean;
+  /** USE_PROMETHEUS: the reference's names and labels on their own listener (PROMETHEUS_ADDR, PROMETHEUS_PATH). */
   readonly usePrometheus: boolean;
+  readonly prometheus: {
+    /** Undefined: every interface (PROMETHEUS_ADDR=":9090"). */
+    readonly host?: string;
+    readonly port: number;
+    readonly path: string;
+    /** A statsd_exporter mapping file; the built-in reference mapping when absent. */
+    readonly mapperYamlPath?: string;
+    readonly responseTimeInMilliseconds: boolean;
+  };
   /** Worker processes sharing the gRPC port (redis backend only; default: one per core with redis, 1 with memory). */
   readonly workers: number;
   /** Calls each process makes to itself at start, before it takes traffic (src/warm-up.ts); 0: none. */
@@ -350,10 +369,20 @@ export function loadSettings(env: Env = process.env): Settings {
       resetHeader: header('LIMIT_RESET_HEADER', 'RateLimit-Reset'),
       draftEnabled: bool(env, 'LIMIT_DRAFT_HEADERS_ENABLED', false),
     }),
-    useStatsd: bool(env, 'USE_STATSD', false),
+    useStatsd: bool(env, 'USE_STATSD', true),
+    useDogStatsd: bool(env, 'USE_DOG_STATSD', false),
     statsdHost: str(env, 'STATSD_HOST', 'localhost'),
     statsdPort: port(env, 'STATSD_PORT', 8125),
-    usePrometheus: bool(env, 'USE_PROMETHEUS', true),
+    extraTags: extraTags(env),
+    statsFlushIntervalMs: positive('STATS_FLUSH_INTERVAL', duration(env, 'STATS_FLUSH_INTERVAL', 10_000)),
+    disableStats: bool(env, 'DISABLE_STATS', false),
+    usePrometheus: bool(env, 'USE_PROMETHEUS', false),
+    prometheus: Object.freeze({
+      ...listenAddress(env, 'PROMETHEUS_ADDR', ':9090'),
+      path: str(env, 'PROMETHEUS_PATH', '/metrics'),
+      mapperYamlPath: optional(env, 'PROMETHEUS_MAPPER_YAML'),
+      responseTimeInMilliseconds: bool(env, 'PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS', false),
+    }),
     workers,
     warmUpCalls: int(env, 'WARM_UP_CALLS', 10_000, 0, 10_000_000),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 5_000, 0, 600_000),
@@ -368,4 +397,33 @@ function denialCacheMaxKeys(env: Env): number {
   if (optional(env, 'LOCAL_DENIAL_CACHE_MAX_KEYS') !== undefined) return int(env, 'LOCAL_DENIAL_CACHE_MAX_KEYS', 100_000, 0, 1e9);
   const bytes = int(env, 'LOCAL_CACHE_SIZE_IN_BYTES', -1, 0, 2 ** 40);
   return bytes < 0 ? 100_000 : Math.floor(bytes / DENIAL_CACHE_ENTRY_BYTES);
+}
+
+/** EXTRA_TAGS as the reference reads it: `key:value` pairs separated by commas. */
+function extraTags(env: Env): Record<string, string> {
+  const tags: Record<string, string> = {};
+  const v = optional(env, 'EXTRA_TAGS');
+  if (v === undefined) return Object.freeze(tags);
+  for (const pair of v.split(',')) {
+    const i = pair.indexOf(':');
+    const key = pair.slice(0, i).trim();
+    if (i <= 0 || !/^[a-zA-Z_][a-zA-Z0-9_]*$/.test(key)) throw new SettingsError('EXTRA_TAGS', `expected name:value pairs separated by commas, got "${pair}"`);
+    tags[key] = pair.slice(i + 1).trim();
+  }
+  return Object.freeze(tags);
+}
+
+/** A Go listen address: `host:port`, `[v6]:port` or `:port` (every interface). */
+function listenAddress(env: Env, name: string, fallback: string): { host?: string; port: number } {
+  const v = str(env, name, fallback).trim();
+  const m = /^(?:\[([^\]]*)\]|([^:]*)):(\d{1,5})$/.exec(v);
+  const portNumber = m === null ? NaN : Number(m[3]);
+  if (m === null || portNumber > 65535) throw new SettingsError(name, `expected host:port or :port, got "${v}"`);
+  const host = m[1] ?? m[2];
+  return host === '' ? { port: portNumber } : { host, port: portNumber };
+}
+
+function positive(name: string, ms: number): number {
+  if (ms <= 0) throw new SettingsError(name, 'must be above 0');
+  return ms;
 }

@@ -45,6 +45,8 @@ type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
 interface IdMessage {
   readonly type: string;
   readonly id: number;
+  /** Which registry (clusterMetrics' `name`): the service's own, or USE_PROMETHEUS's mapped one. */
+  readonly registry?: string;
 }
 
 interface SeriesMessage extends IdMessage {
@@ -68,7 +70,7 @@ const errorMessage = (err: unknown): string => (err instanceof Error ? err.messa
  * exposition of every worker summed (what /metrics should serve). Undefined outside a cluster,
  * where the registry speaks for the whole process.
  */
-export function clusterMetrics(registry: Registry): MetricsExposition | undefined {
+export function clusterMetrics(registry: Registry, name = 'service'): MetricsExposition | undefined {
   if (!cluster.isWorker) return undefined;
   const send = (message: IdMessage & Record<string, unknown>): void => {
     process.send?.(message);
@@ -76,13 +78,13 @@ export function clusterMetrics(registry: Registry): MetricsExposition | undefine
   const pending = new Map<number, (reply: ReplyMessage) => void>();
   let nextId = 0;
   process.on('message', (message: unknown) => {
-    if (isMessage(message, METRICS_COLLECT)) {
+    if (isMessage(message, METRICS_COLLECT) && (message.registry ?? 'service') === name) {
       const id = message.id;
       registry.getMetricsAsJSON().then(
         (metrics) => send({ type: METRICS_SERIES, id, metrics }),
         (err: unknown) => send({ type: METRICS_SERIES, id, error: errorMessage(err) }),
       );
-    } else if (isMessage(message, METRICS_REPLY)) {
+    } else if (isMessage(message, METRICS_REPLY) && (message.registry ?? 'service') === name) {
       pending.get(message.id)?.(message as ReplyMessage);
     }
   });
@@ -99,7 +101,7 @@ export function clusterMetrics(registry: Registry): MetricsExposition | undefine
           else reject(new Error(`cannot gather the workers' metrics: ${reply.error ?? 'no text'}`));
         };
         pending.set(id, settle);
-        send({ type: METRICS_REQUEST, id });
+        send({ type: METRICS_REQUEST, id, registry: name });
       }),
   };
 }
@@ -111,7 +113,7 @@ let nextCollection = 0;
  * with part of the service) when a worker does not answer in time: a sum that drops a worker would
  * look like a counter reset to Prometheus.
  */
-function gatherMetrics(workers: readonly Worker[]): Promise<string> {
+function gatherMetrics(workers: readonly Worker[], registry: string): Promise<string> {
   const id = nextCollection++;
   return new Promise<MetricsJson[]>((resolve, reject) => {
     const series: MetricsJson[] = [];
@@ -134,7 +136,7 @@ function gatherMetrics(workers: readonly Worker[]): Promise<string> {
       };
       listeners.set(worker, listener);
       worker.on('message', listener);
-      worker.send({ type: METRICS_COLLECT, id });
+      worker.send({ type: METRICS_COLLECT, id, registry });
     }
     if (workers.length === 0) done();
   }).then((series) => AggregatorRegistry.aggregate(series).metrics());
@@ -161,12 +163,12 @@ export function superviseWorkers(options: SupervisorOptions): void {
   let exitCode = 0;
   // Consecutive crashes shortly after start back off, so a crash loop does not burn a core.
   let recentCrashes = 0;
-  const answerMetrics = (worker: Worker, id: number): void => {
+  const answerMetrics = (worker: Worker, id: number, registry: string): void => {
     const reply = (answer: Omit<ReplyMessage, 'type' | 'id'>): void => {
-      if (worker.isConnected()) worker.send({ type: METRICS_REPLY, id, ...answer });
+      if (worker.isConnected()) worker.send({ type: METRICS_REPLY, id, registry, ...answer });
     };
     const serving = [...live].filter((w) => ready.has(w) && w.isConnected());
-    gatherMetrics(serving).then(
+    gatherMetrics(serving, registry).then(
       (text) => reply({ text }),
       (err: unknown) => reply({ error: errorMessage(err) }),
     );
@@ -178,7 +180,7 @@ export function superviseWorkers(options: SupervisorOptions): void {
     const forkedAt = Date.now();
     worker.on('message', (message: unknown) => {
       if (message === WORKER_READY) ready.add(worker);
-      else if (isMessage(message, METRICS_REQUEST)) answerMetrics(worker, message.id);
+      else if (isMessage(message, METRICS_REQUEST)) answerMetrics(worker, message.id, message.registry ?? 'service');
     });
     worker.once('exit', (code, signal) => {
       live.delete(worker);

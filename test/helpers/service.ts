@@ -50,6 +50,8 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     BACKEND_TYPE: 'memory',
     ...LOOPBACK_ANY_PORT,
     SHUTDOWN_GRACE_MS: '2000',
+    // No statsd agent listens in tests; the statsd tests turn it on with their own.
+    USE_STATSD: 'false',
     // Every test service warms up, briefly: the path runs everywhere without slowing the suite.
     WARM_UP_CALLS: '1000',
     ...options.env,

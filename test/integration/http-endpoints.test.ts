@@ -195,8 +195,8 @@ describe('GET /metrics', () => {
     expect(reply.text).toContain('process_cpu_user_seconds_total');
   });
 
-  it('is not served when USE_PROMETHEUS is false', async () => {
-    const quiet = await startTestService({ config: { 'edge.yaml': EDGE }, env: { USE_PROMETHEUS: 'false' } });
+  it('is not served when DISABLE_STATS is true', async () => {
+    const quiet = await startTestService({ config: { 'edge.yaml': EDGE }, env: { DISABLE_STATS: 'true' } });
     try {
       expect((await http(quiet.service.httpPort, '/metrics')).status).toBe(404);
     } finally {

@@ -43,8 +43,11 @@ describe('loadSettings defaults', () => {
       cacheKeyPrefix: '',
       storeTimeoutMs: 10,
       storeFailurePolicy: 'error',
-      useStatsd: false,
-      usePrometheus: true,
+      useStatsd: true,
+      useDogStatsd: false,
+      statsFlushIntervalMs: 10_000,
+      disableStats: false,
+      usePrometheus: false,
       workers: 1,
       shutdownGraceMs: 5000,
       warmUpCalls: 10000,
@@ -174,6 +177,32 @@ describe('loadSettings with the reference server variable names', () => {
     );
   });
 
+  it('reads the statsd and Prometheus settings as the reference', () => {
+    const d = loadSettings({});
+    expect(d.prometheus).toEqual({ port: 9090, path: '/metrics', responseTimeInMilliseconds: false });
+    expect(d.extraTags).toEqual({});
+    const s = loadSettings({
+      EXTRA_TAGS: 'app:ratelimit, zone:eu-1',
+      PROMETHEUS_ADDR: '127.0.0.1:19001',
+      PROMETHEUS_PATH: '/stats/prometheus',
+      PROMETHEUS_MAPPER_YAML: '/etc/statsd-exporter/conf.yaml',
+      PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS: 'true',
+      STATS_FLUSH_INTERVAL: '1s',
+      USE_DOG_STATSD: 'true',
+      DISABLE_STATS: 'true',
+    });
+    expect(s.extraTags).toEqual({ app: 'ratelimit', zone: 'eu-1' });
+    expect(s.prometheus).toEqual({
+      host: '127.0.0.1',
+      port: 19001,
+      path: '/stats/prometheus',
+      mapperYamlPath: '/etc/statsd-exporter/conf.yaml',
+      responseTimeInMilliseconds: true,
+    });
+    expect([s.statsFlushIntervalMs, s.useDogStatsd, s.disableStats]).toEqual([1000, true, true]);
+    expect(loadSettings({ PROMETHEUS_ADDR: '[::1]:9090' }).prometheus).toMatchObject({ host: '::1', port: 9090 });
+  });
+
   it('treats an empty variable as unset', () => {
     expect(loadSettings({ GRPC_PORT: '', LOG_LEVEL: '' })).toMatchObject({ grpcPort: 8081, logLevel: 'warn' });
   });
@@ -200,6 +229,14 @@ describe('loadSettings rejects invalid values, naming the variable', () => {
     ['GRPC_MAX_CONNECTION_AGE', { GRPC_MAX_CONNECTION_AGE: '24' }],
     ['GRPC_MAX_CONNECTION_AGE_GRACE', { GRPC_MAX_CONNECTION_AGE_GRACE: '1 hour' }],
     ['REDIS_TIMEOUT', { REDIS_TIMEOUT: '10s5' }],
+    ['EXTRA_TAGS', { EXTRA_TAGS: 'novalue' }],
+    ['EXTRA_TAGS', { EXTRA_TAGS: 'bad-name:x' }],
+    ['PROMETHEUS_ADDR', { PROMETHEUS_ADDR: '9090' }],
+    ['PROMETHEUS_ADDR', { PROMETHEUS_ADDR: ':99999' }],
+    ['STATS_FLUSH_INTERVAL', { STATS_FLUSH_INTERVAL: 'often' }],
+    ['STATS_FLUSH_INTERVAL', { STATS_FLUSH_INTERVAL: '0' }],
+    ['USE_DOG_STATSD', { USE_DOG_STATSD: 'yes' }],
+    ['DISABLE_STATS', { DISABLE_STATS: 'yes' }],
     ['GRPC_CLIENT_TLS_SAN', { GRPC_TRANSPORT: 'grpc-js', GRPC_CLIENT_TLS_SAN: 'envoy.mesh' }],
     ['LOCAL_CACHE_SIZE_IN_BYTES', { LOCAL_CACHE_SIZE_IN_BYTES: 'big' }],
     ['RUNTIME_IGNOREDOTFILES', { RUNTIME_IGNOREDOTFILES: 'yes' }],

@@ -1,0 +1,97 @@
+import { StatsD } from 'hot-shots';
+import type { StatsdSink } from './metrics';
+
+/**
+ * Where the service's statsd-named metrics go, as the reference sends them:
+ * - USE_STATSD (default on): plain statsd over TCP to STATSD_HOST:STATSD_PORT; EXTRA_TAGS are part of
+ *   each name as the reference's stats library writes them (`name.__key=value`, keys sorted);
+ * - USE_DOG_STATSD: DogStatsD over UDP to the same address, EXTRA_TAGS as `|#key:value` tags;
+ * - USE_PROMETHEUS: the mapped registry (src/mapped-metrics.ts), beside either.
+ * Counters are summed in the process and sent every STATS_FLUSH_INTERVAL, as the reference's
+ * stats library does, so the request path only adds to a number; timings are sent as they come.
+ * Send errors never reach a request (`onError` hears them).
+ */
+
+export interface StatsdOptions {
+  readonly host: string;
+  readonly port: number;
+  /** DogStatsD (UDP, tags) rather than plain statsd (TCP, tags in the name). */
+  readonly dogStatsd: boolean;
+  readonly extraTags: Readonly<Record<string, string>>;
+  readonly flushIntervalMs: number;
+  readonly onError?: (error: Error) => void;
+}
+
+/** The statsd or DogStatsD client of the settings, with counters summed between flushes. */
+export function createStatsdSink(options: StatsdOptions): StatsdSink {
+  const tags = Object.entries(options.extraTags).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const client = new StatsD({
+    host: options.host,
+    port: options.port,
+    protocol: options.dogStatsd ? 'udp' : 'tcp',
+    cacheDns: true,
+    maxBufferSize: 1400,
+    // Summed counters arrive once per interval; timings may wait up to a second.
+    bufferFlushInterval: 1000,
+    ...(options.dogStatsd ? { globalTags: Object.fromEntries(tags) } : {}),
+    errorHandler: options.onError ?? (() => undefined),
+  });
+  const suffix = options.dogStatsd ? '' : tags.map(([k, v]) => `.__${k}=${v}`).join('');
+  return new SummingStatsdSink(client, suffix, options.flushIntervalMs);
+}
+
+/** Sums counter increments per name and sends each sum once per interval; timings pass through. */
+export class SummingStatsdSink implements StatsdSink {
+  private readonly sums = new Map<string, number>();
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    private readonly client: StatsdSink,
+    private readonly nameSuffix: string,
+    flushIntervalMs: number,
+  ) {
+    this.timer = setInterval(() => this.flush(), flushIntervalMs);
+    this.timer.unref();
+  }
+
+  increment(stat: string, value: number): void {
+    this.sums.set(stat, (this.sums.get(stat) ?? 0) + value);
+  }
+
+  timing(stat: string, milliseconds: number): void {
+    this.client.timing(stat + this.nameSuffix, milliseconds);
+  }
+
+  /** Sends every sum gathered since the last flush. */
+  flush(): void {
+    // Names stay in the map (as many as the metrics keep series): the next interval adds without allocating.
+    for (const [stat, sum] of this.sums) {
+      if (sum === 0) continue;
+      this.client.increment(stat + this.nameSuffix, sum);
+      this.sums.set(stat, 0);
+    }
+  }
+
+  close(callback?: (error?: Error) => void): void {
+    clearInterval(this.timer);
+    this.flush();
+    this.client.close(callback);
+  }
+}
+
+/** Every sink at once (statsd and the mapped Prometheus registry). */
+export function fanOut(sinks: readonly StatsdSink[]): StatsdSink | undefined {
+  if (sinks.length <= 1) return sinks[0];
+  return {
+    increment: (stat, value) => {
+      for (const s of sinks) s.increment(stat, value);
+    },
+    timing: (stat, ms) => {
+      for (const s of sinks) s.timing(stat, ms);
+    },
+    close: (callback) => {
+      let left = sinks.length;
+      for (const s of sinks) s.close(() => --left === 0 && callback?.());
+    },
+  };
+}
