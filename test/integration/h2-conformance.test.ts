@@ -38,6 +38,31 @@ const BODY = 'the answer, in more than one byte';
 const X_TEST = Buffer.concat([Buffer.from([0x00, 0x06]), Buffer.from('x-test')]);
 const END = Flag.END_HEADERS | Flag.END_STREAM;
 
+// The field representations of RFC 7541 section 6, each in a request: ":method", ":scheme" and
+// ":path" indexed, then ":authority" or a new field in the representation named. "test" in
+// Huffman code is 0x49 0x50 0x9f.
+const PREFIX = Buffer.from([0x83, 0x86, 0x84]);
+const HUFFMAN_TEST = Buffer.from([0x83, 0x49, 0x50, 0x9f]);
+const literal = (text: string): Buffer => Buffer.concat([Buffer.from([text.length]), Buffer.from(text, 'latin1')]);
+const rep = (...parts: Buffer[]): Buffer => Buffer.concat([PREFIX, ...parts]);
+const HPACK_REPRESENTATIONS: ReadonlyArray<readonly [string, string, Buffer]> = [
+  ['generic/5/1', 'indexed fields only', Buffer.from([0x83, 0x86, 0x84, 0x81])],
+  ['generic/5/2', 'incremental indexing, indexed name', rep(Buffer.from([0x41]), literal('localhost'))],
+  ['generic/5/3', 'incremental indexing, indexed name, Huffman value', rep(Buffer.from([0x41]), HUFFMAN_TEST)],
+  ['generic/5/4', 'incremental indexing, new name', rep(Buffer.from([0x40]), literal('x-test'), literal('test'))],
+  ['generic/5/5', 'incremental indexing, new name, Huffman', rep(Buffer.from([0x40]), HUFFMAN_TEST, HUFFMAN_TEST)],
+  ['generic/5/6', 'without indexing, indexed name', rep(Buffer.from([0x01]), literal('localhost'))],
+  ['generic/5/7', 'without indexing, indexed name, Huffman value', rep(Buffer.from([0x01]), HUFFMAN_TEST)],
+  ['generic/5/8', 'without indexing, new name', rep(Buffer.from([0x00]), literal('x-test'), literal('test'))],
+  ['generic/5/9', 'without indexing, new name, Huffman', rep(Buffer.from([0x00]), HUFFMAN_TEST, HUFFMAN_TEST)],
+  ['generic/5/10', 'never indexed, indexed name', rep(Buffer.from([0x11]), literal('localhost'))],
+  ['generic/5/11', 'never indexed, indexed name, Huffman value', rep(Buffer.from([0x11]), HUFFMAN_TEST)],
+  ['generic/5/12', 'never indexed, new name', rep(Buffer.from([0x10]), literal('x-test'), literal('test'))],
+  ['generic/5/13', 'never indexed, new name, Huffman', rep(Buffer.from([0x10]), HUFFMAN_TEST, HUFFMAN_TEST)],
+  ['generic/5/14', 'a table size update first', Buffer.concat([Buffer.from([0x3f, 0xe1, 0x1f]), PREFIX, Buffer.from([0x81])])],
+  ['generic/5/15', 'two table size updates first', Buffer.concat([Buffer.from([0x20, 0x3f, 0xe1, 0x1f]), PREFIX, Buffer.from([0x81])])],
+];
+
 type Expectation =
   | { readonly connectionError: ErrorCode }
   | { readonly streamError: ErrorCode; readonly streamId: number }
@@ -397,6 +422,32 @@ const CASES: Case[] = [
   { id: 'generic/3.2/2', does: 'padded HEADERS', send: (c) => c.send(frame(FrameType.HEADERS, END | Flag.PADDED, 1, padded(8, REQUEST))), expect: { response: 1 } },
   { id: 'generic/3.2/3', does: 'HEADERS with priority', send: (c) => c.send(frame(FrameType.HEADERS, END | Flag.PRIORITY, 1, Buffer.concat([priority(0, 255), REQUEST]))), expect: { response: 1 } },
   { id: 'generic/4/4', does: 'a POST with trailers', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('body'), 0), headersFrame(1, END, block([['x-trailer', 'yes']]))), expect: { response: 1 } },
+  { id: 'generic/1/1', does: 'the preface and SETTINGS of a client', send: () => undefined, expect: { accepted: true } },
+  { id: 'generic/3.10/1', does: 'HEADERS and one CONTINUATION', send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST.subarray(0, 5)), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST.subarray(5))), expect: { response: 1 } },
+  {
+    id: 'generic/3.10/2',
+    does: 'HEADERS and several CONTINUATIONs, one empty',
+    send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST.subarray(0, 5)), frame(FrameType.CONTINUATION, 0, 1), frame(FrameType.CONTINUATION, 0, 1, REQUEST.subarray(5, 9)), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST.subarray(9))),
+    expect: { response: 1 },
+  },
+  { id: 'generic/3.1/1', does: 'one DATA', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('body'))), expect: { response: 1 } },
+  { id: 'generic/3.1/2', does: 'several DATA', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('bo'), 0), dataFrame(1, Buffer.alloc(0), 0), dataFrame(1, Buffer.from('dy'))), expect: { response: 1 } },
+  { id: 'generic/3.2/1', does: 'one HEADERS', send: (c) => c.send(headersFrame(1)), expect: { response: 1 } },
+  { id: 'generic/3.3/1', does: 'PRIORITY of weight 1, then the request', send: (c) => c.send(frame(FrameType.PRIORITY, 0, 1, priority(0, 0)), headersFrame(1)), expect: { response: 1 } },
+  { id: 'generic/3.3/2', does: 'PRIORITY of weight 256, then the request', send: (c) => c.send(frame(FrameType.PRIORITY, 0, 1, priority(0, 255)), headersFrame(1)), expect: { response: 1 } },
+  { id: 'generic/3.3/3', does: 'PRIORITY with a dependency, then the request', send: (c) => c.send(frame(FrameType.PRIORITY, 0, 3, priority(1)), headersFrame(1)), expect: { response: 1 } },
+  { id: 'generic/3.3/4', does: 'PRIORITY exclusive, then the request', send: (c) => c.send(frame(FrameType.PRIORITY, 0, 1, priority(0x8000_0000)), headersFrame(1)), expect: { response: 1 } },
+  { id: 'generic/3.3/5', does: 'PRIORITY on an idle stream, then the request on a lower one', send: (c) => c.send(frame(FrameType.PRIORITY, 0, 3, priority(0)), headersFrame(1)), expect: { response: 1 } },
+  { id: 'generic/3.4/1', does: 'RST_STREAM of an open stream', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL)), expect: { accepted: true } },
+  { id: 'generic/3.5/1', does: 'SETTINGS with values', send: (c) => c.send(settingsFrame([[Setting.HEADER_TABLE_SIZE, 4096], [Setting.MAX_FRAME_SIZE, 32_768]])), expect: { accepted: true } },
+  { id: 'generic/3.7/1', does: 'PING', send: (c) => c.send(frame(FrameType.PING, 0, 0, Buffer.from('generic!'))), expect: { accepted: true } },
+  { id: 'generic/3.8/1', does: 'GOAWAY NO_ERROR', send: (c) => c.send(frame(FrameType.GOAWAY, 0, 0, Buffer.concat([Buffer.alloc(8), Buffer.from('bye')]))), expect: { goingAway: true } },
+  { id: 'generic/3.9/1', does: 'WINDOW_UPDATE on the connection', send: (c) => c.send(wordFrame(FrameType.WINDOW_UPDATE, 0, 1)), expect: { accepted: true } },
+  { id: 'generic/3.9/2', does: 'WINDOW_UPDATE on a stream', send: (c) => c.send(headersFrame(1), wordFrame(FrameType.WINDOW_UPDATE, 1, 1)), expect: { response: 1 } },
+  { id: 'generic/4/1', does: 'a GET', send: (c) => c.send(headersFrame(1, END, block(BASE.map(([n, v]) => [n, n === ':method' ? 'GET' : v])))), expect: { response: 1 } },
+  { id: 'generic/4/2', does: 'a HEAD', send: (c) => c.send(headersFrame(1, END, block(BASE.map(([n, v]) => [n, n === ':method' ? 'HEAD' : v])))), expect: { response: 1 } },
+  { id: 'generic/4/3', does: 'a POST', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('posted'))), expect: { response: 1 } },
+  ...HPACK_REPRESENTATIONS.map(([id, does, fields]): Case => ({ id, does, send: (c) => c.send(headersFrame(1, END, fields)), expect: { response: 1 } })),
   { id: 'generic/4/x', does: 'a request with a matching content-length', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS, with_([['content-length', '4']])), dataFrame(1, Buffer.from('body'))), expect: { response: 1 } },
 ];
 
