@@ -1,4 +1,5 @@
 import * as net from 'node:net';
+import { performance } from 'node:perf_hooks';
 import { CONNECTION_PREFACE, Flag, frame, FrameType, Setting, settingsFrame } from '../../src/server/h2/frames';
 import { encodeHeaderBlock, HpackDecoder } from '../../src/server/h2/hpack';
 
@@ -113,3 +114,14 @@ export const headersFrame = (streamId: number, flags: number = Flag.END_HEADERS 
 export const dataFrame = (streamId: number, data: Buffer, flags: number = Flag.END_STREAM): Buffer => frame(FrameType.DATA, flags, streamId, data);
 export const isType = (type: FrameType, streamId?: number) => (f: Frame) => f.type === type && (streamId === undefined || f.streamId === streamId);
 
+
+/** One request (the echo server's REQUEST with a body) on a fresh connection; its round-trip time in ms. */
+export async function legitRoundTrip(port: number): Promise<number> {
+  const client = await RawClient.connect(port);
+  const started = performance.now();
+  client.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('legit')));
+  const end = await client.waitFor((f) => f.type === FrameType.HEADERS && f.streamId === 1 && (f.flags & Flag.END_STREAM) !== 0, 5000);
+  client.close();
+  if (end === undefined) throw new Error('the legit request went unanswered');
+  return performance.now() - started;
+}
