@@ -523,3 +523,46 @@ describe('Huffman code', () => {
     expect(() => huffmanEncode('\u0100')).toThrow(RangeError);
   });
 });
+
+describe('HpackDecoder.lastBlockForbidden', () => {
+  const lit = (text: string): Buffer => Buffer.concat([Buffer.from([text.length]), Buffer.from(text, 'latin1')]);
+  const decoder = (): HpackDecoder => new HpackDecoder({ maxTableSize: 4096, maxHeaderListSize: 1 << 20 });
+
+  it('is false for indexed fields and allowed literals, again when a literal repeats', () => {
+    const d = decoder();
+    const block = Buffer.concat([Buffer.from([0x83, 0x86, 0x04]), lit('/a/b'), Buffer.from([0x00]), lit('x-ok'), lit('fine')]);
+    expect(d.decode(block)).toEqual([':method', 'POST', ':scheme', 'http', ':path', '/a/b', 'x-ok', 'fine']);
+    expect(d.lastBlockForbidden).toBe(false);
+    d.decode(block);
+    expect(d.lastBlockForbidden).toBe(false);
+  });
+
+  it.each([
+    ['an upper-case literal name', Buffer.concat([Buffer.from([0x00]), lit('X-Up'), lit('v')])],
+    ['a colon inside a name', Buffer.concat([Buffer.from([0x00]), lit('x:y'), lit('v')])],
+    ['CR LF in a value', Buffer.concat([Buffer.from([0x04]), lit('/a\r\nb')])],
+    ['a leading space in a value', Buffer.concat([Buffer.from([0x00]), lit('x-v'), lit(' v')])],
+  ])('is true for %s, and stays true when the same literal comes again', (_name, block) => {
+    const d = decoder();
+    d.decode(block);
+    expect(d.lastBlockForbidden).toBe(true);
+    d.decode(block);
+    expect(d.lastBlockForbidden).toBe(true);
+    d.decode(Buffer.from([0x83]));
+    expect(d.lastBlockForbidden).toBe(false);
+  });
+
+  it('follows a forbidden field into the dynamic table: referencing the entry later is forbidden too', () => {
+    const d = decoder();
+    d.decode(Buffer.concat([Buffer.from([0x40]), lit('x-bad'), lit('a\nb')]));
+    expect(d.lastBlockForbidden).toBe(true);
+    expect(d.decode(Buffer.from([0x83, 0xbe]))).toEqual([':method', 'POST', 'x-bad', 'a\nb']);
+    expect(d.lastBlockForbidden).toBe(true);
+    d.decode(Buffer.concat([Buffer.from([0x40]), lit('x-good'), lit('ab')]));
+    // 62 is now x-good, 63 x-bad.
+    d.decode(Buffer.from([0xbe]));
+    expect(d.lastBlockForbidden).toBe(false);
+    d.decode(Buffer.from([0xbf]));
+    expect(d.lastBlockForbidden).toBe(true);
+  });
+});

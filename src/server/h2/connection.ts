@@ -804,7 +804,7 @@ export class H2Connection {
       this.streamError(streamId, ErrorCode.REFUSED_STREAM);
       return;
     }
-    const expectedLength = checkRequestHeaders(headers);
+    const expectedLength = this.decoder.lastBlockForbidden ? MALFORMED : checkRequestHeaders(headers, true);
     if (expectedLength === MALFORMED) {
       this.streamError(streamId, ErrorCode.PROTOCOL_ERROR);
       return;
@@ -832,7 +832,7 @@ export class H2Connection {
       return;
     }
     // Trailers end the stream and carry no pseudo-header fields (RFC 9113 8.1).
-    if (!endStream || selfDependent || headers === undefined || !checkTrailers(headers)) {
+    if (!endStream || selfDependent || headers === undefined || this.decoder.lastBlockForbidden || !checkTrailers(headers, true)) {
       this.streamError(streamId, ErrorCode.PROTOCOL_ERROR);
       return;
     }

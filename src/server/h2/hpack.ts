@@ -8,6 +8,7 @@
  */
 import { HpackError } from './hpack-error';
 import { huffmanDecode } from './huffman';
+import { validFieldName, validFieldValue } from './request-headers';
 
 export { HpackError } from './hpack-error';
 
@@ -99,8 +100,8 @@ export interface HpackDecoderOptions {
  * The decoding context of one HTTP/2 connection: feed it every header block of the connection in
  * order (one HpackDecoder per connection).
  */
-/** Longest Huffman literal kept for reuse (see HpackDecoder.string). */
-const MAX_REMEMBERED_HUFFMAN = 256;
+/** Longest literal kept for reuse (see HpackDecoder.string). */
+const MAX_REMEMBERED_LITERAL = 256;
 
 export class HpackDecoder {
   private readonly maxTableSize: number;
@@ -112,6 +113,8 @@ export class HpackDecoder {
   // The dynamic table as a ring (power-of-two length): `count` entries from `oldest`, newest last.
   private names: string[] = new Array<string>(16).fill('');
   private values: string[] = new Array<string>(16).fill('');
+  // Whether each entry's name and value are allowed in HTTP/2 (checked once, when it was inserted).
+  private allowed: boolean[] = new Array<boolean>(16).fill(true);
   private mask = 15;
   private oldest = 0;
   private count = 0;
@@ -119,11 +122,29 @@ export class HpackDecoder {
   private pos = 0;
   private lastHuffman: Buffer = Buffer.alloc(0);
   private lastHuffmanText = '';
+  private lastHuffmanAllowed = true;
+  private lastRaw: Buffer = Buffer.alloc(0);
+  private lastRawText = '';
+  private lastRawAllowed = true;
+  /** Set by name() and string(): whether what they returned is allowed in a field name / value. */
+  private nameAllowed = true;
+  private stringAllowed = true;
+  private forbidden = false;
 
   constructor(opts: HpackDecoderOptions) {
     this.maxTableSize = opts.maxTableSize;
     this.maxHeaderListSize = opts.maxHeaderListSize;
     this.capacity = opts.maxTableSize;
+  }
+
+  /**
+   * Whether the last block decoded had a field name or value HTTP/2 does not allow (RFC 9113
+   * 8.2.1: upper case or separators in a name, NUL/CR/LF or surrounding whitespace in a value).
+   * Not a decoding error: the request is malformed. Literals are checked as they are decoded, and
+   * table entries once, when inserted, so indexed fields cost nothing.
+   */
+  get lastBlockForbidden(): boolean {
+    return this.forbidden;
   }
 
   /**
@@ -137,6 +158,7 @@ export class HpackDecoder {
     const fields: string[] = [];
     let listSize = 0;
     let fieldSeen = false;
+    let forbidden = false;
     this.pos = 0;
     while (this.pos < end) {
       const first = block[this.pos];
@@ -152,11 +174,14 @@ export class HpackDecoder {
           const slot = this.slot(index);
           name = this.names[slot];
           value = this.values[slot];
+          if (!this.allowed[slot]) forbidden = true;
         }
       } else if (first & 0x40) {
         name = this.name(block, 6);
         value = this.string(block);
-        this.insert(name, value);
+        const allowed = this.nameAllowed && this.stringAllowed;
+        if (!allowed) forbidden = true;
+        this.insert(name, value, allowed);
       } else if (first & 0x20) {
         // RFC 7541 4.2: size updates come first in a block.
         if (fieldSeen) throw new HpackError('dynamic table size update after a header field');
@@ -169,11 +194,13 @@ export class HpackDecoder {
         // 0000xxxx (without indexing) and 0001xxxx (never indexed) differ only for intermediaries.
         name = this.name(block, 4);
         value = this.string(block);
+        if (!this.nameAllowed || !this.stringAllowed) forbidden = true;
       }
       fieldSeen = true;
       listSize += name.length + value.length + ENTRY_OVERHEAD;
       if (listSize <= this.maxHeaderListSize) fields.push(name, value);
     }
+    this.forbidden = forbidden;
     return listSize <= this.maxHeaderListSize ? fields : undefined;
   }
 
@@ -203,14 +230,32 @@ export class HpackDecoder {
     const stop = start + length;
     if (stop > block.length) throw new HpackError('string literal runs past the end of the header block');
     this.pos = stop;
-    if (!huffman) return block.toString('latin1', start, stop);
     // Clients often repeat one literal on every request (nghttp2 never indexes :path): the last
-    // Huffman string is kept with its octets and reused when they come again.
-    if (sameOctets(this.lastHuffman, block, start, length)) return this.lastHuffmanText;
+    // string of each kind is kept with its octets and reused when they come again.
+    if (!huffman) {
+      if (sameOctets(this.lastRaw, block, start, length)) {
+        this.stringAllowed = this.lastRawAllowed;
+        return this.lastRawText;
+      }
+      const raw = block.toString('latin1', start, stop);
+      this.stringAllowed = validFieldValue(raw);
+      if (length <= MAX_REMEMBERED_LITERAL) {
+        this.lastRaw = Buffer.from(block.subarray(start, stop));
+        this.lastRawText = raw;
+        this.lastRawAllowed = this.stringAllowed;
+      }
+      return raw;
+    }
+    if (sameOctets(this.lastHuffman, block, start, length)) {
+      this.stringAllowed = this.lastHuffmanAllowed;
+      return this.lastHuffmanText;
+    }
     const text = huffmanDecode(block, start, stop);
-    if (length <= MAX_REMEMBERED_HUFFMAN) {
+    this.stringAllowed = validFieldValue(text);
+    if (length <= MAX_REMEMBERED_LITERAL) {
       this.lastHuffman = Buffer.from(block.subarray(start, stop));
       this.lastHuffmanText = text;
+      this.lastHuffmanAllowed = this.stringAllowed;
     }
     return text;
   }
@@ -218,8 +263,18 @@ export class HpackDecoder {
   /** The name of a literal field: an index with an N-bit prefix, or 0 and a string literal. */
   private name(block: Buffer, prefixBits: number): string {
     const index = this.integer(block, prefixBits);
-    if (index === 0) return this.string(block);
-    return index <= STATIC_COUNT ? STATIC_NAMES[index] : this.names[this.slot(index)];
+    if (index === 0) {
+      const literal = this.string(block);
+      this.nameAllowed = validFieldName(literal);
+      return literal;
+    }
+    if (index <= STATIC_COUNT) {
+      this.nameAllowed = true;
+      return STATIC_NAMES[index];
+    }
+    const slot = this.slot(index);
+    this.nameAllowed = this.allowed[slot];
+    return this.names[slot];
   }
 
   /** Ring slot of dynamic table index `index` (62 is the newest entry). */
@@ -230,7 +285,7 @@ export class HpackDecoder {
   }
 
   /** RFC 7541 4.4: evict until the entry fits; an entry larger than the table empties it. */
-  private insert(name: string, value: string): void {
+  private insert(name: string, value: string, allowed: boolean): void {
     const entrySize = name.length + value.length + ENTRY_OVERHEAD;
     if (entrySize > this.capacity) {
       this.evictDownTo(0);
@@ -241,6 +296,7 @@ export class HpackDecoder {
     const slot = (this.oldest + this.count) & this.mask;
     this.names[slot] = name;
     this.values[slot] = value;
+    this.allowed[slot] = allowed;
     this.count++;
     this.size += entrySize;
   }
@@ -261,13 +317,16 @@ export class HpackDecoder {
     const length = this.names.length * 2;
     const names = new Array<string>(length).fill('');
     const values = new Array<string>(length).fill('');
+    const allowed = new Array<boolean>(length).fill(true);
     for (let i = 0; i < this.count; i++) {
       const slot = (this.oldest + i) & this.mask;
       names[i] = this.names[slot];
       values[i] = this.values[slot];
+      allowed[i] = this.allowed[slot];
     }
     this.names = names;
     this.values = values;
+    this.allowed = allowed;
     this.mask = length - 1;
     this.oldest = 0;
   }

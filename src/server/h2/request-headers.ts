@@ -23,9 +23,10 @@ const MAX_CONTENT_LENGTH_DIGITS = 15;
  * all before the regular fields, :method, :scheme and a non-empty :path present (CONNECT: :method
  * and :authority only), names lower-case tokens, values without NUL/CR/LF or surrounding
  * whitespace, no connection-specific fields, TE only "trailers", content-length a number (repeats
- * must agree). Returns the content-length, NO_CONTENT_LENGTH, or MALFORMED.
+ * must agree). Returns the content-length, NO_CONTENT_LENGTH, or MALFORMED. `charactersChecked`:
+ * the decoder has checked the names' and values' characters already (HpackDecoder.lastBlockForbidden).
  */
-export function checkRequestHeaders(fields: readonly string[]): number {
+export function checkRequestHeaders(fields: readonly string[], charactersChecked = false): number {
   let seen = 0;
   let regularSeen = false;
   let method = '';
@@ -33,7 +34,7 @@ export function checkRequestHeaders(fields: readonly string[]): number {
   for (let i = 0; i < fields.length; i += 2) {
     const name = fields[i];
     const value = fields[i + 1];
-    if (!validValue(value)) return MALFORMED;
+    if (!charactersChecked && !validFieldValue(value)) return MALFORMED;
     if (name.charCodeAt(0) === COLON) {
       if (regularSeen) return MALFORMED;
       const bit = pseudoBit(name);
@@ -44,7 +45,10 @@ export function checkRequestHeaders(fields: readonly string[]): number {
       continue;
     }
     regularSeen = true;
-    if (!validName(name)) return MALFORMED;
+    if (!charactersChecked && !validFieldName(name)) return MALFORMED;
+    // Only names starting with c, k, p, t or u need a closer look.
+    const c = name.charCodeAt(0);
+    if (c !== 0x63 && c !== 0x6b && c !== 0x70 && c !== 0x74 && c !== 0x75) continue;
     switch (name) {
       case 'connection':
       case 'keep-alive':
@@ -68,10 +72,11 @@ export function checkRequestHeaders(fields: readonly string[]): number {
   return (seen & REQUIRED) === REQUIRED ? contentLength : MALFORMED;
 }
 
-/** Checks a trailer section: no pseudo-header fields, names and values as in a request. */
-export function checkTrailers(fields: readonly string[]): boolean {
+/** Checks a trailer section: no pseudo-header fields, names and values as in a request (see checkRequestHeaders). */
+export function checkTrailers(fields: readonly string[], charactersChecked = false): boolean {
   for (let i = 0; i < fields.length; i += 2) {
-    if (!validName(fields[i]) || !validValue(fields[i + 1])) return false;
+    if (fields[i].charCodeAt(0) === COLON) return false;
+    if (!charactersChecked && (!validFieldName(fields[i]) || !validFieldValue(fields[i + 1]))) return false;
   }
   return true;
 }
@@ -91,18 +96,22 @@ function pseudoBit(name: string): number {
   }
 }
 
-/** A regular field name: non-empty, visible ASCII, no upper case, no colon (RFC 9113 8.2.1). */
-function validName(name: string): boolean {
-  if (name.length === 0) return false;
-  for (let i = 0; i < name.length; i++) {
+/**
+ * A field name HTTP/2 allows (RFC 9113 8.2.1): non-empty visible ASCII, no upper case, no colon
+ * but a leading one (pseudo-header fields are then checked by name).
+ */
+export function validFieldName(name: string): boolean {
+  const first = name.charCodeAt(0) === COLON ? 1 : 0;
+  if (name.length <= first) return false;
+  for (let i = first; i < name.length; i++) {
     const c = name.charCodeAt(i);
     if (c <= 0x20 || c >= 0x7f || (c >= 0x41 && c <= 0x5a) || c === COLON) return false;
   }
   return true;
 }
 
-/** A field value: no NUL, CR or LF, and no leading or trailing space or tab (RFC 9113 8.2.1). */
-function validValue(value: string): boolean {
+/** A field value HTTP/2 allows: no NUL, CR or LF, no leading or trailing space or tab (RFC 9113 8.2.1). */
+export function validFieldValue(value: string): boolean {
   const n = value.length;
   if (n === 0) return true;
   if (isBlank(value.charCodeAt(0)) || isBlank(value.charCodeAt(n - 1))) return false;
