@@ -273,6 +273,8 @@ function text(ctx: Context, node: unknown, path: string): string | undefined {
   const n = resolve(ctx, node);
   if (n === undefined) return undefined;
   if (!isScalar(n)) fail(ctx, path, `expected a string, got ${describe(n)}`);
+  // The reference rejects a float anywhere outside `metadata` (its key check knows strings, integers and booleans).
+  if (typeof n.value === 'number' && !Number.isInteger(n.value)) fail(ctx, path, `expected a string, got ${describe(n)} (quote it)`);
   return typeof n.value === 'string' ? n.value : String(n.source ?? n.value);
 }
 

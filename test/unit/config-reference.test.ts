@@ -221,6 +221,7 @@ describe('what the reference rejects stays rejected, naming file and path', () =
       'domain: d\ndescriptors:\n  - key: k\n    share_threshold: true\n    rate_limit: {unit: minute, requests_per_unit: 5}\n',
       "case.yaml: descriptors[0].share_threshold: only allowed on a rule whose value is a wildcard (contains '*')",
     ],
+    ['an unquoted float where a string belongs', 'domain: d\ndescriptors:\n  - key: version\n    value: 1.5\n', 'case.yaml: descriptors[0].value: expected a string, got 1.5 (quote it)'],
     ['metadata that is not a mapping', 'domain: d\ndescriptors:\n  - key: k\n    metadata: [a]\n', 'case.yaml: descriptors[0].metadata: expected a mapping, got a list'],
     [
       'an unknown key inside a key the reference ignores',
