@@ -130,6 +130,17 @@ describe('reloading the config', () => {
     await eventually(() => s.current()?.domains.has('internal') === false);
   });
 
+  test('a file rewritten in a subfolder, whatever its name, is reloaded', async () => {
+    mkdirSync(join(dir, 'teams'));
+    writeFileSync(join(dir, 'teams', 'ratelimit'), limitFile('teams', 5));
+    const s = open(dir);
+    await s.load();
+    s.start();
+    writeFileSync(join(dir, 'teams', 'ratelimit'), limitFile('teams', 8));
+    await eventually(() => limitOf(s.current(), 'teams') === 8);
+    expect(loads.at(-1)!.files).toEqual([join(dir, 'teams', 'ratelimit')]);
+  });
+
   test('a Kubernetes ConfigMap update, an atomic swap of the ..data symlink, is applied', async () => {
     // The layout kubelet writes: timestamped directory, ..data pointing at it, files linked through ..data.
     mkdirSync(join(dir, '..2024_01_01_00_00_00.1'));
