@@ -1,7 +1,17 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fixedWindow, slidingLog, slidingWindow, windowStart, type LogEntry } from '../src/limiter/algorithms';
-import { ALGORITHMS, type Algorithm } from '../src/limiter/types';
+import {
+  bucket,
+  chargeBucket,
+  EMPTY_BUCKET,
+  fixedWindow,
+  slidingLog,
+  slidingWindow,
+  subWindowCounter,
+  windowStart,
+  type BucketState,
+  type LogEntry,
+} from '../src/limiter/algorithms';
 import { fmt, markdownTable, replaceBetweenMarkers } from './markdown';
 import { isoDate, repoRoot } from './paths';
 import { createRandom, type Random } from './prng';
@@ -11,13 +21,30 @@ import { barChartSvg } from './svg';
  * Accuracy of the counting algorithms, measured by replaying synthetic traces through the pure
  * functions of src/limiter/algorithms.ts (the arithmetic every store implements) on a simulated clock.
  *
- * The reference for each decision is an exact sliding log evaluated on the history that the
- * algorithm under test has itself admitted: "given what this limiter let through so far, would an
- * exact limiter admit this request?" Judging every decision against the same history keeps one early
- * disagreement from being counted again on every later request (two independent limiters drift
- * apart after their first different answer and would then disagree for reasons unrelated to the
- * decision at hand). See docs/performance.md for the full definitions.
+ * The reference for each decision is evaluated on the history that the algorithm under test has
+ * itself admitted: "given what this limiter let through so far, would the exact limiter admit this
+ * request?" For the windows the exact limiter is the sliding log; for the buckets it is the bucket's
+ * own definition (tokens refilled continuously, or a queue draining continuously), restated here in
+ * exact integers. Judging every decision against the same history keeps one early disagreement from
+ * being counted again on every later request (two independent limiters drift apart after their first
+ * different answer and would then disagree for reasons unrelated to the decision at hand). See
+ * docs/performance.md for the full definitions.
  */
+
+/** One algorithm with its options, as a rule would configure it. */
+export interface Mode {
+  /** Row label, e.g. "sliding_window sub_windows=10 strict". */
+  readonly name: string;
+  readonly counter: (limit: number, windowMs: number) => CounterSimulation;
+  /** What a decision is judged against, given the history this mode admitted. */
+  readonly reference: (limit: number, windowMs: number) => ReferenceLimiter;
+}
+
+/** The exact limiter a decision is judged against: `admits` before `add` of the same request. */
+interface ReferenceLimiter {
+  admits(t: number, hits: number): boolean;
+  add(t: number, hits: number): void;
+}
 
 export type Scale = 'tiny' | 'full';
 
@@ -30,13 +57,13 @@ export interface AccuracyOptions {
 export interface AlgorithmAccuracy {
   readonly requests: number;
   readonly admitted: number;
-  /** Admitted although the exact count of the last W plus h exceeded L. */
+  /** Admitted although the exact limiter would have denied (windows: the count of the last W plus h exceeded L). */
   readonly wronglyAdmitted: number;
-  /** Denied although the exact count of the last W plus h was within L. */
+  /** Denied although the exact limiter would have admitted. */
   readonly wronglyDenied: number;
   readonly wronglyAdmittedPct: number;
   readonly wronglyDeniedPct: number;
-  /** Mean of |estimate - exact| / exact over requests whose exact count of the last W was positive. */
+  /** Mean of |estimate - exact| / exact over requests whose exact count of the last W was positive (windows only; NaN for buckets). */
   readonly meanRateError: number;
   /** Largest number of hits admitted in any interval of length W, over all sources. */
   readonly worstWindowAdmitted: number;
@@ -50,7 +77,8 @@ export interface ScenarioAccuracy {
   readonly limit: number;
   readonly windowMs: number;
   readonly sources: number;
-  readonly algorithms: Readonly<Record<Algorithm, AlgorithmAccuracy>>;
+  /** By mode name (see MODES). */
+  readonly algorithms: Readonly<Record<string, AlgorithmAccuracy>>;
 }
 
 export interface AccuracyResult {
@@ -75,7 +103,7 @@ export interface Scenario {
 /** What the limiter reports for one request: its decision and the rate it believed it saw. */
 interface Outcome {
   readonly allowed: boolean;
-  /** The algorithm's estimate of the hits in the last W, before this request. */
+  /** The algorithm's estimate of the hits in the last W, before this request (NaN: a bucket estimates no window). */
   readonly estimate: number;
 }
 
@@ -141,11 +169,121 @@ function slidingLogCounter(limit: number, windowMs: number): CounterSimulation {
   };
 }
 
-const COUNTERS: Readonly<Record<Algorithm, (limit: number, windowMs: number) => CounterSimulation>> = {
-  sliding_window: slidingWindowCounter,
-  sliding_log: slidingLogCounter,
-  fixed_window: fixedWindowCounter,
-};
+function subWindowSimulation(k: number, strict: boolean): (limit: number, windowMs: number) => CounterSimulation {
+  return (limit, windowMs) => {
+    const s = windowMs / k;
+    let index = Number.NaN;
+    let counts = new Array<number>(k + 1).fill(0); // sub-windows index - k .. index
+    return {
+      offer(t, hits) {
+        const n = Math.floor(t / s);
+        if (n !== index) {
+          const shift = Number.isNaN(index) ? k + 1 : n - index;
+          counts = counts.map((_, i) => (i + shift <= k ? counts[i + shift] : 0));
+          index = n;
+        }
+        const toEnd = windowStart(t, s) + s - t;
+        let estimate = counts[0] * (strict ? 1 : toEnd / s);
+        for (let i = 1; i <= k; i++) estimate += counts[i];
+        const v = subWindowCounter({ counts, strict, nowMs: t, windowMs, limit, hits });
+        if (v.allowed) counts[k] += hits;
+        return { allowed: v.allowed, estimate };
+      },
+    };
+  };
+}
+
+function bucketSimulation(burstOf: (limit: number) => number): (limit: number, windowMs: number) => CounterSimulation {
+  return (limit, windowMs) => {
+    const burst = burstOf(limit);
+    let state: BucketState = EMPTY_BUCKET;
+    return {
+      offer(t, hits) {
+        const v = bucket({ state, nowMs: t, windowMs, limit, burst, hits });
+        if (v.allowed && hits > 0) state = chargeBucket(state, t, windowMs, limit, hits);
+        return { allowed: v.allowed, estimate: Number.NaN };
+      },
+    };
+  };
+}
+
+/** The exact sliding log over the admitted history: the reference of every window. */
+function slidingLogReference(limit: number, windowMs: number): ReferenceLimiter {
+  const history = new AdmittedHistory(windowMs);
+  return {
+    admits: (t, hits) => history.advance(t) + hits <= limit,
+    add: (t, hits) => history.add(t, hits),
+  };
+}
+
+/**
+ * The token bucket as defined: `burst` tokens, refilled continuously at L per W; a request takes h
+ * tokens or is denied. Counted in 1/W of a token, so every step is an exact integer.
+ */
+function tokenBucketReference(burstOf: (limit: number) => number): (limit: number, windowMs: number) => ReferenceLimiter {
+  return (limit, windowMs) => {
+    const full = burstOf(limit) * windowMs;
+    let tokens = full;
+    let last = Number.NaN;
+    const refill = (t: number): void => {
+      if (!Number.isNaN(last)) tokens = Math.min(full, tokens + limit * (t - last));
+      last = t;
+    };
+    return {
+      admits(t, hits) {
+        refill(t);
+        return tokens >= hits * windowMs;
+      },
+      add(t, hits) {
+        refill(t);
+        tokens -= hits * windowMs;
+      },
+    };
+  };
+}
+
+/** The leaky bucket as a meter: a queue of capacity `burst` draining at L per W; admitted if it fits. */
+function leakyBucketReference(burstOf: (limit: number) => number): (limit: number, windowMs: number) => ReferenceLimiter {
+  return (limit, windowMs) => {
+    const capacity = burstOf(limit) * windowMs;
+    let level = 0;
+    let last = Number.NaN;
+    const drain = (t: number): void => {
+      if (!Number.isNaN(last)) level = Math.max(0, level - limit * (t - last));
+      last = t;
+    };
+    return {
+      admits(t, hits) {
+        drain(t);
+        return level + hits * windowMs <= capacity;
+      },
+      add(t, hits) {
+        drain(t);
+        level += hits * windowMs;
+      },
+    };
+  };
+}
+
+const fullBurst = (limit: number): number => limit;
+const tenthBurst = (limit: number): number => Math.max(1, Math.floor(limit / 10));
+
+/** Every algorithm, and the sliding window's modes, as the accuracy report lists them. */
+export const MODES: readonly Mode[] = [
+  { name: 'sliding_window', counter: slidingWindowCounter, reference: slidingLogReference },
+  { name: 'sliding_window sub_windows=10', counter: subWindowSimulation(10, false), reference: slidingLogReference },
+  { name: 'sliding_window sub_windows=10 strict', counter: subWindowSimulation(10, true), reference: slidingLogReference },
+  { name: 'sliding_log', counter: slidingLogCounter, reference: slidingLogReference },
+  { name: 'fixed_window', counter: fixedWindowCounter, reference: slidingLogReference },
+  { name: 'token_bucket burst=L', counter: bucketSimulation(fullBurst), reference: tokenBucketReference(fullBurst) },
+  { name: 'leaky_bucket burst=L/10', counter: bucketSimulation(tenthBurst), reference: leakyBucketReference(tenthBurst) },
+];
+
+function modeNamed(name: string): Mode {
+  const mode = MODES.find((m) => m.name === name);
+  if (mode === undefined) throw new Error(`no accuracy mode ${name}`);
+  return mode;
+}
 
 /** The exact count of admitted hits in (t - W, t] for one source: a queue of admissions. */
 class AdmittedHistory {
@@ -178,10 +316,11 @@ class AdmittedHistory {
   }
 }
 
-/** Replays one scenario through one algorithm and scores every decision. */
-export function replay(scenario: Scenario, algorithm: Algorithm, seed: number): AlgorithmAccuracy {
+/** Replays one scenario through one mode (a MODES name) and scores every decision. */
+export function replay(scenario: Scenario, modeName: string, seed: number): AlgorithmAccuracy {
   const { limit, windowMs } = scenario;
-  const counters = new Map<number, { sim: CounterSimulation; history: AdmittedHistory }>();
+  const mode = modeNamed(modeName);
+  const counters = new Map<number, { sim: CounterSimulation; reference: ReferenceLimiter; history: AdmittedHistory }>();
   let requests = 0;
   let admitted = 0;
   let wronglyAdmitted = 0;
@@ -192,22 +331,23 @@ export function replay(scenario: Scenario, algorithm: Algorithm, seed: number): 
   const offer: Offer = (source, t, hits) => {
     let c = counters.get(source);
     if (c === undefined) {
-      c = { sim: COUNTERS[algorithm](limit, windowMs), history: new AdmittedHistory(windowMs) };
+      c = { sim: mode.counter(limit, windowMs), reference: mode.reference(limit, windowMs), history: new AdmittedHistory(windowMs) };
       counters.set(source, c);
     }
     const exact = c.history.advance(t);
-    const exactAllows = exact + hits <= limit;
+    const exactAllows = c.reference.admits(t, hits);
     const { allowed, estimate } = c.sim.offer(t, hits);
     requests++;
     if (allowed && !exactAllows) wronglyAdmitted++;
     if (!allowed && exactAllows) wronglyDenied++;
-    if (exact > 0) {
+    if (exact > 0 && !Number.isNaN(estimate)) {
       errorSum += Math.abs(estimate - exact) / exact;
       errorCount++;
     }
     if (allowed) {
       admitted++;
       if (hits > 0) {
+        c.reference.add(t, hits);
         c.history.add(t, hits);
         if (c.history.count > worst) worst = c.history.count;
       }
@@ -222,7 +362,7 @@ export function replay(scenario: Scenario, algorithm: Algorithm, seed: number): 
     wronglyDenied,
     wronglyAdmittedPct: requests ? (100 * wronglyAdmitted) / requests : 0,
     wronglyDeniedPct: requests ? (100 * wronglyDenied) / requests : 0,
-    meanRateError: errorCount ? errorSum / errorCount : 0,
+    meanRateError: errorCount ? errorSum / errorCount : Number.NaN,
     worstWindowAdmitted: worst,
     worstWindowRatio: worst / limit,
   };
@@ -230,6 +370,14 @@ export function replay(scenario: Scenario, algorithm: Algorithm, seed: number): 
 
 const SECOND = 1_000;
 const MINUTE = 60_000;
+
+// The boundary scenarios' bursts: 100 requests (L) spread evenly over 1% of a one-minute window.
+const BURST_STEP = MINUTE / 100 / 100;
+
+/** Source 0 offers one burst in the last 1% of the window ending at `boundary`. */
+function burstBefore(offer: Offer, boundary: number): void {
+  for (let i = 0; i < 100; i++) offer(0, Math.floor(boundary - MINUTE / 100 + i * BURST_STEP), 1);
+}
 
 /** The traffic shapes, sized by scale. Each is deterministic given the seed. */
 export function scenarios(scale: Scale): Scenario[] {
@@ -273,12 +421,10 @@ export function scenarios(scale: Scale): Scenario[] {
       windowMs: MINUTE,
       sources: 1,
       drive(_random, offer) {
-        const spread = MINUTE / 100;
-        const step = spread / 100;
         for (let c = 0; c < bursts; c++) {
           const boundary = (3 * c + 1) * MINUTE; // three windows apart, so each burst meets empty counters
-          for (let i = 0; i < 100; i++) offer(0, Math.floor(boundary - spread + i * step), 1);
-          for (let i = 0; i < 100; i++) offer(0, Math.floor(boundary + i * step), 1);
+          burstBefore(offer, boundary);
+          for (let i = 0; i < 100; i++) offer(0, Math.floor(boundary + i * BURST_STEP), 1);
         }
       },
     },
@@ -319,6 +465,20 @@ export function scenarios(scale: Scale): Scenario[] {
         }
       },
     },
+    {
+      name: 'burst-then-steady',
+      description: 'L requests in the last 1% of a window, then one every W / L for three windows',
+      limit: 100,
+      windowMs: MINUTE,
+      sources: 1,
+      drive(_random, offer) {
+        for (let c = 0; c < bursts; c++) {
+          const boundary = (6 * c + 1) * MINUTE; // six windows apart: every cycle meets drained counters
+          burstBefore(offer, boundary);
+          for (let t = boundary; t < boundary + 3 * MINUTE; t += MINUTE / 100) offer(0, Math.floor(t), 1);
+        }
+      },
+    },
   ];
 }
 
@@ -326,9 +486,11 @@ export function scenarios(scale: Scale): Scenario[] {
 export function runAccuracy(opts: AccuracyOptions): AccuracyResult {
   const result: ScenarioAccuracy[] = [];
   scenarios(opts.scale).forEach((scenario, i) => {
-    const seed = (opts.seed + i * 7919) >>> 0; // every algorithm sees the same trace of a scenario
-    const algorithms = {} as Record<Algorithm, AlgorithmAccuracy>;
-    for (const a of ALGORITHMS) algorithms[a] = replay(scenario, a, seed);
+    // Every algorithm sees the same trace of a scenario; scenarios added later come last, so the
+    // earlier ones keep their seeds and their numbers.
+    const seed = (opts.seed + i * 7919) >>> 0;
+    const algorithms: Record<string, AlgorithmAccuracy> = {};
+    for (const m of MODES) algorithms[m.name] = replay(scenario, m.name, seed);
     const { name, description, limit, windowMs, sources } = scenario;
     result.push({ name, description, limit, windowMs, sources, algorithms });
   });
@@ -339,7 +501,7 @@ export function runAccuracy(opts: AccuracyOptions): AccuracyResult {
 export function accuracyTable(result: AccuracyResult): string {
   const rows: string[][] = [];
   for (const s of result.scenarios) {
-    for (const a of ALGORITHMS) {
+    for (const { name: a } of MODES) {
       const r = s.algorithms[a];
       rows.push([
         s.name,
@@ -347,7 +509,7 @@ export function accuracyTable(result: AccuracyResult): string {
         fmt(r.requests),
         fmt(r.wronglyAdmittedPct, 3) + '%',
         fmt(r.wronglyDeniedPct, 3) + '%',
-        fmt(100 * r.meanRateError, 1) + '%',
+        Number.isNaN(r.meanRateError) ? '-' : fmt(100 * r.meanRateError, 1) + '%',
         fmt(r.worstWindowRatio, 2) + ' x L',
       ]);
     }
@@ -363,13 +525,13 @@ export function accuracyTable(result: AccuracyResult): string {
 export function accuracySvg(result: AccuracyResult): string {
   return barChartSvg({
     title: `Algorithm accuracy (seed ${result.seed}, ${result.scale})`,
-    series: [...ALGORITHMS],
+    series: MODES.map((m) => m.name),
     panels: [
       {
         title: 'Most admitted in any window of length W',
         unit: 'x L',
         reference: 1,
-        groups: result.scenarios.map((s) => ({ label: s.name, values: ALGORITHMS.map((a) => s.algorithms[a].worstWindowRatio) })),
+        groups: result.scenarios.map((s) => ({ label: s.name, values: MODES.map((m) => s.algorithms[m.name].worstWindowRatio) })),
       },
       {
         title: 'Wrong decisions',
@@ -377,7 +539,7 @@ export function accuracySvg(result: AccuracyResult): string {
         decimals: 3,
         groups: result.scenarios.map((s) => ({
           label: s.name,
-          values: ALGORITHMS.map((a) => s.algorithms[a].wronglyAdmittedPct + s.algorithms[a].wronglyDeniedPct),
+          values: MODES.map((m) => s.algorithms[m.name].wronglyAdmittedPct + s.algorithms[m.name].wronglyDeniedPct),
         })),
       },
     ],

@@ -1,10 +1,20 @@
+import { isBucket, type Limit } from '../limiter/types';
 import type { RateLimitConfig, RuleLevel } from '../limiter/rules';
 
 /**
  * Human-readable dump of the loaded rules, for /rlconfig and the validate command. Each line keeps
  * the reference server's shape (`<domain>.<statKey>: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false`)
- * so existing scripts still read it, with this server's window and algorithm inserted before the comma.
+ * so existing scripts still read it, with this server's window and algorithm (and its burst, sub-windows or
+ * strictness) inserted before the comma.
  */
+
+/** The algorithm's options, where they differ from plain: ` burst=N`, ` sub_windows=k`, ` strict=true`. */
+function shapeOf(limit: Limit): string {
+  if (isBucket(limit.algorithm)) return ` burst=${limit.burst}`;
+  let out = limit.subWindows === 1 ? '' : ` sub_windows=${limit.subWindows}`;
+  if (limit.strict) out += ' strict=true';
+  return out;
+}
 
 function walk(domain: string, level: RuleLevel, out: string[]): void {
   for (const rules of level.values()) {
@@ -16,7 +26,7 @@ function walk(domain: string, level: RuleLevel, out: string[]): void {
         let line = `${domain}.${node.statKey}: `;
         line += limit.unlimited
           ? 'unlimited'
-          : `unit=${limit.unit.toUpperCase()} requests_per_unit=${limit.requestsPerUnit} unit_multiplier=${limit.unitMultiplier} algorithm=${limit.algorithm}`;
+          : `unit=${limit.unit.toUpperCase()} requests_per_unit=${limit.requestsPerUnit} unit_multiplier=${limit.unitMultiplier} algorithm=${limit.algorithm}${shapeOf(limit)}`;
         if (limit.name !== undefined) line += ` name=${limit.name}`;
         if (node.replaces.length > 0) line += ` replaces=${node.replaces.join(',')}`;
         line += `, shadow_mode: ${node.shadowMode}, quota_mode: ${node.quotaMode}`;

@@ -2,7 +2,7 @@ import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isAlias, isMap, isScalar, isSeq, parseDocument, type Document, type YAMLError, type YAMLMap } from 'yaml';
 import { counterKeyPrefix } from '../limiter/keys';
-import { ALGORITHMS, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
+import { ALGORITHMS, isBucket, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
 import { ConfigError } from './config-error';
 import {
   type DomainConfig,
@@ -47,6 +47,8 @@ export interface ConfigText {
 
 const MAX_REQUESTS_PER_UNIT = 4_294_967_295; // uint32, the wire type of requests_per_unit
 const MAX_UNIT_MULTIPLIER = 1_000_000;
+// Each sub-window is one counter read per decision: a bound keeps one decision O(1).
+const MAX_SUB_WINDOWS = 100;
 
 const ROOT_KEYS = ['domain', 'descriptors'] as const;
 const RULE_KEYS = [
@@ -61,7 +63,7 @@ const RULE_KEYS = [
   'share_threshold',
   'metadata',
 ] as const;
-const LIMIT_KEYS = ['unit', 'requests_per_unit', 'unlimited', 'name', 'replaces', 'unit_multiplier', 'algorithm'] as const;
+const LIMIT_KEYS = ['unit', 'requests_per_unit', 'unlimited', 'name', 'replaces', 'unit_multiplier', 'algorithm', 'burst', 'sub_windows', 'strict'] as const;
 const REPLACES_KEYS = ['name'] as const;
 
 /**
@@ -338,6 +340,8 @@ function readLimit(ctx: Context, node: unknown, path: string): ParsedLimit | und
     }
     algorithm = folded as Algorithm;
   }
+  const windowMs = UNIT_MS[unit] * unitMultiplier;
+  const shape = readAlgorithmShape(ctx, f, path, { algorithm, requestsPerUnit, windowMs, unlimited });
 
   const nameText = text(ctx, f.get('name'), child(path, 'name'));
   const name = nameText === '' ? undefined : nameText;
@@ -347,12 +351,37 @@ function readLimit(ctx: Context, node: unknown, path: string): ParsedLimit | und
     requestsPerUnit,
     unit,
     unitMultiplier,
-    windowMs: UNIT_MS[unit] * unitMultiplier,
+    windowMs,
     algorithm,
+    ...shape,
     name,
     unlimited,
   });
   return { limit, replaces };
+}
+
+/** `burst` (buckets), `sub_windows` and `strict` (sliding_window): each only where its algorithm reads it. */
+function readAlgorithmShape(
+  ctx: Context,
+  f: Map<string, unknown>,
+  path: string,
+  o: { algorithm: Algorithm; requestsPerUnit: number; windowMs: number; unlimited: boolean },
+): Pick<Limit, 'burst' | 'subWindows' | 'strict'> {
+  const only = (key: string, allowed: boolean, which: string): void => {
+    if (!allowed && resolve(ctx, f.get(key)) !== undefined) fail(ctx, child(path, key), `only with algorithm ${which} (this rule uses ${o.algorithm})`);
+  };
+  const bucket = isBucket(o.algorithm) && !o.unlimited;
+  const sliding = o.algorithm === 'sliding_window' && !o.unlimited;
+  only('burst', bucket, 'token_bucket or leaky_bucket');
+  only('sub_windows', sliding, 'sliding_window');
+  only('strict', sliding, 'sliding_window');
+  const burst = bucket ? integer(ctx, f.get('burst'), child(path, 'burst'), 1, MAX_REQUESTS_PER_UNIT, o.requestsPerUnit) : o.requestsPerUnit;
+  const subWindows = sliding ? integer(ctx, f.get('sub_windows'), child(path, 'sub_windows'), 1, MAX_SUB_WINDOWS, 1) : 1;
+  if (o.windowMs % subWindows !== 0) {
+    fail(ctx, child(path, 'sub_windows'), `${subWindows} does not divide the window of ${o.windowMs} ms into whole milliseconds`);
+  }
+  const strict = sliding ? bool(ctx, f.get('strict'), child(path, 'strict')) : false;
+  return { burst, subWindows, strict };
 }
 
 function readReplaces(ctx: Context, node: unknown, path: string, ownName: string | undefined): readonly string[] {
@@ -414,7 +443,7 @@ function readRule(ctx: Context, node: unknown, path: string, domain: string, par
     metadata,
     replaces: parsed?.replaces ?? Object.freeze([]),
     statKey,
-    keyPrefix: limit === undefined ? undefined : counterKeyPrefix(domain, limit.algorithm, limit.windowMs),
+    keyPrefix: limit === undefined ? undefined : counterKeyPrefix(domain, limit.algorithm, limit.windowMs, limit.subWindows),
     children,
   });
 }

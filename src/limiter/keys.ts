@@ -24,14 +24,23 @@ export function escapeComponent(s: string): string {
   return HAS_SPECIAL.test(s) ? s.replace(SPECIAL, escapeChar) : s;
 }
 
-const ALGORITHM_TAG: Readonly<Record<Algorithm, string>> = { sliding_window: 'sw', sliding_log: 'sl', fixed_window: 'fw' };
+const ALGORITHM_TAG: Readonly<Record<Algorithm, string>> = {
+  sliding_window: 'sw',
+  sliding_log: 'sl',
+  fixed_window: 'fw',
+  token_bucket: 'tb',
+  leaky_bucket: 'lb',
+};
 
 /**
- * The prefix shared by all counters of one (domain, algorithm, window): computed once per rule at
- * config load, so a request only appends its entries.
+ * The prefix shared by all counters of one (domain, algorithm, window, sub-windows): computed once
+ * per rule at config load, so a request only appends its entries. Sub-windows other than 1 change
+ * the layout of the state (`/k` after the window); the limit, burst and strictness only change how
+ * the same state is read, so they are not part of it.
  */
-export function counterKeyPrefix(domain: string, algorithm: Algorithm, windowMs: number): string {
-  return `${escapeComponent(domain)}|${ALGORITHM_TAG[algorithm]}${windowMs}`;
+export function counterKeyPrefix(domain: string, algorithm: Algorithm, windowMs: number, subWindows = 1): string {
+  const layout = subWindows === 1 ? '' : `/${subWindows}`;
+  return `${escapeComponent(domain)}|${ALGORITHM_TAG[algorithm]}${windowMs}${layout}`;
 }
 
 /** Full counter identity: prefix + each entry as `|key=value`. */

@@ -336,6 +336,9 @@ export class RateLimiter {
           windowMs: limit.windowMs,
           algorithm: limit.algorithm,
           hits,
+          burst: limit.burst,
+          subWindows: limit.subWindows,
+          strict: limit.strict,
         },
         soft,
         statKey: keys?.statKey,
@@ -450,6 +453,9 @@ export class RateLimiter {
       unitMultiplier: 1,
       windowMs,
       algorithm: this.defaultAlgorithm,
+      burst: override.requestsPerUnit,
+      subWindows: 1,
+      strict: false,
       unlimited: false,
     };
     return {
@@ -473,7 +479,8 @@ export class RateLimiter {
     requestStatKey: string | undefined,
   ): void {
     const statKey = requestStatKey ?? (rule.detailedMetric ? detailedStatKey(rule, entries) : rule.statKey);
-    const limit = rule.limit.requestsPerUnit;
+    // requests_per_unit, or a bucket's burst: what `remaining` counts down from.
+    const limit = rule.limit.burst;
     let overLimit = 0;
     let nearLimit = 0;
     let withinLimit = 0;

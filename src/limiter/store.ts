@@ -39,6 +39,12 @@ export interface CounterRequest {
   readonly windowMs: number;
   readonly algorithm: Algorithm;
   readonly hits: number;
+  /** token_bucket / leaky_bucket: capacity in hits; default `limit`. */
+  readonly burst?: number;
+  /** sliding_window: counters per window (divides windowMs; part of the key's layout); default 1. */
+  readonly subWindows?: number;
+  /** sliding_window: count the oldest sub-window in full; default false. */
+  readonly strict?: boolean;
 }
 
 export interface CounterDecision {

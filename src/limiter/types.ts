@@ -19,9 +19,14 @@ export const UNIT_MS: Readonly<Record<Unit, number>> = Object.freeze({
   year: 31_536_000_000,
 });
 
-export type Algorithm = 'sliding_window' | 'sliding_log' | 'fixed_window';
+export type Algorithm = 'sliding_window' | 'sliding_log' | 'fixed_window' | 'token_bucket' | 'leaky_bucket';
 
-export const ALGORITHMS: readonly Algorithm[] = ['sliding_window', 'sliding_log', 'fixed_window'];
+export const ALGORITHMS: readonly Algorithm[] = ['sliding_window', 'sliding_log', 'fixed_window', 'token_bucket', 'leaky_bucket'];
+
+/** Algorithms whose state is one GCRA timestamp and whose capacity is `burst`. */
+export function isBucket(algorithm: Algorithm): boolean {
+  return algorithm === 'token_bucket' || algorithm === 'leaky_bucket';
+}
 
 /** A resolved limit: what a counter enforces. Frozen at config load. */
 export interface Limit {
@@ -33,6 +38,12 @@ export interface Limit {
   /** unit x unitMultiplier in milliseconds, precomputed. */
   readonly windowMs: number;
   readonly algorithm: Algorithm;
+  /** token_bucket / leaky_bucket: capacity in hits (`burst`, default requestsPerUnit); requestsPerUnit elsewhere. */
+  readonly burst: number;
+  /** sliding_window: counters per window (`sub_windows`, default 1: the two-counter estimate); 1 elsewhere. */
+  readonly subWindows: number;
+  /** sliding_window: count the oldest sub-window in full until it has expired (`strict`); false elsewhere. */
+  readonly strict: boolean;
   /** Optional rule name (`rate_limit.name`), reported in `current_limit.name` and used by `replaces`. */
   readonly name?: string;
   /** `unlimited: true`: always OK, never touches a store. */

@@ -1,4 +1,4 @@
-import { fixedWindow, slidingLog, slidingWindow, type Verdict } from '../limiter/algorithms';
+import { bucket, bucketDrainMs, chargeBucket, EMPTY_BUCKET, fixedWindow, slidingLog, slidingWindow, subWindowCounter, type Verdict } from '../limiter/algorithms';
 import { systemClock, type Algorithm, type Clock } from '../limiter/types';
 import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../limiter/store';
 
@@ -33,15 +33,21 @@ interface LogRecordEntry {
 
 /**
  * One counter's state. `index` is the fixed window (floor(now / W)) that `current` counts;
- * `previous` counts window index - 1 (sliding window only). The log keeps admitted hits oldest first.
+ * `previous` counts window index - 1 (sliding window only). With k > 1 sub-windows, `index` is the
+ * newest sub-window (floor(now / (W / k))) and `counts` holds sub-windows index - k .. index, oldest
+ * first. The log keeps admitted hits oldest first. A bucket keeps its TAT, tatMs + tatRem / L.
  */
 interface CounterRecord {
   readonly algorithm: Algorithm;
   readonly windowMs: number;
+  readonly subWindows: number;
   index: number;
   current: number;
   previous: number;
+  counts: number[] | undefined;
   log: LogRecordEntry[] | undefined;
+  tatMs: number;
+  tatRem: number;
   /** From this instant on the record cannot change any decision and may be dropped. */
   expiresAtMs: number;
 }
@@ -155,7 +161,7 @@ export class MemoryStore implements Store {
     const record = this.records.get(c.key);
     if (record === undefined) return undefined;
     // A key reused with another algorithm or window cannot reinterpret the old state.
-    if (now >= record.expiresAtMs || record.algorithm !== c.algorithm || record.windowMs !== c.windowMs) {
+    if (now >= record.expiresAtMs || record.algorithm !== c.algorithm || record.windowMs !== c.windowMs || record.subWindows !== (c.subWindows ?? 1)) {
       this.records.delete(c.key);
       return undefined;
     }
@@ -171,12 +177,17 @@ export class MemoryStore implements Store {
     const index = Math.floor(now / w);
     let record = this.live(c, now);
     if (record === undefined) {
-      record = { algorithm: c.algorithm, windowMs: w, index, current: 0, previous: 0, log: undefined, expiresAtMs: 0 };
+      const subWindows = c.subWindows ?? 1;
+      record = { algorithm: c.algorithm, windowMs: w, subWindows, index, current: 0, previous: 0, counts: undefined, log: undefined, tatMs: 0, tatRem: 0, expiresAtMs: 0 };
       this.records.set(c.key, record);
       if (this.records.size > this.maxKeys) this.evictLeastRecent();
     }
     switch (c.algorithm) {
       case 'sliding_window':
+        if (record.subWindows > 1) {
+          chargeSubWindows(record, now, c.hits);
+          break;
+        }
         if (record.index !== index) {
           record.previous = record.index === index - 1 ? record.current : 0;
           record.current = 0;
@@ -204,6 +215,16 @@ export class MemoryStore implements Store {
         record.expiresAtMs = now + w;
         break;
       }
+      case 'token_bucket':
+      case 'leaky_bucket': {
+        if (c.limit === 0) break; // a rate of 0 admits nothing and keeps no state
+        const next = chargeBucket(record, now, w, c.limit, c.hits);
+        record.tatMs = next.tatMs;
+        record.tatRem = next.tatRem;
+        // Once drained, the state says no more than an absent one.
+        record.expiresAtMs = now + bucketDrainMs(next, now, c.limit);
+        break;
+      }
     }
   }
 
@@ -221,10 +242,49 @@ export class MemoryStore implements Store {
   }
 }
 
+/** Adds hits to the newest sub-window, sliding the counts forward to the one containing now. */
+function chargeSubWindows(record: CounterRecord, now: number, hits: number): void {
+  const k = record.subWindows;
+  const s = record.windowMs / k;
+  const n = Math.floor(now / s);
+  const counts = (record.counts = subWindowCounts(record, n, k));
+  // (A clock that stepped back charges the newest sub-window it has seen.)
+  record.index = Math.max(record.index, n);
+  counts[k] += hits;
+  // Sub-window n is read until the end of sub-window n + k.
+  record.expiresAtMs = (record.index + k + 1) * s;
+}
+
+/** The k + 1 counts of sub-windows n - k .. n (oldest first) held by a record, zeros for any it has not seen. */
+function subWindowCounts(record: CounterRecord | undefined, n: number, k: number): number[] {
+  const out = new Array<number>(k + 1).fill(0);
+  if (record === undefined) return out;
+  if (record.subWindows === 1) {
+    // The two-counter layout: current is window `index`, previous is `index - 1`.
+    if (record.index >= n) {
+      out[1] = record.current;
+      out[0] = record.previous;
+    } else if (record.index === n - 1) out[0] = record.current;
+    return out;
+  }
+  const held = record.counts;
+  if (held === undefined) return out;
+  // (A clock that stepped back keeps reading the newest sub-windows: never admits more.)
+  const shift = Math.max(0, n - record.index);
+  for (let i = 0; i + shift <= k; i++) out[i] = held[i + shift];
+  return out;
+}
+
 function decideOne(c: CounterRequest, record: CounterRecord | undefined, now: number, pending: number): Verdict {
   const w = c.windowMs;
   switch (c.algorithm) {
     case 'sliding_window': {
+      const k = c.subWindows ?? 1;
+      if (k > 1 || c.strict === true) {
+        const counts = subWindowCounts(record, Math.floor(now / (w / k)), k);
+        counts[k] += pending;
+        return subWindowCounter({ counts, strict: c.strict === true, nowMs: now, windowMs: w, limit: c.limit, hits: c.hits });
+      }
       let current = 0;
       let previous = 0;
       if (record !== undefined) {
@@ -249,6 +309,13 @@ function decideOne(c: CounterRequest, record: CounterRecord | undefined, now: nu
       if (record?.log !== undefined) pruneLog(record.log, now - w);
       if (pending > 0) entries = [...entries, { atMs: now, hits: pending }];
       return slidingLog({ entries, nowMs: now, windowMs: w, limit: c.limit, hits: c.hits });
+    }
+    case 'token_bucket':
+    case 'leaky_bucket': {
+      let state = record ?? EMPTY_BUCKET;
+      // Earlier counters of this call on the same bucket took their hits at this same instant.
+      if (pending > 0) state = chargeBucket(state, now, w, c.limit, pending);
+      return bucket({ state, nowMs: now, windowMs: w, limit: c.limit, burst: c.burst ?? c.limit, hits: c.hits });
     }
   }
 }

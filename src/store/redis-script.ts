@@ -1,4 +1,5 @@
 import type { Algorithm } from '../limiter/types';
+import type { CounterRequest } from '../limiter/store';
 
 /**
  * The Redis scripts. DECIDE_SCRIPT mirrors src/limiter/algorithms.ts line by line (same integer-ms
@@ -7,12 +8,25 @@ import type { Algorithm } from '../limiter/types';
  * at that one instant): every replica of the service shares Redis's clock, whatever its own clock says.
  */
 
-/** Algorithm codes passed in ARGV. */
+/** Algorithm codes passed in ARGV (a strict sliding window is 'ss', see scriptCounterArgs). */
 export const ALGORITHM_CODE: Readonly<Record<Algorithm, string>> = {
   sliding_window: 'sw',
   fixed_window: 'fw',
   sliding_log: 'sl',
+  token_bucket: 'tb',
+  leaky_bucket: 'lb',
 };
+
+/** A counter's DECIDE arguments after its key: algorithm code, W, L, h and its shape (sub-windows or burst). */
+export function pushCounterArgs(args: (string | number)[], c: CounterRequest): void {
+  if (c.algorithm === 'sliding_window') {
+    args.push(c.strict === true ? 'ss' : 'sw', c.windowMs, c.limit, c.hits, c.subWindows ?? 1);
+  } else if (c.algorithm === 'token_bucket' || c.algorithm === 'leaky_bucket') {
+    args.push(ALGORITHM_CODE[c.algorithm], c.windowMs, c.limit, c.hits, c.burst ?? c.limit);
+  } else {
+    args.push(ALGORITHM_CODE[c.algorithm], c.windowMs, c.limit, c.hits, 0);
+  }
+}
 
 /**
  * Reads a DECIDE reply counter by counter, without splitting it: `remaining()` then `resetMs()`
@@ -75,30 +89,36 @@ export const REFUND_COMMAND = 'slidegate_refund';
  *          key>}`. The braces make the counter key the Redis Cluster hash tag, so every key derived
  *          from a base lives in the base's slot (a batch sent to a cluster holds one slot's keys).
  *          Keys derived inside the script (same slot as the declared base):
- *            sliding_window  `<base>:<n>` and `<base>:<n-1>`, n = floor(now / W), string counters
+ *            sliding_window  `<base>:<n>` and `<base>:<n-1>`, n = floor(now / W), string counters;
+ *                            with k sub-windows `<base>:<n-k>` .. `<base>:<n>`, n = floor(now / (W / k))
  *            fixed_window    `<base>:<n>`, a string counter
+ *            token/leaky bucket `<base>` itself, a string `<tatMs>:<tatRem>`: the GCRA theoretical
+ *                            arrival time tatMs + tatRem / L (absent: the bucket has drained)
  *            sliding_log     `<base>` itself, a sorted set: score = admission ms,
  *                            member = `<hits>:<redis time in us>:<i>[:<k>]` (unique per admitted batch)
  * ARGV     for each request, in KEYS order:
  *            countDenied ('1' to charge every counter even when one is denied, else '0'),
  *            number of counters c, then for each of its c counters:
- *              algorithm ('sw' | 'fw' | 'sl'), window W in ms (integer), limit L, hits h (0 = check only)
+ *              algorithm ('sw' | 'ss' (strict sliding window) | 'fw' | 'sl' | 'tb' | 'lb'), window W in ms
+ *              (integer), limit L, hits h (0 = check only), shape p: sub-windows k for sw/ss (dividing W),
+ *              burst for tb/lb, 0 otherwise
  *
  * Reply: one string, 3 comma-separated fields per counter in KEYS order (one bulk string is far
  *   cheaper for the client to read than an array of 4 entries per counter; see DecideReplyReader):
  *   remaining (-1 when denied: a denied counter's remaining is 0), resetMs, charge token ('' when
- *   nothing was added; else the window number n for sw/fw, or the sorted-set member for sl:
- *   exactly what REFUND_SCRIPT takes back). Tokens hold digits and ':' only.
+ *   nothing was added; else the (sub-)window number n for sw/ss/fw, the sorted-set member for sl, or
+ *   `<W>:<L>` for tb/lb: exactly what REFUND_SCRIPT needs to take it back). Tokens hold digits and ':' only.
  *
  * Writes: only for a request whose counters are all allowed (or with countDenied), only counters
  * with h > 0. String counters are read once per call and written once per call (INCRBY of the
  * batch's total), so a hot counter costs one read and one write per batch, not per request.
  * TTLs, set when a key is created (INCRBY returns exactly what was added), never refreshed:
- *   sliding_window 2W: `<base>:<n>` is created inside window n and read until the end of window
- *     n+1 (as "previous"), so at most 2W after its creation;
+ *   sliding_window W + W/k: `<base>:<n>` is created inside sub-window n and read until the end of
+ *     sub-window n+k (as the oldest), so at most (k+1) x W/k after its creation (2W for k = 1);
  *   fixed_window W: created inside window n, read only until its end;
  *   sliding_log W, renewed on every admission: the newest record must stay W after it was added
  *     (records older than W are trimmed at the same time, so the set stays O(L)).
+ *   token/leaky bucket: until it has drained (tatMs - now, plus 1 ms for a fraction), set on every write.
  * A key that expires is simply created again, with its TTL, by the next write.
  */
 export const DECIDE_SCRIPT = `
@@ -114,6 +134,16 @@ local function fmt(x) return string.format('%.0f', x) end
 local val, added, ttl, written = {}, {}, {}, {}
 -- Sorted sets this call appended to: longest window, trimmed and expired once at the end.
 local logs, logKeys = {}, {}
+-- Buckets as this call sees them ({tatMs, tatRem}), and the ones it charged, written once at the end.
+local bkt, bktKeys, bktWritten = {}, {}, {}
+-- GCRA: the TAT after h more hits at now (src/limiter/algorithms.ts chargeBucket).
+local function bcharge(st, h, w, limit)
+  if limit == 0 then return st end
+  local after = (st[1] - now) * limit + st[2]
+  if after < 0 then after = 0 end
+  after = after + h * w
+  return {now + math.floor(after / limit), after % limit}
+end
 -- Window numbers n and n - 1 as key suffixes, by window length.
 local curWin, prevWin = {}, {}
 -- Per counter of the batch: its ARGV offset, the key it charges, its charge token.
@@ -136,8 +166,9 @@ while a <= nargs do
   for i = first, last do
     local wArg = ARGV[a + 1]
     local alg, w, limit, hits = ARGV[a], tonumber(wArg), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    local shape = ARGV[a + 4]
     argAt[i] = a
-    a = a + 4
+    a = a + 5
     local base = KEYS[i]
     local start = now - (now % w)
     local toEnd = start + w - now
@@ -176,6 +207,101 @@ while a <= nargs do
           left = left - tonumber(string.match(recs[j], '^%d+'))
           if left + hits <= limit then
             reset = tonumber(recs[j + 1]) + w - now
+            break
+          end
+        end
+      end
+
+    elseif alg == 'tb' or alg == 'lb' then
+      key = base
+      local st = bkt[key]
+      if st == nil then
+        local v = redis.call('GET', key)
+        st = {0, 0}
+        if v then
+          local ms, rem = string.match(v, '^(%d+):(%d+)$')
+          st = {tonumber(ms), tonumber(rem)}
+        end
+        bkt[key] = st
+      end
+      local p = pending and pending[key] or 0
+      if p > 0 then st = bcharge(st, p, w, limit) end
+      local burst = tonumber(shape)
+      if limit == 0 or hits > burst then
+        if hits == 0 then allowed = 1 else reset = w end
+      else
+        local e = (st[1] - now) * limit + st[2]
+        if e < 0 then e = 0 end
+        local after = e + hits * w
+        local cap = burst * w
+        if after <= cap then
+          allowed = 1
+          remaining = math.floor((cap - after) / w)
+          reset = math.ceil(after / limit)
+        else
+          reset = math.ceil((after - cap) / limit)
+        end
+      end
+      chargeTok[i] = wArg .. ':' .. ARGV[argAt[i] + 2]
+
+    elseif alg == 'ss' or (alg == 'sw' and shape ~= '1') then
+      -- Sliding window over k sub-windows (src/limiter/algorithms.ts subWindowCounter).
+      local k = tonumber(shape)
+      local s = w / k
+      local subStart = now - (now % s)
+      local toEndS = subStart + s - now
+      local nsub = subStart / s
+      local win = fmt(nsub)
+      key = base .. ':' .. win
+      chargeTok[i] = win
+      local ks, missing = {}, {}
+      for j = 0, k do
+        local kj = base .. ':' .. fmt(nsub - k + j)
+        ks[j] = kj
+        if val[kj] == nil then missing[#missing + 1] = kj end
+      end
+      if #missing > 0 then
+        local got = redis.call('MGET', unpack(missing))
+        for j = 1, #missing do val[missing[j]] = tonumber(got[j]) or 0 end
+      end
+      local c = {}
+      local full = 0
+      for j = 0, k do
+        c[j] = val[ks[j]]
+        if pending then c[j] = c[j] + (pending[ks[j]] or 0) end
+        if j > 0 then full = full + c[j] end
+      end
+      local used
+      if alg == 'ss' then used = full + c[0] else used = math.floor((full * s + c[0] * toEndS) / s) end
+      if used + hits <= limit then
+        allowed = 1
+        remaining = limit - used - hits
+        local newest = -1
+        if c[k] + hits > 0 then newest = k else
+          for j = k - 1, 0, -1 do
+            if c[j] > 0 then newest = j break end
+          end
+        end
+        if newest >= 0 then reset = toEndS + newest * s end
+      elseif hits > limit then
+        reset = k * s
+      else
+        local target = limit - hits + 1
+        reset = toEndS + k * s
+        for j = 0, k do
+          if j > 0 then full = full - c[j] end
+          local oldest = c[j]
+          if alg == 'ss' then
+            if j > 0 and full + oldest < target then
+              reset = toEndS + (j - 1) * s
+              break
+            end
+          elseif full < target then
+            local startD = s
+            if j == 0 then startD = toEndS end
+            local dMax = startD
+            if oldest ~= 0 then dMax = math.min(startD, math.ceil((target - full) * s / oldest) - 1) end
+            reset = toEndS + j * s - dMax
             break
           end
         end
@@ -255,7 +381,15 @@ while a <= nargs do
         local key = chargeKey[i]
         local alg = ARGV[p]
         local w = tonumber(ARGV[p + 1])
-        if alg == 'sl' then
+        if alg == 'tb' or alg == 'lb' then
+          local limit = tonumber(ARGV[p + 2])
+          if bktWritten[key] == nil then
+            bktWritten[key] = true
+            bktKeys[#bktKeys + 1] = key
+          end
+          bkt[key] = bcharge(bkt[key], hits, w, limit)
+          out[i * 3] = chargeTok[i]
+        elseif alg == 'sl' then
           -- Written at once: the next request of the batch reads this set again.
           local member = hitsArg .. ':' .. nowUs .. ':' .. i
           local m = member
@@ -275,7 +409,7 @@ while a <= nargs do
         else
           val[key] = val[key] + hits
           local life = w
-          if alg == 'sw' then life = 2 * w end
+          if alg ~= 'fw' then life = w + w / tonumber(ARGV[p + 4]) end
           local sum = added[key]
           if sum == nil then
             written[#written + 1] = key
@@ -298,6 +432,17 @@ for j = 1, #written do
   local sum = added[key]
   if redis.call('INCRBY', key, sum) == sum then redis.call('PEXPIRE', key, ttl[key]) end
 end
+for j = 1, #bktKeys do
+  local key = bktKeys[j]
+  local st = bkt[key]
+  local life = st[1] - now
+  if st[2] > 0 then life = life + 1 end
+  if life > 0 then
+    redis.call('SET', key, fmt(st[1]) .. ':' .. fmt(st[2]), 'PX', fmt(life))
+  else
+    redis.call('DEL', key)
+  end
+end
 for j = 1, #logKeys do
   local key = logKeys[j]
   local w = logs[key]
@@ -313,15 +458,18 @@ return table.concat(out, ',')
  * request was denied in another slot, or failed there).
  *
  * KEYS[i]  base key of counter i, as in DECIDE
- * ARGV[1 + 3(i-1)]  algorithm of counter i: 'sw' | 'fw' | 'sl'
+ * ARGV[1 + 3(i-1)]  algorithm of counter i: 'sw' | 'fw' | 'sl' | 'tb' | 'lb' ('ss' is refunded as 'sw')
  * ARGV[2 + 3(i-1)]  hits that DECIDE added
  * ARGV[3 + 3(i-1)]  DECIDE's charge token for counter i ('' = nothing to refund)
  *
  * sw/fw decrement `<base>:<token>` only while the key exists (an expired window is not recreated,
- * and the TTL is kept); a counter brought to zero is deleted. sl removes the member.
+ * and the TTL is kept); a counter brought to zero is deleted. sl removes the member. tb/lb move the
+ * TAT back by h x W / L (token `<W>:<L>`), at Redis time; a bucket that has drained by then is deleted.
  * Reply: the number of counters refunded.
  */
 export const REFUND_SCRIPT = `
+if redis.replicate_commands then redis.replicate_commands() end
+local now = nil
 local done = 0
 for i = 1, #KEYS do
   local o = (i - 1) * 3
@@ -331,6 +479,27 @@ for i = 1, #KEYS do
   if token ~= '' then
     if alg == 'sl' then
       done = done + redis.call('ZREM', KEYS[i], token)
+    elseif alg == 'tb' or alg == 'lb' then
+      local v = redis.call('GET', KEYS[i])
+      if v then
+        if now == nil then
+          local t = redis.call('TIME')
+          now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        end
+        local w, limit = string.match(token, '^(%d+):(%d+)$')
+        w, limit = tonumber(w), tonumber(limit)
+        local ms, rem = string.match(v, '^(%d+):(%d+)$')
+        local e = (tonumber(ms) - now) * limit + tonumber(rem) - hits * w
+        if e <= 0 then
+          redis.call('DEL', KEYS[i])
+        else
+          local tat, frac = now + math.floor(e / limit), e % limit
+          local life = tat - now
+          if frac > 0 then life = life + 1 end
+          redis.call('SET', KEYS[i], string.format('%.0f', tat) .. ':' .. string.format('%.0f', frac), 'PX', string.format('%.0f', life))
+        end
+        done = done + 1
+      end
     else
       local key = KEYS[i] .. ':' .. token
       if redis.call('EXISTS', key) == 1 then

@@ -6,6 +6,7 @@ import {
   DECIDE_SCRIPT,
   DecideReplyReader,
   REFUND_COMMAND,
+  pushCounterArgs,
   REFUND_SCRIPT,
 } from './redis-script';
 import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../limiter/store';
@@ -315,10 +316,7 @@ export class RedisStore implements Store {
       const call = calls[i];
       const counters = call.counters;
       args.push(call.countDenied ? '1' : '0', counters.length);
-      for (let j = 0; j < counters.length; j++) {
-        const c = counters[j];
-        args.push(ALGORITHM_CODE[c.algorithm], c.windowMs, c.limit, c.hits);
-      }
+      for (let j = 0; j < counters.length; j++) pushCounterArgs(args, counters[j]);
     }
     this.decideCall(args).then(
       (reply) => this.answer(batch, calls, from, to, new DecideReplyReader(reply as string)),

@@ -36,9 +36,19 @@ function freshKey(label: string): string {
   return `contract|${run}|${sequence}|${label}`;
 }
 
-function counter(key: string, algorithm: Algorithm, limit: number, hits = 1, windowMs = DAY): CounterRequest {
-  return { key, algorithm, limit, windowMs, hits };
+function counter(key: string, algorithm: Algorithm, limit: number, hits = 1, windowMs = DAY, shape: CounterShape = {}): CounterRequest {
+  return { key, algorithm, limit, windowMs, hits, ...shape };
 }
+
+type CounterShape = Pick<CounterRequest, 'subWindows' | 'strict' | 'burst'>;
+
+/** Every algorithm, and the sliding window's other modes: [label, algorithm, options]. */
+const MODES: readonly (readonly [string, Algorithm, CounterShape])[] = [
+  ...ALGORITHMS.map((a) => [a, a, {}] as const),
+  ['sliding_window sub_windows=4', 'sliding_window', { subWindows: 4 }],
+  ['sliding_window strict', 'sliding_window', { strict: true }],
+  ['sliding_window sub_windows=4 strict', 'sliding_window', { subWindows: 4, strict: true }],
+];
 
 /** Registers the contract suite for one adapter; `factory` runs once for the whole suite. */
 export function describeStoreContract(name: string, factory: () => Promise<StoreHarness>): void {
@@ -78,7 +88,9 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
       await expect(h.store.decide([])).resolves.toEqual([]);
     });
 
-    describe.each(ALGORITHMS)('with %s', (algorithm) => {
+    describe.each(MODES)('with %s', (_label, algorithm, shape) => {
+      const counter = (key: string, a: Algorithm, limit: number, hits = 1): CounterRequest => ({ key, algorithm: a, limit, windowMs: DAY, hits, ...shape });
+
       it('allows up to the limit, then denies', async () => {
         const key = freshKey('fill');
         const verdicts: boolean[] = [];
@@ -165,9 +177,9 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
     });
 
     it('admits exactly the limit out of 200 concurrent calls on a limit of 50', async () => {
-      for (const algorithm of ALGORITHMS) {
-        const key = freshKey(`race-${algorithm}`);
-        const calls = Array.from({ length: 200 }, () => one(counter(key, algorithm, 50)));
+      for (const [label, algorithm, shape] of MODES) {
+        const key = freshKey(`race-${label}`);
+        const calls = Array.from({ length: 200 }, () => one(counter(key, algorithm, 50, 1, DAY, shape)));
         const decisions = await Promise.all(calls);
         expect(decisions.filter((d) => d.allowed)).toHaveLength(50);
         // Every admitted call saw a distinct remaining value: 49 down to 0.
@@ -225,6 +237,46 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
       await h.advance(SLACK + 50);
       // Only the 1-hit record is left in the window.
       expect(await one(c(2))).toMatchObject({ allowed: true, remaining: 0 });
+    });
+
+    it('refills a token bucket at its rate: 5 per second with a burst of 10 admits ten at once, then one per 200 ms', async () => {
+      for (const algorithm of ['token_bucket', 'leaky_bucket'] as const) {
+        const key = freshKey(`refill-${algorithm}`);
+        const c = (hits = 1): CounterRequest => counter(key, algorithm, 5, hits, SHORT, { burst: 10 });
+        const first = await h.store.decide(Array.from({ length: 10 }, () => c()));
+        expect(first.map((d) => d.allowed)).toEqual(new Array<boolean>(10).fill(true));
+        // Full again 2 s after the burst (less the little time the call took).
+        expect(first[9]).toMatchObject({ remaining: 0 });
+        expect(first[9].resetMs).toBeGreaterThan(2_000 - SLACK);
+        expect(first[9].resetMs).toBeLessThanOrEqual(2_000);
+        const denied = await one(c());
+        expect(denied.allowed).toBe(false);
+        expect(denied.resetMs).toBeGreaterThan(0);
+        expect(denied.resetMs).toBeLessThanOrEqual(200);
+        await h.advance(denied.resetMs + 20);
+        expect((await one(c())).allowed).toBe(true);
+        expect((await one(c())).allowed).toBe(false);
+      }
+    });
+
+    it('rolls sub-windows over: the oldest decays (or, strict, leaves whole) at the predicted instant', async () => {
+      for (const strict of [false, true]) {
+        // Line up with the start of a 250 ms sub-window, so that the three hits share one.
+        const probe = await one(counter(freshKey('probe'), 'fixed_window', 1, 1, SHORT / 4));
+        if (probe.resetMs < 200) await h.advance(probe.resetMs + 10);
+        const key = freshKey(`roll-sub-${strict}`);
+        const c = (): CounterRequest => counter(key, 'sliding_window', 3, 1, SHORT, { subWindows: 4, strict });
+        for (let i = 0; i < 3; i++) expect((await one(c())).allowed).toBe(true);
+        const denied = await one(c());
+        expect(denied.allowed).toBe(false);
+        // Plain: a quarter of a sub-window before the hits' sub-window has fully left; strict: exactly when it leaves.
+        expect(denied.resetMs).toBeGreaterThan(strict ? SHORT : (3 * SHORT) / 4 - SLACK);
+        expect(denied.resetMs).toBeLessThanOrEqual(strict ? SHORT + SHORT / 4 : SHORT + 1);
+        await h.advance(denied.resetMs - SLACK);
+        expect((await one(c())).allowed).toBe(false);
+        await h.advance(SLACK + 30);
+        expect((await one(c())).allowed).toBe(true);
+      }
     });
 
     it('forgets a sliding window counter once two windows have passed', async () => {

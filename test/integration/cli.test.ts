@@ -72,7 +72,7 @@ describe('slidegate validate', () => {
     expect(await runValidate(['--merge-domain-config', ref], io, {})).toBe(0);
     expect(io.stdout).toContain('ref.path_files/*: unit=MINUTE requests_per_unit=5 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: true');
     expect(io.stdout[io.stdout.length - 1]).toMatch(/OK \(1 domain\)/);
-    expect(io.stderr).toEqual([`warning: ${path.join(ref, 'ratelimit')}: descriptors[0].rate_limit.shadow_mode: ignored (not a setting at this level; expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm)`]);
+    expect(io.stderr).toEqual([`warning: ${path.join(ref, 'ratelimit')}: descriptors[0].rate_limit.shadow_mode: ignored (not a setting at this level; expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict)`]);
     // MERGE_DOMAIN_CONFIG from the environment, as the server reads it.
     expect(await runValidate([ref], capture(), { MERGE_DOMAIN_CONFIG: 'true' })).toBe(0);
   });

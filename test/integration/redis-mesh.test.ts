@@ -16,7 +16,22 @@ descriptors:
     descriptors:
       - key: route
         rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: token
+    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: token_bucket, burst: 100}
+  - key: leaky
+    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: leaky_bucket, burst: 100}
+  - key: big_bucket
+    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: token_bucket, burst: 1000}
+  - key: sub
+    rate_limit: {unit: hour, requests_per_unit: 100, sub_windows: 4}
+  - key: strict
+    rate_limit: {unit: hour, requests_per_unit: 100, sub_windows: 60, strict: true}
+  - key: strict_two
+    rate_limit: {unit: hour, requests_per_unit: 100, strict: true}
 `;
+
+/** Rules of every other algorithm and mode, each admitting exactly 100 at once (10 an hour refill a bucket too slowly to matter). */
+const MODE_KEYS = ['token', 'leaky', 'sub', 'strict', 'strict_two'] as const;
 
 async function startInstances(count: number, env: Record<string, string>): Promise<TestService[]> {
   const instances: TestService[] = [];
@@ -79,6 +94,14 @@ describe('service instances sharing one redis', () => {
     }
   });
 
+  it.each(MODE_KEYS)('admit exactly 100 of 300 concurrent calls on a %s rule of 100', async (key) => {
+    const result = await burst(instances, 300, { domain: 'mesh', descriptors: [descriptor([[key, 'shared']])] });
+    expect(result).toEqual({ ok: 100, over: 200, failed: 0 });
+    for (const s of instances) {
+      expect((await s.client.shouldRateLimit({ domain: 'mesh', descriptors: [descriptor([[key, 'shared']])] })).overallCode).toBe('OVER_LIMIT');
+    }
+  });
+
   it('answer UNAVAILABLE, not a verdict, when redis is gone', async () => {
     await redis.server.kill();
     try {
@@ -107,6 +130,19 @@ describe('service instances sharing one redis cluster', () => {
   it('admit exactly 100 of 300 concurrent calls on a limit of 100', async () => {
     const result = await burst(instances, 300, { domain: 'mesh', descriptors: [descriptor([['route', '/cart']])] });
     expect(result).toEqual({ ok: 100, over: 200, failed: 0 });
+  });
+
+  it.each(MODE_KEYS)('admit exactly 100 of 300 concurrent calls on a %s rule of 100', async (key) => {
+    const result = await burst(instances, 300, { domain: 'mesh', descriptors: [descriptor([[key, 'cluster']])] });
+    expect(result).toEqual({ ok: 100, over: 200, failed: 0 });
+  });
+
+  it('take back a bucket\'s tokens when another slot denies the call', async () => {
+    // The window rule denies 200 calls; their charge on the bucket (another slot) is refunded.
+    const result = await burst(instances, 300, { domain: 'mesh', descriptors: [descriptor([['route', '/refund']]), descriptor([['big_bucket', 'refund']])] });
+    expect(result).toEqual({ ok: 100, over: 200, failed: 0 });
+    const check = await instances[0].client.shouldRateLimit({ domain: 'mesh', descriptors: [descriptor([['big_bucket', 'refund']], { hitsAddend: { value: 0 } })] });
+    expect(check.statuses[0]).toMatchObject({ code: 'OK', limitRemaining: 900 });
   });
 
   it('admit exactly 100 when every call also carries a descriptor in another slot', async () => {

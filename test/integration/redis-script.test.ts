@@ -1,7 +1,11 @@
 import fc from 'fast-check';
 import Redis from 'ioredis';
-import { fixedWindow, slidingLog, slidingWindow, type Verdict } from '../../src/limiter/algorithms';
-import { DECIDE_SCRIPT, DecideReplyReader, REFUND_SCRIPT } from '../../src/store/redis-script';
+import { bucket, fixedWindow, slidingLog, slidingWindow, subWindowCounter, type Verdict } from '../../src/limiter/algorithms';
+import type { Algorithm } from '../../src/limiter/types';
+import { MemoryStore } from '../../src/store/memory-store';
+import { DECIDE_SCRIPT, DecideReplyReader, pushCounterArgs, REFUND_SCRIPT } from '../../src/store/redis-script';
+import type { CounterRequest } from '../../src/limiter/store';
+import { FakeClock } from '../helpers/fake-clock';
 import { startRedis, type RedisServer } from '../helpers/redis';
 
 /**
@@ -33,8 +37,11 @@ describe('the decide script', () => {
     await redis?.stop();
   });
 
-  async function decide(nowMs: number, key: string, alg: 'sw' | 'fw' | 'sl', windowMs: number, limit: number, hits: number): Promise<{ verdict: Verdict; token: string }> {
-    const [out] = read((await r.eval(pinned(nowMs), 1, key, '0', 1, alg, windowMs, limit, hits)) as string, 1);
+  type Code = 'sw' | 'ss' | 'fw' | 'sl' | 'tb' | 'lb';
+
+  /** One counter decided alone; `shape` is the sub-window count (sw, ss) or the burst (tb, lb). */
+  async function decide(nowMs: number, key: string, alg: Code, windowMs: number, limit: number, hits: number, shape = alg === 'sw' || alg === 'ss' ? 1 : alg === 'tb' || alg === 'lb' ? limit : 0): Promise<{ verdict: Verdict; token: string }> {
+    const [out] = read((await r.eval(pinned(nowMs), 1, key, '0', 1, alg, windowMs, limit, hits, shape)) as string, 1);
     return out;
   }
 
@@ -117,8 +124,103 @@ describe('the decide script', () => {
     );
   });
 
+  it('mirrors the sub-window sliding window arithmetic exactly, plain and strict', async () => {
+    const shapeArb = fc.record({ k: fc.constantFrom(1, 2, 4, 5, 10, 20), strict: fc.boolean() }); // each divides every window of `base`
+    await fc.assert(
+      fc.asyncProperty(base, shapeArb, fc.array(fc.integer({ min: 0, max: 400 }), { minLength: 21, maxLength: 21 }), async (b, { k, strict }, raw) => {
+        await r.flushall();
+        const s = b.windowMs / k;
+        const n = Math.floor(b.nowMs / s);
+        const counts = raw.slice(0, k + 1);
+        for (let j = 0; j <= k; j++) if (counts[j] > 0) await r.set(`k:${n - k + j}`, counts[j]);
+        const got = await decide(b.nowMs, 'k', strict ? 'ss' : 'sw', b.windowMs, b.limit, b.hits, k);
+        expect(got.verdict).toEqual(subWindowCounter({ counts, strict, nowMs: b.nowMs, windowMs: b.windowMs, limit: b.limit, hits: b.hits }));
+        if (got.verdict.allowed && b.hits > 0) {
+          expect(got.token).toBe(String(n));
+          expect(Number(await r.get(`k:${n}`))).toBe(counts[k] + b.hits);
+          // A key the call created gets the TTL W + S; an existing one keeps its own.
+          if (counts[k] === 0) expect(await r.pttl(`k:${n}`)).toBeGreaterThan(b.windowMs + s - 1_000);
+        } else {
+          expect(got.token).toBe('');
+        }
+      }),
+      { numRuns: 150 },
+    );
+  });
+
+  it('mirrors the GCRA bucket arithmetic exactly, and keeps its TAT until the bucket has drained', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        base,
+        fc.constantFrom('tb' as const, 'lb' as const),
+        fc.integer({ min: 1, max: 2_000 }),
+        fc.option(fc.integer({ min: -3_600_000, max: 3_600_000 }), { nil: undefined }),
+        fc.integer({ min: 0, max: 999 }),
+        async (b, alg, burst, tatOffset, remRaw) => {
+          await r.flushall();
+          const state = tatOffset === undefined ? { tatMs: 0, tatRem: 0 } : { tatMs: b.nowMs + tatOffset, tatRem: remRaw % b.limit };
+          if (tatOffset !== undefined) await r.set('k', `${state.tatMs}:${state.tatRem}`);
+          const got = await decide(b.nowMs, 'k', alg, b.windowMs, b.limit, b.hits, burst);
+          expect(got.verdict).toEqual(bucket({ state, nowMs: b.nowMs, windowMs: b.windowMs, limit: b.limit, burst, hits: b.hits }));
+          if (got.verdict.allowed && b.hits > 0) {
+            expect(got.token).toBe(`${b.windowMs}:${b.limit}`);
+            // The TTL is the drain time the verdict reports.
+            expect(await r.pttl('k')).toBeLessThanOrEqual(got.verdict.resetMs);
+            expect(await r.pttl('k')).toBeGreaterThan(got.verdict.resetMs - 1_000);
+          } else {
+            expect(got.token).toBe('');
+          }
+        },
+      ),
+      { numRuns: 150 },
+    );
+  });
+
+  /** Decides `requests` at `nowMs` through the script exactly as RedisStore sends them (keys unprefixed). */
+  async function scriptDecide(nowMs: number, counters: readonly CounterRequest[], countDenied: boolean): Promise<Verdict[]> {
+    const args: (string | number)[] = [countDenied ? '1' : '0', counters.length];
+    for (const c of counters) pushCounterArgs(args, c);
+    return read((await r.eval(pinned(nowMs), counters.length, ...counters.map((c) => c.key), ...args)) as string, counters.length).map((d) => d.verdict);
+  }
+
+  it('decides every algorithm and mode exactly as the memory store does, request after request', async () => {
+    type Shape = Pick<CounterRequest, 'algorithm' | 'windowMs' | 'subWindows' | 'strict' | 'burst'>;
+    const shapes: Shape[] = [
+      { algorithm: 'sliding_window', windowMs: 1_000 },
+      { algorithm: 'sliding_window', windowMs: 1_000, subWindows: 4 },
+      { algorithm: 'sliding_window', windowMs: 1_000, subWindows: 1, strict: true },
+      { algorithm: 'sliding_window', windowMs: 600, subWindows: 6, strict: true },
+      { algorithm: 'fixed_window', windowMs: 1_000 },
+      { algorithm: 'sliding_log', windowMs: 1_000 },
+      { algorithm: 'token_bucket', windowMs: 1_000, burst: 7 },
+      { algorithm: 'leaky_bucket', windowMs: 3_000, burst: 2 },
+    ];
+    const counterArb = fc.record({ key: fc.constantFrom('a', 'b'), shape: fc.integer({ min: 0, max: shapes.length - 1 }), limit: fc.integer({ min: 0, max: 5 }), hits: fc.integer({ min: 0, max: 3 }) });
+    const stepArb = fc.record({ dt: fc.integer({ min: 0, max: 400 }), countDenied: fc.boolean(), counters: fc.array(counterArb, { minLength: 1, maxLength: 3 }) });
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 1_600_000_000_000, max: 1_900_000_000_000 }), fc.array(stepArb, { minLength: 1, maxLength: 25 }), async (start, steps) => {
+        await r.flushall();
+        const clock = new FakeClock(start);
+        const memory = new MemoryStore({ maxKeys: 1_000, clock, sweepIntervalMs: 0 });
+        for (const step of steps) {
+          clock.advance(step.dt);
+          const counters: CounterRequest[] = step.counters.map((c) => {
+            const shape = shapes[c.shape];
+            // The key names its algorithm, window and sub-windows, as a real counter key does.
+            const key = `${c.key}|${shape.algorithm as Algorithm}${shape.windowMs}/${shape.subWindows ?? 1}`;
+            return { key, limit: c.limit, hits: c.hits, ...shape, burst: shape.burst === undefined ? undefined : Math.max(shape.burst, c.limit) };
+          });
+          const fromMemory = await memory.decide(counters, { countDenied: step.countDenied });
+          expect(await scriptDecide(clock.nowMs(), counters, step.countDenied)).toEqual(fromMemory.map((d) => ({ allowed: d.allowed, remaining: d.remaining, resetMs: d.resetMs })));
+        }
+        await memory.close();
+      }),
+      { numRuns: 150 },
+    );
+  });
+
   /** One request of a DECIDE batch: its counters as [key, algorithm, window, limit, hits]. */
-  type Req = { countDenied: boolean; counters: [string, 'sw' | 'fw' | 'sl', number, number, number][] };
+  type Req = { countDenied: boolean; counters: [string, Code, number, number, number][] };
 
   async function decideBatch(nowMs: number, reqs: readonly Req[]): Promise<{ verdict: Verdict; token: string }[]> {
     const keys: string[] = [];
@@ -127,7 +229,7 @@ describe('the decide script', () => {
       argv.push(q.countDenied ? '1' : '0', String(q.counters.length));
       for (const [key, alg, w, limit, hits] of q.counters) {
         keys.push(key);
-        argv.push(alg, String(w), String(limit), String(hits));
+        argv.push(alg, String(w), String(limit), String(hits), alg === 'sw' ? '1' : alg === 'ss' ? '2' : alg === 'tb' || alg === 'lb' ? '3' : '0');
       }
     }
     return read((await r.eval(pinned(nowMs), keys.length, ...keys, ...argv)) as string, keys.length);
@@ -146,7 +248,7 @@ describe('the decide script', () => {
   it('decides a batch of requests exactly as the same requests called one by one', async () => {
     const counter = fc.tuple(
       fc.constantFrom('a', 'b', 'c'),
-      fc.constantFrom('sw' as const, 'fw' as const, 'sl' as const),
+      fc.constantFrom('sw' as const, 'ss' as const, 'fw' as const, 'sl' as const, 'tb' as const, 'lb' as const),
       fc.constantFrom(1_000, 60_000),
       fc.integer({ min: 0, max: 6 }),
       fc.integer({ min: 0, max: 3 }),
@@ -155,7 +257,7 @@ describe('the decide script', () => {
     await fc.assert(
       fc.asyncProperty(fc.integer({ min: 1_600_000_000_000, max: 1_900_000_000_000 }), fc.array(request, { minLength: 1, maxLength: 8 }), async (nowMs, raw) => {
         // The algorithm and window are part of a real counter key.
-        const reqs: Req[] = raw.map((q) => ({ countDenied: q.countDenied, counters: q.counters.map(([k, alg, w, l, h]) => [`${k}|${alg}${w}`, alg, w, l, h]) }));
+        const reqs: Req[] = raw.map((q) => ({ countDenied: q.countDenied, counters: q.counters.map(([k, alg, w, l, h]) => [`${k}|${alg}${w}${alg === 'ss' ? '/2' : ''}`, alg, w, l, h]) }));
         await r.flushall();
         const batched = await decideBatch(nowMs, reqs);
         const batchedState = await state();
@@ -208,6 +310,23 @@ describe('the decide script', () => {
     expect(tokens.size).toBe(5);
     expect(await r.zcard('k')).toBe(5);
     expect((await decide(now, 'k', 'sl', 1_000, 100, 0)).verdict.remaining).toBe(90);
+  });
+
+  it('refunds a bucket by moving its TAT back, deleting a bucket that has drained', async () => {
+    await r.flushall();
+    // Real Redis time: REFUND reads TIME, so the TATs are set around the real clock.
+    const now = Number((await r.time())[0]) * 1000;
+    await r.set('b', `${now + 60_000}:1`);
+    // A refund of 3 hits at 5 per second (token W:L = 1000:5) moves the TAT back 600 ms.
+    expect(await r.eval(REFUND_SCRIPT, 1, 'b', 'tb', 3, '1000:5')).toBe(1);
+    const [ms, rem] = (await r.get('b'))!.split(':').map(Number);
+    expect(rem).toBe(1);
+    expect(ms).toBeGreaterThanOrEqual(now + 60_000 - 600 - 1);
+    expect(ms).toBeLessThanOrEqual(now + 60_000 - 600);
+    expect(await r.pttl('b')).toBeGreaterThan(50_000);
+    // Taking back more than is left: the bucket has drained.
+    await r.eval(REFUND_SCRIPT, 1, 'b', 'lb', 1_000, '1000:5');
+    expect(await r.exists('b')).toBe(0);
   });
 
   it('refunds exactly what a decide call added', async () => {

@@ -1,4 +1,4 @@
-import { replay, runAccuracy, scenarios, type AccuracyResult, type ScenarioAccuracy } from '../../bench/accuracy';
+import { MODES, replay, runAccuracy, scenarios, type AccuracyResult, type ScenarioAccuracy } from '../../bench/accuracy';
 
 describe('algorithm accuracy instrument', () => {
   let result: AccuracyResult;
@@ -13,7 +13,8 @@ describe('algorithm accuracy instrument', () => {
   });
 
   it('runs every scenario through every algorithm at tiny scale', () => {
-    expect(result.scenarios.map((s) => s.name)).toEqual(['spec-example', 'steady-over', 'boundary-burst', 'pareto-sources', 'retry-storm']);
+    expect(result.scenarios.map((s) => s.name)).toEqual(['spec-example', 'steady-over', 'boundary-burst', 'pareto-sources', 'retry-storm', 'burst-then-steady']);
+    for (const s of result.scenarios) expect(Object.keys(s.algorithms)).toEqual(MODES.map((m) => m.name));
     for (const s of result.scenarios) {
       for (const r of Object.values(s.algorithms)) {
         expect(r.requests).toBeGreaterThan(0);
@@ -47,6 +48,29 @@ describe('algorithm accuracy instrument', () => {
   it('keeps the sliding window well below the fixed window worst case at a boundary burst', () => {
     const s = scenario('boundary-burst').algorithms;
     expect(s.sliding_window.worstWindowRatio).toBeLessThan(s.fixed_window.worstWindowRatio);
+  });
+
+  it('never lets the strict sliding window admit more than L in any window, and never judges it to admit wrongly', () => {
+    for (const s of result.scenarios) {
+      const strict = s.algorithms['sliding_window sub_windows=10 strict'];
+      expect(strict.worstWindowRatio).toBeLessThanOrEqual(1);
+      expect(strict.wronglyAdmitted).toBe(0);
+    }
+  });
+
+  it('shows the default sliding window admitting close to 2 L in one window after a burst at a window end', () => {
+    const s = scenario('burst-then-steady').algorithms;
+    expect(s.sliding_window.worstWindowRatio).toBeGreaterThan(1.9);
+    expect(s['sliding_window sub_windows=10'].worstWindowRatio).toBeLessThan(s.sliding_window.worstWindowRatio);
+  });
+
+  it('finds the buckets deciding exactly as their definitions, the token bucket admitting its burst on top of the rate', () => {
+    for (const s of result.scenarios) {
+      for (const name of ['token_bucket burst=L', 'leaky_bucket burst=L/10']) {
+        expect(s.algorithms[name].wronglyAdmitted + s.algorithms[name].wronglyDenied).toBe(0);
+      }
+    }
+    expect(scenario('burst-then-steady').algorithms['token_bucket burst=L'].worstWindowRatio).toBeGreaterThan(1.9);
   });
 
   it('gives the same numbers for the same seed', () => {

@@ -96,7 +96,11 @@ describe('subWindowCounter', () => {
   });
 
   it('names one window as the wait for more hits than the limit', () => {
-    expect(subWindowCounter({ counts: [0, 0, 0], strict: true, nowMs: 5, windowMs: W, limit: 3, hits: 4 })).toEqual({ allowed: false, remaining: 0, resetMs: W });
+    expect(subWindowCounter({ counts: [0, 0, 0], strict: true, nowMs: 5, windowMs: W, limit: 3, hits: 4 })).toEqual({
+      allowed: false,
+      remaining: 0,
+      resetMs: W,
+    });
   });
 
   const BW = 20; // every millisecond of a few windows can be tried
@@ -187,7 +191,11 @@ describe('subWindowCounter', () => {
     for (let t = 1_000; t < 2_000; t += 25) arrivals.push({ t, hits: 1 });
     const plain = runSub(arrivals, { windowMs: W, k: 4, strict: false, limit: 10 });
     const strict = runSub(arrivals, { windowMs: W, k: 4, strict: true, limit: 10 });
-    const most = (vs: Verdict[]): number => maxInAnyWindow(arrivals.filter((_, i) => vs[i].allowed), W);
+    const most = (vs: Verdict[]): number =>
+      maxInAnyWindow(
+        arrivals.filter((_, i) => vs[i].allowed),
+        W,
+      );
     expect(most(plain)).toBeGreaterThan(10);
     expect(most(strict)).toBe(10);
   });
@@ -238,7 +246,10 @@ function leakyBucketDefinition(arrivals: readonly Arrival[], o: { windowMs: numb
 describe('bucket (GCRA)', () => {
   it('5 per second with a burst of 10: ten at once, then one every 200 ms', () => {
     const o = { windowMs: 1_000, limit: 5, burst: 10 };
-    const at0 = runBucket(Array.from({ length: 11 }, () => ({ t: 50_000, hits: 1 })), o);
+    const at0 = runBucket(
+      Array.from({ length: 11 }, () => ({ t: 50_000, hits: 1 })),
+      o,
+    );
     expect(at0.map((v) => v.allowed)).toEqual([...new Array<boolean>(10).fill(true), false]);
     expect(at0[9]).toEqual({ allowed: true, remaining: 0, resetMs: 2_000 });
     expect(at0[10]).toEqual({ allowed: false, remaining: 0, resetMs: 200 });

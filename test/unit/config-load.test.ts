@@ -53,10 +53,10 @@ const INVALID: Record<string, string> = {
     'line 5, column 3: invalid YAML: Flow map in block collection must be sufficiently indented and end with a }',
   'too-many-requests.yaml': 'descriptors[0].rate_limit.requests_per_unit: expected an integer from 0 to 4294967295, got 4294967296',
   'unknown-algorithm.yaml':
-    'descriptors[0].rate_limit.algorithm: unknown algorithm "leaky_bucket" (expected one of: sliding_window, sliding_log, fixed_window)',
+    'descriptors[0].rate_limit.algorithm: unknown algorithm "gcra" (expected one of: sliding_window, sliding_log, fixed_window, token_bucket, leaky_bucket)',
   'unknown-rate-limit-key.yaml':
     'descriptors[0].descriptors[0].rate_limit.requests_per_second: unknown key ' +
-    '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm)',
+    '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict)',
   'unknown-root-key.yaml': 'descriptor: unknown key (expected one of: domain, descriptors)',
   'unknown-rule-key.yaml':
     'descriptors[0].limit: unknown key (expected one of: key, value, rate_limit, descriptors, shadow_mode, quota_mode, ' +
@@ -131,6 +131,9 @@ describe('valid config files', () => {
       unitMultiplier: 10,
       windowMs: 10_000,
       algorithm: 'sliding_window',
+      burst: 5,
+      subWindows: 1,
+      strict: false,
       name: undefined,
       unlimited: false,
     });
@@ -288,6 +291,60 @@ describe('describing a config', () => {
       'messaging.source_cluster_proxy.destination_cluster: unit=SECOND requests_per_unit=10 unit_multiplier=1 algorithm=sliding_window name=global_limit, shadow_mode: false, quota_mode: false',
       'messaging.client_id_010: unit=WEEK requests_per_unit=0 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: false',
       'messaging.flag_on: unit=YEAR requests_per_unit=4294967295 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: false',
+    ]);
+  });
+});
+
+describe('algorithm options', () => {
+  const parse = (rateLimit: string, defaultAlgorithm: 'sliding_window' | 'token_bucket' = 'sliding_window') =>
+    parseConfigText('algos.yaml', `domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, ${rateLimit}}\n`, { defaultAlgorithm });
+  const limitOf = (rateLimit: string, defaultAlgorithm?: 'sliding_window' | 'token_bucket') => rule(parse(rateLimit, defaultAlgorithm).rules, 'k').limit;
+  const errorOf = (rateLimit: string): string => {
+    try {
+      parse(rateLimit);
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      return (err as ConfigError).message;
+    }
+    throw new Error('no error');
+  };
+
+  test('token and leaky buckets take a burst, by default requests_per_unit', () => {
+    expect(limitOf('requests_per_unit: 5, algorithm: token_bucket, burst: 10')).toMatchObject({ algorithm: 'token_bucket', burst: 10, subWindows: 1, strict: false });
+    expect(limitOf('requests_per_unit: 5, algorithm: leaky_bucket')).toMatchObject({ algorithm: 'leaky_bucket', burst: 5 });
+    // The default algorithm decides which options a rule that names none may take.
+    expect(limitOf('requests_per_unit: 5, burst: 7', 'token_bucket')).toMatchObject({ algorithm: 'token_bucket', burst: 7 });
+  });
+
+  test('the sliding window takes sub_windows that divide the window, and strict', () => {
+    const node = rule(parse('requests_per_unit: 5, unit_multiplier: 10, sub_windows: 8, strict: true').rules, 'k');
+    expect(node.limit).toMatchObject({ algorithm: 'sliding_window', subWindows: 8, strict: true, burst: 5 });
+    // Another layout of the state is another counter; strictness only reads the same counts differently.
+    expect(node.keyPrefix).toBe('d|sw10000/8');
+    expect(rule(parse('requests_per_unit: 5, strict: true').rules, 'k').keyPrefix).toBe(counterKeyPrefix('d', 'sliding_window', 1_000));
+  });
+
+  test('each option is refused with an algorithm that does not read it, naming the file and path', () => {
+    expect(errorOf('requests_per_unit: 5, burst: 10')).toBe('algos.yaml: descriptors[0].rate_limit.burst: only with algorithm token_bucket or leaky_bucket (this rule uses sliding_window)');
+    expect(errorOf('requests_per_unit: 5, algorithm: token_bucket, strict: true')).toBe('algos.yaml: descriptors[0].rate_limit.strict: only with algorithm sliding_window (this rule uses token_bucket)');
+    expect(errorOf('requests_per_unit: 5, algorithm: fixed_window, sub_windows: 2')).toBe('algos.yaml: descriptors[0].rate_limit.sub_windows: only with algorithm sliding_window (this rule uses fixed_window)');
+  });
+
+  test('bad values are refused, naming the file and path', () => {
+    expect(errorOf('requests_per_unit: 5, sub_windows: 7')).toBe('algos.yaml: descriptors[0].rate_limit.sub_windows: 7 does not divide the window of 1000 ms into whole milliseconds');
+    expect(errorOf('requests_per_unit: 5, sub_windows: 0')).toBe('algos.yaml: descriptors[0].rate_limit.sub_windows: expected an integer from 1 to 100, got 0');
+    expect(errorOf('requests_per_unit: 5, algorithm: token_bucket, burst: 0')).toBe('algos.yaml: descriptors[0].rate_limit.burst: expected an integer from 1 to 4294967295, got 0');
+    expect(errorOf('requests_per_unit: 5, strict: maybe')).toMatch(/^algos\.yaml: descriptors\[0\]\.rate_limit\.strict: expected true or false/);
+  });
+
+  test('/rlconfig names each option where it differs from the plain algorithm', () => {
+    const config = configFromTexts(
+      [{ file: 'a.yaml', text: 'domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 10}}\n  - {key: b, rate_limit: {unit: second, requests_per_unit: 5, sub_windows: 4, strict: true}}\n' }],
+      opts,
+    );
+    expect(describeConfig(config)).toEqual([
+      'd.a: unit=SECOND requests_per_unit=5 unit_multiplier=1 algorithm=token_bucket burst=10, shadow_mode: false, quota_mode: false',
+      'd.b: unit=SECOND requests_per_unit=5 unit_multiplier=1 algorithm=sliding_window sub_windows=4 strict=true, shadow_mode: false, quota_mode: false',
     ]);
   });
 });

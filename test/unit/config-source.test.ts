@@ -184,12 +184,12 @@ describe('reloading the config', () => {
     const first = await s.load();
     s.start();
 
-    writeFileSync(file, 'domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 2}\n');
+    writeFileSync(file, 'domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, bucket_size: 2}\n');
     await eventually(() => errors.length > 0);
     expect(errors[0]).toBeInstanceOf(ConfigError);
     expect(errors[0].message).toBe(
-      `${file}: descriptors[0].rate_limit.burst: unknown key ` +
-        '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm)',
+      `${file}: descriptors[0].rate_limit.bucket_size: unknown key ` +
+        '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict)',
     );
     expect(s.current()).toBe(first);
     expect(s.generation).toBe(1);

@@ -41,6 +41,35 @@ describe('MemoryStore', () => {
     expect((await store.decide([c('k', 2)]))[0].allowed).toBe(true);
   });
 
+  it('keeps a bucket exactly until it has drained, and sub-windows until the newest one has left the window', async () => {
+    clock.set(10 * W);
+    const bucket: CounterRequest = { key: 'b', limit: 5, hits: 3, algorithm: 'token_bucket', windowMs: W, burst: 10 };
+    // 3 hits at 5 per second: 600 ms until the bucket is full again.
+    expect((await store.decide([bucket]))[0]).toEqual({ allowed: true, remaining: 7, resetMs: 600 });
+    const sub: CounterRequest = { key: 's', limit: 5, hits: 1, algorithm: 'sliding_window', windowMs: W, subWindows: 4 };
+    // Charged in sub-window 40 (of 250 ms), read until the end of sub-window 44.
+    expect((await store.decide([sub]))[0]).toEqual({ allowed: true, remaining: 4, resetMs: 250 + 4 * 250 });
+    clock.advance(599);
+    expect(store.sweep()).toBe(0);
+    clock.advance(1);
+    expect(store.sweep()).toBe(1);
+    expect(store.size).toBe(1);
+    clock.advance(1_250 - 600);
+    expect(store.sweep()).toBe(1);
+    expect(store.size).toBe(0);
+  });
+
+  it('moves sub-window counts forward as time passes, and reads a strict window from the same counts', async () => {
+    const sub = (hits: number, strict = false): CounterRequest => ({ key: 's', limit: 4, hits, algorithm: 'sliding_window', windowMs: W, subWindows: 2, strict });
+    clock.set(10 * W + 100); // sub-window 20 of 500 ms
+    expect((await store.decide([sub(3)]))[0].allowed).toBe(true);
+    clock.set(11 * W + 400); // sub-window 22: sub-window 20 is the oldest, 100 ms of it left to weigh
+    expect((await store.decide([sub(0)]))[0]).toEqual({ allowed: true, remaining: 4, resetMs: 100 });
+    // Strict counts those 3 hits in full until sub-window 20 has left the window.
+    expect((await store.decide([sub(2, true)]))[0]).toEqual({ allowed: false, remaining: 0, resetMs: 100 });
+    expect((await store.decide([sub(2)]))[0].allowed).toBe(true);
+  });
+
   it('reads its clock once per call, so every counter of a call is decided at the same instant', async () => {
     let reads = 0;
     const counting: Clock = { nowMs: () => (reads++, clock.nowMs()) };

@@ -44,6 +44,8 @@ descriptors:
     descriptors:
       - key: leaf
         rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: bucket
+    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: token_bucket, burst: 10}
 `;
 
 const START = 1_699_999_200_000; // an hour boundary: window positions below are easy to read
@@ -137,7 +139,7 @@ describe('RateLimiter', () => {
       responseHeaders: [],
     });
     expect(store.calls[0].counters).toEqual([
-      { key: counterKey(counterKeyPrefix('edge', 'sliding_window', 10_000), [{ key: 'api_key', value: 'k1' }]), limit: 5, windowMs: 10_000, algorithm: 'sliding_window', hits: 1 },
+      { key: counterKey(counterKeyPrefix('edge', 'sliding_window', 10_000), [{ key: 'api_key', value: 'k1' }]), limit: 5, windowMs: 10_000, algorithm: 'sliding_window', hits: 1, burst: 5, subWindows: 1, strict: false },
     ]);
   });
 
@@ -238,6 +240,9 @@ describe('RateLimiter', () => {
         windowMs: 60_000,
         algorithm: 'fixed_window',
         hits: 1,
+        burst: 1,
+        subWindows: 1,
+        strict: false,
       });
       expect((await rl.shouldRateLimit(req([over]))).overallCode).toBe('OVER_LIMIT');
       expect(outcomes[0]).toMatchObject({ domain: 'edge', statKey: 'nope_x.user_u1' });
@@ -310,6 +315,18 @@ describe('RateLimiter', () => {
         [1, 1, 1, 0, 0],
         [4, 0, 0, 4, 0],
         [0, 0, 0, 0, 0],
+      ]);
+    });
+
+    it('measures a bucket\'s near-limit hits against its burst', async () => {
+      const rl = limiter();
+      // Burst 10, ratio 0.8: a level above 8 is near the limit, as for a window of 10.
+      await rl.shouldRateLimit(req([{ ...d(['bucket', 'b']), hitsAddend: 7 }]));
+      const res = await rl.shouldRateLimit(req([{ ...d(['bucket', 'b']), hitsAddend: 2 }]));
+      expect(res.statuses[0]).toMatchObject({ code: 'OK', limitRemaining: 1, currentLimit: { requestsPerUnit: 5, unit: 'hour' } });
+      expect(outcomes.map(({ withinLimit, nearLimit }) => [withinLimit, nearLimit])).toEqual([
+        [7, 0],
+        [2, 1],
       ]);
     });
 

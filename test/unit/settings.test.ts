@@ -251,7 +251,7 @@ describe('loadSettings rejects invalid values, naming the variable', () => {
     ['STORE_FAILURE_POLICY', { STORE_FAILURE_POLICY: 'ignore' }],
     ['MEMORY_MAX_KEYS', { MEMORY_MAX_KEYS: '0' }],
     ['LOCAL_DENIAL_CACHE_MAX_KEYS', { LOCAL_DENIAL_CACHE_MAX_KEYS: '-1' }],
-    ['DEFAULT_ALGORITHM', { DEFAULT_ALGORITHM: 'token_bucket' }],
+    ['DEFAULT_ALGORITHM', { DEFAULT_ALGORITHM: 'gcra' }],
     ['COUNT_DENIED_REQUESTS', { COUNT_DENIED_REQUESTS: 'y' }],
     ['SHADOW_MODE', { SHADOW_MODE: 'enabled' }],
     ['NEAR_LIMIT_RATIO', { NEAR_LIMIT_RATIO: '1.5' }],
