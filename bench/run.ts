@@ -12,7 +12,7 @@ import { isoDate, repoRoot } from './paths';
 import { processUsage, runCommand } from './processes';
 import { benchSvg, docsBlock, resultMarkdown } from './report';
 import { grpcFrame } from './rls-codec';
-import { ATTACK_MIX_CONNECTIONS, ATTACK_MIX_SHARE, attackMixBodies, CONFIG_YAML, scenarioPlan, workloadBodies, type ScenarioSpec, type Workload } from './scenarios';
+import { ATTACK_MIX_CONNECTIONS, ATTACK_MIX_SHARE, attackMixBodies, CONFIG_YAML, scenarioPlan, workloadBodies, WORKLOADS, type ScenarioSpec, type Workload } from './scenarios';
 import { probeAnswers, redisCommandCalls, startNoop, startRedis, startService, type RedisProcess, type Target } from './targets';
 
 export type { BenchResult, RunMeasure, ScenarioResult, ScenarioSummary } from './bench-result';
@@ -206,7 +206,7 @@ async function describeMachine(): Promise<Machine> {
 
 function writeWorkloads(tmp: string): Map<Workload, WorkloadFiles> {
   const files = new Map<Workload, WorkloadFiles>();
-  for (const w of ['one', 'five', 'keys10k', 'attack'] as const) {
+  for (const w of WORKLOADS) {
     const { bodies, descriptors } = workloadBodies(w);
     const frames = bodies.map(grpcFrame);
     const framesFile = join(tmp, `${w}.frames`);

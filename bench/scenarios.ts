@@ -14,7 +14,10 @@ import { encodeRateLimitRequest, type BenchDescriptor } from './rls-codec';
  */
 export type Transport = 'grpc-js' | 'http2' | 'node-http2';
 export type Backend = 'memory' | 'redis';
-export type Workload = 'one' | 'five' | 'keys10k' | 'attack';
+export type Workload = 'one' | 'five' | 'keys10k' | 'attack' | 'bucket';
+
+/** Every workload, in the order their request files are written. */
+export const WORKLOADS: readonly Workload[] = ['one', 'five', 'keys10k', 'attack', 'bucket'];
 
 export interface ScenarioSpec {
   /** Unique; `--only` matches it. Shape: `<target>[@<rate>-<conns>c]/<generator>`. */
@@ -70,6 +73,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
   - key: attacker
     rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: token_bucket, burst: 1000000000}
 `;
 
 const d = (key: string, value: string): BenchDescriptor => ({ entries: [[key, value]] });
@@ -108,6 +113,8 @@ export function workloadBodies(w: Workload): { bodies: Buffer[]; descriptors: nu
       };
     case 'keys10k':
       return { bodies: Array.from({ length: 10_000 }, (_, i) => encodeRateLimitRequest(DOMAIN, [d('client', `c${i}`)])), descriptors: 1 };
+    case 'bucket':
+      return { bodies: [encodeRateLimitRequest(DOMAIN, [d('bucket', 'c1')])], descriptors: 1 };
     case 'attack':
       // 90 attacker keys (over their limit after one call) for every 10 normal ones, interleaved.
       return {
@@ -117,12 +124,19 @@ export function workloadBodies(w: Workload): { bodies: Buffer[]; descriptors: nu
   }
 }
 
-const WORKLOAD_LABEL: Record<Workload, string> = { one: '1-descriptor', five: '5-descriptors', keys10k: '10k-keys', attack: 'attack-90pct' };
+const WORKLOAD_LABEL: Record<Workload, string> = {
+  one: '1-descriptor',
+  five: '5-descriptors',
+  keys10k: '10k-keys',
+  attack: 'attack-90pct',
+  bucket: '1-token-bucket',
+};
 const WORKLOAD_TEXT: Record<Workload, string> = {
   one: 'one descriptor, one key',
   five: 'five descriptors per call (one all-or-nothing decision over five counters)',
   keys10k: '10,000 distinct keys in turn',
   attack: '90% of calls on keys already over their limit, 10% normal',
+  bucket: 'one descriptor, one key, on a token-bucket rule',
 };
 
 const MIX_TEXT =
@@ -137,7 +151,9 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
   const connectionsOf = (generator: GeneratorName): number => (generator === 'h2load-mix' ? ATTACK_MIX_CONNECTIONS.attacker + ATTACK_MIX_CONNECTIONS.normal : 4);
   const text = (workload: Workload, generator: GeneratorName): string => (generator === 'h2load-mix' ? `${WORKLOAD_TEXT[workload]}; ${MIX_TEXT}` : WORKLOAD_TEXT[workload]);
   // A ceiling runs as many processes as the service it bounds: `-w2` in its name when more than one.
-  const noop = (transport: Transport, workload: Workload, generator: GeneratorName, workers: number): string => {
+  const noop = (transport: Transport, requested: Workload, generator: GeneratorName, workers: number): string => {
+    // A no-op server does not read the rule: one descriptor is one descriptor, whatever its algorithm.
+    const workload = requested === 'bucket' ? 'one' : requested;
     const name = `noop-${transport}${workers > 1 ? `-w${workers}` : ''}${workload === 'one' ? '' : '-' + WORKLOAD_LABEL[workload]}/${generator}`;
     if (specs.some((s) => s.name === name)) return name;
     const procs = workers > 1 ? `, ${workers} processes` : '';
@@ -213,6 +229,7 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
   noop('node-http2', 'one', p, 1);
   for (const backend of ['memory', 'redis'] as const) {
     svc(backend, 'one', p);
+    svc(backend, 'bucket', p);
     svc(backend, 'five', p);
   }
   svc('redis', 'one', p, { transport: 'grpc-js' });
