@@ -133,6 +133,7 @@ export function slidingLog(input: SlidingLogInput): Verdict {
   return { allowed: false, remaining: 0, resetMs: w }; // unreachable: dropping every record admits h <= L
 }
 
+/** A sub-window counter's state at nowMs, and the request to decide. */
 export interface SubWindowInput {
   /**
    * Hits of the sub-windows n-k .. n, oldest first (k + 1 counts), where n = floor(now / S) is the
@@ -216,6 +217,7 @@ export interface BucketState {
 /** A bucket that has fully drained (or was never used): a TAT at or before now. */
 export const EMPTY_BUCKET: BucketState = Object.freeze({ tatMs: 0, tatRem: 0 });
 
+/** A bucket's state, its rate and capacity, and the request to decide at nowMs. */
 export interface BucketInput {
   readonly state: BucketState;
   readonly nowMs: number;

@@ -35,6 +35,10 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 50}
   - key: big
     rate_limit: {unit: hour, requests_per_unit: 1000000}
+  - key: token
+    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 10}
+  - key: strict
+    rate_limit: {unit: hour, requests_per_unit: 3, sub_windows: 4, strict: true}
 `;
 
 const UINT32_MAX = 4294967295;
@@ -84,6 +88,29 @@ describe.each(['http2', 'grpc-js'])('over the %s transport', (transport) => {
       expect(tooMany.statuses[0]).toMatchObject({ code: 'OVER_LIMIT', limitRemaining: 0 });
       const one = await client.shouldRateLimit(req([descriptor([['hits', v]], { hitsAddend: { value: 1 } })], { hitsAddend: 9 }));
       expect(one.statuses[0]).toMatchObject({ code: 'OK', limitRemaining: 0 });
+    });
+
+    it('admits a token bucket\'s burst at once, then answers a denial with the wait for the next token', async () => {
+      const d = descriptor([['token', fresh('t')]]);
+      const burst = await client.shouldRateLimit(req([d], { hitsAddend: 10 }));
+      expect(burst.statuses[0]).toMatchObject({ code: 'OK', limitRemaining: 0, currentLimit: { requestsPerUnit: 5, unit: 'SECOND' } });
+      // Full again two seconds after the burst: 10 tokens at 5 per second.
+      expect(ms(burst.statuses[0].durationUntilReset)).toBe(2_000);
+      const denied = await client.shouldRateLimit(req([d]));
+      expect(denied.statuses[0].code).toBe('OVER_LIMIT');
+      // One token every 200 ms: the wait is what is left of the first one.
+      expect(ms(denied.statuses[0].durationUntilReset)).toBeGreaterThan(0);
+      expect(ms(denied.statuses[0].durationUntilReset)).toBeLessThanOrEqual(200);
+    });
+
+    it('denies on a strict sliding window until the hits have left the window entirely', async () => {
+      const d = descriptor([['strict', fresh('s')]]);
+      expect((await client.shouldRateLimit(req([d], { hitsAddend: 3 }))).overallCode).toBe('OK');
+      const denied = await client.shouldRateLimit(req([d]));
+      expect(denied.statuses[0].code).toBe('OVER_LIMIT');
+      // The 3 hits count in full until their quarter-hour sub-window has left the hour: more than an hour away.
+      expect(ms(denied.statuses[0].durationUntilReset)).toBeGreaterThan(3_600_000);
+      expect(ms(denied.statuses[0].durationUntilReset)).toBeLessThanOrEqual(3_600_000 + 900_000);
     });
 
     it('caps a huge uint64 descriptor hits_addend and denies it', async () => {

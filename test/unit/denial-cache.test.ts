@@ -138,7 +138,16 @@ describe('DenialCache', () => {
   });
 
   it('never denies a request that the store alone would have allowed, under random traffic', async () => {
-    const algorithms: Algorithm[] = ['sliding_window', 'fixed_window', 'sliding_log'];
+    // Every algorithm and mode, by a label that also names its counter (each divides every window below).
+    const modes: Record<string, Pick<CounterRequest, 'algorithm' | 'subWindows' | 'strict' | 'burst'>> = {
+      sw: { algorithm: 'sliding_window' },
+      fw: { algorithm: 'fixed_window' },
+      sl: { algorithm: 'sliding_log' },
+      sw4: { algorithm: 'sliding_window', subWindows: 4 },
+      sw4s: { algorithm: 'sliding_window', subWindows: 4, strict: true },
+      tb: { algorithm: 'token_bucket', burst: 3 },
+      lb: { algorithm: 'leaky_bucket' },
+    };
     const step = fc.record({
       // Besides random waits, wait exactly until (or 1 ms before) the last denial's retry time:
       // the instants where a cache off by one would show.
@@ -148,7 +157,7 @@ describe('DenialCache', () => {
       counters: fc.uniqueArray(
         fc.record({
           key: fc.constantFrom('k1', 'k2', 'k3'),
-          algorithm: fc.constantFrom(...algorithms),
+          algorithm: fc.constantFrom(...Object.keys(modes)),
           hits: fc.oneof(fc.constant(1), fc.integer({ min: 0, max: 4 })),
         }),
         { minLength: 1, maxLength: 3, selector: (c) => `${c.key}/${c.algorithm}` },
@@ -172,7 +181,7 @@ describe('DenialCache', () => {
             if (s.advance === 'reset') fake.advance(lastReset);
             else if (s.advance === 'before-reset') fake.advance(Math.max(0, lastReset - 1));
             else fake.advance(s.advance);
-            const request = s.repeat && previous.length > 0 ? previous : s.counters.map((c) => ({ key: `${c.key}/${c.algorithm}`, algorithm: c.algorithm, hits: c.hits, limit, windowMs }));
+            const request = s.repeat && previous.length > 0 ? previous : s.counters.map((c) => ({ key: `${c.key}/${c.algorithm}`, ...modes[c.algorithm], hits: c.hits, limit, windowMs }));
             previous = request;
             const got = await cached.decide(request);
             const want = await alone.decide(request);
