@@ -1,6 +1,8 @@
 import cluster from 'node:cluster';
+import { availableParallelism } from 'node:os';
 import { describeConfig } from './config/describe';
 import { ConfigSource, configSourceOptions } from './config/source';
+import { cpuQuotaCores } from './cpu-quota';
 import { RateLimiter } from './limiter/rate-limiter';
 import { createLogger, type Logger } from './log';
 import { createMetrics, instrumentDecider, type Metrics } from './metrics';
@@ -137,6 +139,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     host: settings.httpHost,
     port: settings.httpPort,
     isServing: () => health.serving(),
+    isReady: () => isReady(health, settings),
     limiter: decider,
     metrics: exposition,
     logger,
@@ -195,6 +198,18 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   return { settings, logger, grpcPort, httpPort, debugPort, prometheusPort, metrics, health, limiter, configSource, store, close };
 }
 
+/**
+ * Readiness (GET /readyz): a config has loaded and shutdown has not begun, and the store answers
+ * unless STORE_FAILURE_POLICY answers without it (allow, deny, local). A readiness that followed the
+ * store under those policies would take every pod out of the Service during a store outage, and the
+ * policy could never answer; under `error` it does follow the store, so calls go to the pods that
+ * can reach it.
+ */
+export function isReady(health: HealthState, settings: Pick<Settings, 'storeFailurePolicy'>): boolean {
+  const storeNeeded = settings.storeFailurePolicy === 'error';
+  return health.holds('config') && health.holds('running') && (!storeNeeded || health.holds('store'));
+}
+
 /** Settings as logged: secrets (REDIS_AUTH, a password inside REDIS_URL) replaced by "***". */
 export function maskSettings(settings: Settings): Settings {
   const { redis } = settings;
@@ -227,7 +242,8 @@ function errorText(err: unknown): string {
 export async function main(env: NodeJS.ProcessEnv = process.env): Promise<void> {
   let settings: Settings;
   try {
-    settings = loadSettings(env);
+    // The container's CPU limit, not the node's cores, bounds the default WORKERS.
+    settings = loadSettings(env, { parallelism: availableParallelism, quota: () => cpuQuotaCores() });
   } catch (err) {
     if (err instanceof SettingsError) {
       // One line whatever the offending value contains.

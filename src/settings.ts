@@ -243,7 +243,10 @@ export interface Settings {
     readonly mapperYamlPath?: string;
     readonly responseTimeInMilliseconds: boolean;
   };
-  /** Worker processes sharing the gRPC port (redis backend only; default: one per core with redis, 1 with memory). */
+  /**
+   * Worker processes sharing the gRPC port (redis backend only; default with redis: one per CPU the
+   * container's cgroup quota allows, else one per core; 1 with memory).
+   */
   readonly workers: number;
   /** Calls each process makes to itself at start, before it takes traffic (src/warm-up.ts); 0: none. */
   readonly warmUpCalls: number;
@@ -251,8 +254,21 @@ export interface Settings {
   readonly shutdownGraceMs: number;
 }
 
+/**
+ * What the default WORKERS is derived from. main.ts passes the container's cgroup quota
+ * (src/cpu-quota.ts); without one, only the cores count.
+ */
+export interface HostCpus {
+  /** Cores this process may run on. */
+  readonly parallelism: () => number;
+  /** CPUs the container's cgroup quota allows; undefined without a quota. */
+  readonly quota: () => number | undefined;
+}
+
+const CORES_ONLY: HostCpus = { parallelism: availableParallelism, quota: () => undefined };
+
 /** Reads and validates the environment. Throws SettingsError naming the first bad variable. */
-export function loadSettings(env: Env = process.env): Settings {
+export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY): Settings {
   const warnings = referenceSettingWarnings(env);
   const redisUrl = optional(env, 'REDIS_URL');
   if (optional(env, 'BACKEND_TYPE')?.trim().toLowerCase() === 'memcache') {
@@ -278,7 +294,9 @@ export function loadSettings(env: Env = process.env): Settings {
     warnings.push('GRPC_TRANSPORT=grpc-js reads GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY once at start; the default transport picks up rotated files');
   }
   // Redis holds the counters, so workers on every core agree on every limit; memory counters live in one process.
-  const workers = int(env, 'WORKERS', backendType === 'redis' ? Math.min(64, availableParallelism()) : 1, 1, 64);
+  // A CPU limit caps the default: the pod's memory limit is sized for that many workers, not the node's cores.
+  const defaultWorkers = () => Math.min(64, cpus.parallelism(), cpus.quota() ?? Infinity);
+  const workers = int(env, 'WORKERS', backendType === 'redis' ? defaultWorkers() : 1, 1, 64);
   if (workers > 1 && backendType === 'memory') {
     throw new SettingsError('WORKERS', 'must be 1 with the memory backend (its counters live in one process)');
   }

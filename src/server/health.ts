@@ -37,6 +37,11 @@ export class HealthState {
     return this.knows(service) ? this.current : undefined;
   }
 
+  /** True while `condition` holds. */
+  holds(condition: HealthCondition): boolean {
+    return this.conditions.get(condition) === true;
+  }
+
   /** True while every condition holds. */
   serving(): boolean {
     return this.current === 'SERVING';

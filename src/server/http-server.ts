@@ -10,6 +10,9 @@ import type { WireDescriptor, WireRateLimitRequest, WireUnitName } from './proto
 /**
  * The HTTP edge on HOST:PORT, as the reference server's:
  * - GET /healthcheck: 200 "OK" while serving, 500 otherwise (load balancers and kubelet probes);
+ * - GET /livez: 200 whenever the process answers at all (liveness: a store outage is no reason to
+ *   restart it, a blocked event loop makes the probe time out);
+ * - GET /readyz: 200 while the service can answer calls (readiness; see HttpServerOptions.isReady), 503 otherwise;
  * - POST /json: a RateLimitRequest in proto JSON (lowerCamelCase or snake_case field names), answered
  *   with the RateLimitResponse in proto JSON: 200 when OK, 429 when OVER_LIMIT, 400 for a bad body,
  *   503 when the store (or the config) is not available, 500 otherwise;
@@ -28,6 +31,8 @@ export interface HttpServerOptions {
   readonly port: number;
   /** True while the service serves (drives /healthcheck). */
   readonly isServing: () => boolean;
+  /** True while the service can answer calls (drives /readyz); isServing when absent. */
+  readonly isReady?: () => boolean;
   readonly limiter: JsonDecider;
   /** Serves GET /metrics when set. */
   readonly metrics?: MetricsExposition;
@@ -53,6 +58,15 @@ export class HttpServer extends RoutedHttpServer {
         if (!allow(req, res, 'GET, HEAD')) return;
         if (this.options.isServing()) send(res, 200, 'OK\n');
         else send(res, 500, 'NOT_SERVING\n');
+        return;
+      case '/livez':
+        if (!allow(req, res, 'GET, HEAD')) return;
+        send(res, 200, 'OK\n');
+        return;
+      case '/readyz':
+        if (!allow(req, res, 'GET, HEAD')) return;
+        if ((this.options.isReady ?? this.options.isServing)()) send(res, 200, 'OK\n');
+        else send(res, 503, 'NOT_READY\n');
         return;
       case '/json':
         if (!allow(req, res, 'POST')) return;

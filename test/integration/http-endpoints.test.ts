@@ -71,6 +71,40 @@ describe('GET /healthcheck', () => {
   });
 });
 
+describe('GET /livez and GET /readyz', () => {
+  it('both answer 200 while the service serves', async () => {
+    expect((await http(httpPort, '/livez')).status).toBe(200);
+    expect((await http(httpPort, '/readyz')).status).toBe(200);
+  });
+
+  it('liveness stays 200 while readiness is 503 without a valid config: a restart would not fix the file', async () => {
+    const empty = await startTestService({ config: { 'broken.yaml': BROKEN } });
+    try {
+      expect((await http(empty.service.httpPort, '/livez')).status).toBe(200);
+      const ready = await http(empty.service.httpPort, '/readyz');
+      expect(ready.status).toBe(503);
+      expect(ready.text.trim()).toBe('NOT_READY');
+    } finally {
+      await empty.stop();
+    }
+  });
+
+  it('readiness follows the store only when the failure policy cannot answer without it', async () => {
+    const store = { up: false };
+    const serverFor = (ready: boolean) =>
+      new HttpServer({ host: '127.0.0.1', port: 0, isServing: () => store.up, isReady: () => ready, limiter: { shouldRateLimit: () => Promise.reject(new Error('unused')) } });
+    const servers = [serverFor(false), serverFor(true)];
+    try {
+      const [notReady, ready] = await Promise.all(servers.map((s) => s.start()));
+      expect([(await http(notReady, '/healthcheck')).status, (await http(notReady, '/readyz')).status, (await http(notReady, '/livez')).status]).toEqual([500, 503, 200]);
+      expect([(await http(ready, '/healthcheck')).status, (await http(ready, '/readyz')).status, (await http(ready, '/livez')).status]).toEqual([500, 200, 200]);
+      expect((await http(ready, '/livez', { method: 'POST' })).status).toBe(405);
+    } finally {
+      await Promise.all(servers.map((s) => s.close(0)));
+    }
+  });
+});
+
 describe('POST /json', () => {
   it('answers an allowed request with 200 and the response in proto JSON', async () => {
     const reply = await postJson(httpPort, { domain: 'edge', descriptors: [{ entries: [{ key: 'user', value: fresh('u') }] }] });

@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -34,6 +34,36 @@ function yamlFilesUnder(dir: string): string[] {
 const SETTING_NAMES = new Set([...fs.readFileSync(path.join(ROOT, 'src', 'settings.ts'), 'utf8').matchAll(/'([A-Z][A-Z0-9_]+)'/g)].map((m) => m[1]));
 
 const HEALTH_PATH = '/healthcheck';
+const LIVENESS_PATH = '/livez';
+const READINESS_PATH = '/readyz';
+
+/** RSS measured per process (see deploy/kubernetes/deployment.yaml): the supervisor, and a worker at its peak. */
+const SUPERVISOR_MIB = 70;
+const WORKER_PEAK_MIB = 130;
+/** The process exits at most this long after SHUTDOWN_GRACE_MS on its own (src/main.ts). */
+const EXIT_MARGIN_MS = 1_000;
+
+/** `kubectl kustomize DIR` when kubectl is installed: the objects exactly as `kubectl apply -k` sends them. */
+const KUBECTL = spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' }).status === 0;
+
+function rendered(dir: string): Obj[] | undefined {
+  if (!KUBECTL) return undefined;
+  const text = execFileSync('kubectl', ['kustomize', path.join(ROOT, dir)], { encoding: 'utf8' });
+  return parseAllDocuments(text)
+    .map((d) => d.toJS() as Obj)
+    .filter((d) => d !== null && d !== undefined);
+}
+
+/** Kubernetes quantities as the manifests write them: "512Mi", "1Gi", "2", "500m". */
+function mebibytes(quantity: string): number {
+  const m = /^(\d+)(Mi|Gi)$/.exec(quantity);
+  if (!m) throw new Error(`memory quantity "${quantity}" not in Mi or Gi`);
+  return Number(m[1]) * (m[2] === 'Gi' ? 1024 : 1);
+}
+
+function cpus(quantity: string): number {
+  return quantity.endsWith('m') ? Number(quantity.slice(0, -1)) / 1000 : Number(quantity);
+}
 
 interface ServiceContainer {
   readonly where: string;
@@ -41,15 +71,18 @@ interface ServiceContainer {
   readonly env: Record<string, string>;
   readonly settings: Settings;
   readonly labels: Record<string, string>;
+  readonly pod: Obj;
   readonly objects: Obj[];
 }
 
 /** The slidegate containers of the Kubernetes and Istio variants (image `slidegate`), with their settings. */
 function serviceContainers(): ServiceContainer[] {
   return (['deploy/kubernetes', 'deploy/istio'] as const).flatMap((dir) => {
-    const objects = yamlFilesUnder(dir)
-      .filter((f) => !f.endsWith('kustomization.yaml'))
-      .flatMap(readDocs);
+    const objects =
+      rendered(dir) ??
+      yamlFilesUnder(dir)
+        .filter((f) => !f.endsWith('kustomization.yaml'))
+        .flatMap(readDocs);
     return objects
       .filter((o) => o.kind === 'Deployment')
       .flatMap((d) =>
@@ -61,8 +94,9 @@ function serviceContainers(): ServiceContainer[] {
               where: `${dir} ${d.metadata.name}/${container.name}`,
               container,
               env,
-              settings: loadSettings(env),
+              settings: loadSettings(env, { parallelism: () => 64, quota: () => undefined }),
               labels: d.spec.template.metadata.labels,
+              pod: d.spec.template.spec,
               objects,
             };
           }),
@@ -108,17 +142,62 @@ describe('Kubernetes and Istio manifests', () => {
     }
   });
 
-  test('gRPC probes ask the gRPC port and HTTP probes ask /healthcheck on the HTTP port', () => {
+  test('are rendered by `kubectl kustomize` when kubectl is installed', () => {
+    if (KUBECTL) expect(containers.every((c) => c.objects.some((o) => o.kind === 'Service'))).toBe(true);
+    else expect(rendered('deploy/kubernetes')).toBeUndefined();
+  });
+
+  test('gRPC probes ask the gRPC port and HTTP probes ask a health path on the HTTP port', () => {
     for (const c of containers) {
       const probes = ['startupProbe', 'readinessProbe', 'livenessProbe'].map((k) => c.container[k]).filter(Boolean) as Obj[];
-      expect(probes.some((p) => p.grpc)).toBe(true);
       for (const p of probes) {
         if (p.grpc) {
           expect(p.grpc.port).toBe(c.settings.grpcPort);
           expect(['', 'ratelimit', undefined]).toContain(p.grpc.service);
         }
-        if (p.httpGet) expect(p.httpGet).toMatchObject({ path: HEALTH_PATH, port: c.settings.httpPort });
+        if (p.httpGet) {
+          expect(p.httpGet.port).toBe(c.settings.httpPort);
+          expect([HEALTH_PATH, LIVENESS_PATH, READINESS_PATH]).toContain(p.httpGet.path);
+        }
       }
+    }
+  });
+
+  test('liveness asks /livez, which never depends on Redis, and readiness asks /readyz', () => {
+    for (const c of containers) {
+      expect({ where: c.where, liveness: c.container.livenessProbe?.httpGet?.path }).toEqual({ where: c.where, liveness: LIVENESS_PATH });
+      expect({ where: c.where, readiness: c.container.readinessProbe?.httpGet?.path }).toEqual({ where: c.where, readiness: READINESS_PATH });
+      if (c.container.startupProbe) expect(c.container.startupProbe.httpGet?.path).toBe(LIVENESS_PATH);
+    }
+  });
+
+  test('HOST and GRPC_HOST are "::", as in Istio\'s sample: every address family', () => {
+    for (const c of containers) {
+      expect({ where: c.where, http: c.settings.httpHost, grpc: c.settings.grpcHost }).toEqual({ where: c.where, http: '::', grpc: '::' });
+    }
+  });
+
+  test('set WORKERS and a CPU limit to match, and a memory limit that holds that many workers at their measured peak', () => {
+    for (const c of containers) {
+      const { limits, requests } = c.container.resources;
+      expect({ where: c.where, WORKERS: c.env.WORKERS }).toEqual({ where: c.where, WORKERS: expect.stringMatching(/^\d+$/) });
+      const workers = c.settings.workers;
+      expect(Math.ceil(cpus(limits.cpu))).toBe(workers);
+      const needMib = workers > 1 ? SUPERVISOR_MIB + workers * WORKER_PEAK_MIB : WORKER_PEAK_MIB;
+      expect({ where: c.where, limitMib: mebibytes(limits.memory) >= needMib * 1.25 }).toEqual({ where: c.where, limitMib: true });
+      expect(mebibytes(requests.memory)).toBeGreaterThanOrEqual(needMib);
+      expect(mebibytes(requests.memory)).toBeLessThanOrEqual(mebibytes(limits.memory));
+    }
+  });
+
+  test('the rollout waits: a preStop sleep, then SIGTERM, and terminationGracePeriodSeconds covers both and SHUTDOWN_GRACE_MS', () => {
+    for (const c of containers) {
+      const preStop = c.container.lifecycle?.preStop;
+      const sleepS = preStop?.sleep?.seconds ?? (preStop?.exec?.command?.[0] === 'sleep' ? Number(preStop.exec.command[1]) : undefined);
+      expect({ where: c.where, sleepS }).toEqual({ where: c.where, sleepS: expect.any(Number) });
+      expect(sleepS).toBeGreaterThanOrEqual(5);
+      const neededMs = sleepS! * 1000 + c.settings.shutdownGraceMs + EXIT_MARGIN_MS;
+      expect({ where: c.where, graceCovers: c.pod.terminationGracePeriodSeconds * 1000 > neededMs }).toEqual({ where: c.where, graceCovers: true });
     }
   });
 
@@ -191,14 +270,14 @@ describe('docker', () => {
     expect(exposed).toEqual(listenPorts(defaults).sort());
   });
 
-  test('the image health check passes when PORT answers 200 on /healthcheck, and fails otherwise', async () => {
+  test('the image health check passes when PORT answers 200 on /livez, and fails otherwise', async () => {
     const argv = JSON.parse(/^HEALTHCHECK .*?CMD (\[.*\])$/m.exec(dockerfile)![1]) as string[];
     expect(argv.slice(0, 2)).toEqual(['node', '-e']);
     let status = 200;
     const seen: string[] = [];
     const server = http.createServer((req, res) => {
       seen.push(req.url ?? '');
-      res.statusCode = req.url === HEALTH_PATH ? status : 404;
+      res.statusCode = req.url === LIVENESS_PATH ? status : 404;
       res.end();
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -213,10 +292,30 @@ describe('docker', () => {
       expect(await check()).toBe(0);
       status = 503;
       expect(await check()).toBe(1);
-      expect(seen).toEqual([HEALTH_PATH, HEALTH_PATH]);
+      expect(seen).toEqual([LIVENESS_PATH, LIVENESS_PATH]);
     } finally {
       server.close();
     }
+  });
+
+  test('both stages start from a Node LTS still supported, pinned by digest', () => {
+    const arg = /^ARG NODE_IMAGE=(\S+)$/m.exec(dockerfile);
+    expect(arg).not.toBeNull();
+    const m = /^node:(\d+)\.(\d+)\.(\d+)-[\w-]+@sha256:[0-9a-f]{64}$/.exec(arg![1]);
+    expect(m).not.toBeNull();
+    // Even majors become LTS; 20 reached end of life in April 2026, 22 is supported until April 2027, 24 until April 2028.
+    const major = Number(m![1]);
+    expect(major % 2).toBe(0);
+    expect(major).toBeGreaterThanOrEqual(22);
+    const froms = [...dockerfile.matchAll(/^FROM (\S+)/gm)].map((f) => f[1]);
+    expect(froms).toEqual(['${NODE_IMAGE}', '${NODE_IMAGE}']);
+  });
+
+  test('dependencies are installed once (`npm ci` in the build stage, pruned, copied)', () => {
+    const runs = dockerfile.split('\n').filter((l) => l.startsWith('RUN '));
+    expect(runs.join('\n').match(/\bnpm ci\b/g)).toHaveLength(1);
+    expect(dockerfile).toMatch(/npm prune --omit=dev/);
+    expect(dockerfile).toMatch(/^COPY --from=build \/src\/node_modules \.\/node_modules$/m);
   });
 
   test('the image runs as a numeric non-root user and bakes examples/ in at the default config directory', () => {
@@ -250,6 +349,10 @@ describe('docker', () => {
     expect(settings.backendType).toBe('redis');
     const published = (svc.ports as string[]).map((p) => Number(p.split(':').pop()));
     expect(published.sort()).toEqual(listenPorts(settings).sort());
+    // Local use: every published port binds to the loopback address only.
+    for (const service of ['ratelimit', 'envoy']) {
+      for (const p of compose.services[service].ports as string[]) expect({ service, p, local: p.startsWith('127.0.0.1:') }).toEqual({ service, p, local: true });
+    }
     expect(env.REDIS_URL.split(':')[0]).toBe('redis');
     expect(compose.services.redis).toBeDefined();
   });
@@ -284,5 +387,26 @@ describe('docker', () => {
     });
     expect(typeof rl.failure_mode_deny).toBe('boolean');
     expect(rl.timeout).toMatch(/^\d+(\.\d+)?s$/);
+  });
+});
+
+describe('docker compose runs the service as Kubernetes does', () => {
+  const compose = readDocs('deploy/docker/docker-compose.yaml')[0];
+  const svc = compose.services.ratelimit;
+  const k8s = serviceContainers().find((c) => c.where.startsWith('deploy/kubernetes'))!;
+
+  test('with the same WORKERS and SHUTDOWN_GRACE_MS', () => {
+    for (const name of ['WORKERS', 'SHUTDOWN_GRACE_MS']) expect({ name, value: svc.environment[name] }).toEqual({ name, value: k8s.env[name] });
+  });
+
+  test('stopping it waits SHUTDOWN_GRACE_MS and the exit margin before the kill', () => {
+    const m = /^(\d+)s$/.exec(svc.stop_grace_period);
+    expect(m).not.toBeNull();
+    expect(Number(m![1]) * 1000).toBeGreaterThan(loadSettings(svc.environment).shutdownGraceMs + EXIT_MARGIN_MS);
+  });
+
+  test('Envoy starts once the service is ready (/readyz), not merely alive', () => {
+    expect(compose.services.envoy.depends_on.ratelimit.condition).toBe('service_healthy');
+    expect(svc.healthcheck.test.join(' ')).toContain(`:${loadSettings(svc.environment).httpPort}${READINESS_PATH}`);
   });
 });
