@@ -7,32 +7,29 @@ CONFIG ?= examples
 
 .PHONY: help install build run test typecheck lint format format-check validate bench accuracy ghz clean tools
 
-help:
-	@echo "make run        start the service (memory store, config from examples/)"
-	@echo "make test       install dependencies, lint, typecheck and run every test with coverage"
-	@echo "make lint       import boundaries, cycles and correctness (eslint)"
-	@echo "make format     format the tree (prettier)     make format-check   list files it would change"
-	@echo "make validate CONFIG=path   check a config file or directory"
-	@echo "make bench      throughput/latency benchmarks   make accuracy   algorithm accuracy"
-	@echo "make ghz        load test with ghz (install ghz first, see README)"
+# Every target carries a `## ` description on its rule line; `make help` lists them all
+# (test/unit/makefile.test.ts checks that none is missing).
+help: ## list every target
+	@echo "usage: make TARGET [CONFIG=path]"
+	@awk 'BEGIN { FS = ":.*## " } /^[a-z][a-z-]*:.*## / { printf "  make %-13s %s\n", $$1, $$2 }' $(firstword $(MAKEFILE_LIST))
 
 $(NODE_MODULES): package.json package-lock.json
 	npm ci --no-audit --no-fund
 	@touch $@
 
-install: $(NODE_MODULES)
+install: $(NODE_MODULES) ## install the locked dependencies (npm ci) when package*.json changed
 
-build: install
+build: install ## compile TypeScript to dist/ (also the typecheck)
 	npx tsc -p tsconfig.json
 
-run: build
+run: build ## start the service: memory store, config from examples/ (CONFIG=path for another)
 	CONFIG_PATH=$${CONFIG_PATH:-$(CONFIG)} BACKEND_TYPE=$${BACKEND_TYPE:-memory} LOG_LEVEL=$${LOG_LEVEL:-info} \
 	  exec node dist/src/main.js
 
 # Tests start their own redis-server processes, and the benchmarks (also their smoke test) drive
 # load with h2load: install Debian's packages when a binary is missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-tools:
+tools: ## install redis-server and h2load from Debian when missing (the tests and benchmarks need them)
 	@missing=""; \
 	command -v redis-server >/dev/null && command -v redis-cli >/dev/null || missing="$$missing redis-server"; \
 	command -v h2load >/dev/null || missing="$$missing nghttp2-client"; \
@@ -41,38 +38,38 @@ tools:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-typecheck: install
+typecheck: install ## typecheck without writing dist/
 	npx tsc -p tsconfig.json --noEmit
 
 # eslint.config.js: the import boundaries of src/ (the core imports nothing outward, no cycles) and
 # correctness rules; formatting is left to prettier.
-lint: install
+lint: install ## import boundaries, cycles and correctness (eslint)
 	npx eslint --max-warnings 0 .
 
 # TypeScript and JavaScript only: YAML fixtures and docs keep their hand-made layout.
 PRETTIER_FILES := 'src/**/*.ts' 'test/**/*.ts' 'bench/**/*.ts' '*.js'
-format: install
+format: install ## format the tree (prettier)
 	npx prettier --write $(PRETTIER_FILES)
 
-format-check: install
+format-check: install ## list the files prettier would change
 	npx prettier --check $(PRETTIER_FILES)
 
 # `build` is the typecheck (tsc with noUnusedLocals/noUnusedParameters fails on any error); jest
 # then runs every test with coverage, failing under the core's floor (jest.config.js).
-test: install tools lint build
+test: install tools lint build ## install, lint, build and run every test with coverage
 	npx jest --ci --coverage
 
-validate: build
+validate: build ## check a config file or directory: make validate CONFIG=path
 	node dist/src/cli.js validate $(CONFIG)
 
-bench: tools build
+bench: tools build ## throughput and latency benchmarks (rewrites the README tables)
 	node dist/bench/run.js
 
-accuracy: build
+accuracy: build ## algorithm accuracy benchmark
 	node dist/bench/accuracy.js
 
-ghz: build
+ghz: build ## load test with ghz (install ghz first, see README)
 	bash test/load/run-ghz.sh
 
-clean:
+clean: ## remove dist/ and coverage/
 	rm -rf dist coverage

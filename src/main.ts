@@ -3,11 +3,14 @@ import { availableParallelism } from 'node:os';
 import { describeConfig } from './config/describe';
 import { ConfigSource, configSourceOptions } from './config/source';
 import { cpuQuotaCores } from './cpu-quota';
+import { matchDescriptor } from './limiter/match';
 import { RateLimiter } from './limiter/rate-limiter';
+import type { RateLimitConfig } from './limiter/rules';
+import type { Entry } from './limiter/types';
 import { createLogger, type Logger } from './log';
 import { createMetrics, instrumentDecider, type Metrics } from './metrics';
 import { createMetricSinks, registryExposition } from './metric-sinks';
-import { DebugServer } from './server/debug-server';
+import { DebugServer, type RuleMatch } from './server/debug-server';
 import { PrometheusServer } from './server/prometheus-server';
 import { Http2GrpcServer } from './server/http2-grpc-server';
 import { HttpServer } from './server/http-server';
@@ -151,6 +154,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
       const config = configSource.current();
       return config === undefined ? [] : describeConfig(config);
     },
+    match: (domain, entries) => ruleMatch(configSource.current(), domain, entries),
     metrics: exposition,
     logger,
   });
@@ -196,6 +200,27 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     })());
 
   return { settings, logger, grpcPort, httpPort, debugPort, prometheusPort, metrics, health, limiter, configSource, store, close };
+}
+
+/** The debug port's /rlmatch answer: the rule `entries` match in `domain` under `config`. */
+export function ruleMatch(config: RateLimitConfig | undefined, domain: string, entries: readonly Entry[]): RuleMatch {
+  const domains = config === undefined ? [] : [...config.domains.keys()];
+  const matched = config === undefined ? undefined : matchDescriptor(config, domain, entries);
+  if (matched === undefined) return { domains, rule: null };
+  const { limit } = matched;
+  return {
+    domains,
+    rule: {
+      requestsPerUnit: limit.requestsPerUnit,
+      unit: limit.unit,
+      unitMultiplier: limit.unitMultiplier,
+      windowMs: limit.windowMs,
+      algorithm: limit.algorithm,
+      name: limit.name ?? null,
+      unlimited: limit.unlimited,
+      shadowMode: matched.shadowMode,
+    },
+  };
 }
 
 /**

@@ -9,6 +9,15 @@ export const VALIDATE_USAGE = 'usage: slidegate validate [--default-algorithm NA
 
 const TRUE = new Set(['1', 't', 'T', 'true', 'TRUE', 'True']);
 
+/** `slidegate validate --help`. */
+export const VALIDATE_HELP = [
+  VALIDATE_USAGE,
+  '  Loads a config file or directory as the server would, prints each rule, and exits 0 when it is valid',
+  '  (1 otherwise, with the file and the path of the first error).',
+  '  --default-algorithm NAME   algorithm of rules that name none (default: DEFAULT_ALGORITHM or sliding_window)',
+  '  --ignore-dot-files         skip files and directories whose name starts with a dot (RUNTIME_IGNOREDOTFILES)',
+].join('\n');
+
 /**
  * `slidegate validate PATH`: loads a config file or directory exactly as the server would and prints
  * what it understood, then its warnings (ignored keys, skipped files) on stderr. Exit code 0 when

@@ -3,7 +3,9 @@ import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { runCli } from '../../src/cli';
+import { runCli, USAGE } from '../../src/cli';
+import { CLIENT_HELP } from '../../src/cli/client';
+import { VALIDATE_HELP } from '../../src/cli/validate';
 import type { CliIo } from '../../src/cli/io';
 import { runValidate } from '../../src/cli/validate';
 import { startTestService, type TestService } from '../helpers/service';
@@ -21,7 +23,20 @@ domain: cli
 descriptors:
   - key: user
     rate_limit: {name: per_user, unit: hour, requests_per_unit: 2}
+  - key: api_key
+    rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 5}
+  - key: tier
+    value: internal
+    rate_limit: {unlimited: true}
 `;
+
+const CLI_JS = path.resolve(__dirname, '../../dist/src/cli.js');
+
+/** The built binary, as a user runs it. */
+function binary(args: string[]) {
+  if (!fs.existsSync(CLI_JS)) throw new Error(`${CLI_JS} is missing: build first (npx tsc -p tsconfig.json, or make test)`);
+  return spawnSync(process.execPath, [CLI_JS, ...args], { encoding: 'utf8', timeout: 15_000 });
+}
 
 let dir: string;
 beforeAll(() => {
@@ -102,20 +117,22 @@ describe('slidegate validate', () => {
 
 describe('slidegate client', () => {
   let svc: TestService;
+  let debug: string[];
   beforeAll(async () => {
     svc = await startTestService({ config: { 'cli.yaml': GOOD } });
+    debug = ['--debug-addr', `127.0.0.1:${svc.service.debugPort}`];
   });
   afterAll(async () => {
     await svc?.stop();
   });
 
   it('prints OK and each status, then OVER_LIMIT with exit 2 once the limit is used up', async () => {
-    const args = ['client', '--addr', svc.addr, '--domain', 'cli', '--descriptor', 'user=alice', '--descriptor', 'other=x'];
+    const args = ['client', '--addr', svc.addr, ...debug, '--domain', 'cli', '--descriptor', 'user=alice', '--descriptor', 'other=x'];
     const first = capture();
     expect(await runCli(args, first)).toBe(0);
     expect(first.stdout[0]).toBe('OK');
     expect(first.stdout[1]).toContain('user=alice: OK');
-    expect(first.stdout[1]).toContain('limit 2/hour (per_user)');
+    expect(first.stdout[1]).toContain('limit 2 per hour (per_user)');
     expect(first.stdout[1]).toContain('remaining 1');
     expect(first.stdout[2]).toContain('other=x: OK');
     expect(first.stdout[2]).toContain('no matching rule');
@@ -127,9 +144,55 @@ describe('slidegate client', () => {
     expect(third.stdout[1]).toMatch(/user=alice: OVER_LIMIT.*reset in \d+\.\d{3}s/);
   });
 
-  it('sends --hits as the request hits_addend', async () => {
+  it('sends --hits as each descriptor\'s hits_addend', async () => {
     const io = capture();
-    expect(await runCli(['client', '--addr', svc.addr, '--domain', 'cli', '--descriptor', 'user=bob', '--hits', '3'], io)).toBe(2);
+    expect(await runCli(['client', '--addr', svc.addr, ...debug, '--domain', 'cli', '--descriptor', 'user=bob', '--hits', '3'], io)).toBe(2);
+  });
+
+  it('--hits 0 checks without counting, as a descriptor hits_addend of 0 does on the wire', async () => {
+    const check = ['client', '--addr', svc.addr, ...debug, '--domain', 'cli', '--descriptor', 'user=carol', '--hits', '0'];
+    for (let i = 0; i < 3; i++) {
+      const io = capture();
+      expect(await runCli(check, io)).toBe(0);
+      expect(io.stdout[1]).toContain('remaining 2');
+    }
+    const counted = capture();
+    expect(await runCli(['client', '--addr', svc.addr, ...debug, '--domain', 'cli', '--descriptor', 'user=carol'], counted)).toBe(0);
+    expect(counted.stdout[1]).toContain('remaining 1');
+  });
+
+  it('shows the rule\'s whole window ("5 per 10 s"), asked of the debug port', async () => {
+    const io = capture();
+    expect(await runCli(['client', '--addr', svc.addr, ...debug, '--domain', 'cli', '--descriptor', 'api_key=k1'], io)).toBe(0);
+    expect(io.stdout[1]).toContain('api_key=k1: OK, limit 5 per 10 s, remaining 4');
+  });
+
+  it('says when the debug port cannot tell the window, rather than print the unit as the window', async () => {
+    const io = capture();
+    const closedPort = await freePort();
+    expect(await runCli(['client', '--addr', svc.addr, '--debug-addr', `127.0.0.1:${closedPort}`, '--domain', 'cli', '--descriptor', 'api_key=k2'], io)).toBe(0);
+    expect(io.stdout[1]).toContain('limit 5 per second unit (window unknown');
+    expect(io.stdout[1]).not.toContain('5/second');
+  });
+
+  it('prints "unlimited" for an unlimited rule, not "no matching rule"', async () => {
+    const io = capture();
+    expect(await runCli(['client', '--addr', svc.addr, ...debug, '--domain', 'cli', '--descriptor', 'tier=internal'], io)).toBe(0);
+    expect(io.stdout[1]).toBe('  [0] tier=internal: OK, unlimited');
+    expect(io.stderr).toEqual([]);
+  });
+
+  it('hints that the domain is not loaded, and names the loaded ones', async () => {
+    const io = capture();
+    expect(await runCli(['client', '--addr', svc.addr, ...debug, '--domain', 'nope', '--descriptor', 'user=x'], io)).toBe(0);
+    expect(io.stdout[1]).toContain('no matching rule');
+    expect(io.stderr).toEqual(['hint: domain "nope" is not loaded (loaded: "cli")']);
+  });
+
+  it('hints that no rule of a loaded domain matches the keys', async () => {
+    const io = capture();
+    expect(await runCli(['client', '--addr', svc.addr, ...debug, '--domain', 'cli', '--descriptor', 'colour=red'], io)).toBe(0);
+    expect(io.stderr[0]).toMatch(/^hint: domain "cli" is loaded, but no rule of it matches/);
   });
 
   it('exits 1 on a descriptor that is not key=value', async () => {
@@ -145,19 +208,54 @@ describe('slidegate client', () => {
   });
 
   it('exits 1 when no server answers', async () => {
-    const port = await new Promise<number>((resolve) => {
-      const s = net.createServer().listen(0, '127.0.0.1', () => {
-        const p = (s.address() as net.AddressInfo).port;
-        s.close(() => resolve(p));
-      });
-    });
+    const port = await freePort();
     const io = capture();
     expect(await runCli(['client', '--addr', `127.0.0.1:${port}`, '--timeout-ms', '1000', '--domain', 'cli', '--descriptor', 'user=x'], io)).toBe(1);
     expect(io.stderr[0]).toContain(`127.0.0.1:${port}`);
   });
 });
 
+/** A port nothing listens on. */
+function freePort(): Promise<number> {
+  return new Promise<number>((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const p = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(p));
+    });
+  });
+}
+
 describe('slidegate', () => {
+  it('without a command prints the help on stderr and exits 1, starting no server', () => {
+    const run = binary([]);
+    expect(run.status).toBe(1);
+    expect(run.stderr).toContain('usage: slidegate <command>');
+    expect(run.stdout).toBe('');
+  });
+
+  it('--version prints the package version and exits 0', () => {
+    const version = (JSON.parse(fs.readFileSync(path.resolve(__dirname, '../../package.json'), 'utf8')) as { version: string }).version;
+    const run = binary(['--version']);
+    expect({ status: run.status, stdout: run.stdout }).toEqual({ status: 0, stdout: `slidegate ${version}\n` });
+  });
+
+  it.each([['client'], ['validate'], ['serve']])('%s --help prints its help on stdout and exits 0', (command) => {
+    const run = binary([command, '--help']);
+    expect(run.status).toBe(0);
+    expect(run.stdout).toContain(`usage: slidegate ${command}`);
+    expect(run.stderr).toBe('');
+  });
+
+  it('--help lists every flag of every command, and the default addresses', async () => {
+    const io = capture();
+    expect(await runCli(['--help'], io)).toBe(0);
+    const flags = [...`${CLIENT_HELP}\n${VALIDATE_HELP}`.matchAll(/^ +(--[a-z-]+)/gm)].map((m) => m[1]);
+    expect(flags.length).toBeGreaterThanOrEqual(8);
+    for (const flag of flags) expect({ flag, listed: USAGE.includes(`    ${flag} `) }).toEqual({ flag, listed: true });
+    for (const address of ['127.0.0.1:8081', '0.0.0.0:8081', 'port 6070']) expect(io.stdout.join('\n')).toContain(address);
+    expect(io.stdout.join('\n')).toContain('--version');
+  });
+
   it('exits 1 on an unknown command', async () => {
     const io = capture();
     expect(await runCli(['frobnicate'], io)).toBe(1);
