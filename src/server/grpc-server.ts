@@ -16,6 +16,9 @@ import { grpcServerCredentials } from './tls';
 export type { GrpcServerOptions, RateLimitDecider } from './grpc-edge';
 
 type HealthRequest = { service: string };
+
+/** Time for the last answers (and the ended Watch streams) to reach the socket before the cut. */
+const DRAIN_FLUSH_MS = 50;
 type HealthResponse = { status: number };
 
 /** Builds the listening address, bracketing IPv6 literals. */
@@ -27,6 +30,9 @@ export class GrpcServer {
   private readonly server: grpc.Server;
   private readonly watchers = new Set<grpc.ServerWritableStream<HealthRequest, HealthResponse>>();
   private stopping: Promise<void> | undefined;
+  /** Unary calls not yet answered; stop() waits for them, then cuts what is left (idle connections). */
+  private inFlight = 0;
+  private onDrained: (() => void) | undefined;
 
   constructor(private readonly options: GrpcServerOptions) {
     const { grpcMaxMessageBytes, grpcMaxConnectionAgeMs, grpcMaxConnectionAgeGraceMs } = options.settings;
@@ -72,14 +78,42 @@ export class GrpcServer {
         clearTimeout(timer);
         resolve();
       });
+      // tryShutdown also waits for connections with nothing in flight, some of which (one that never
+      // sent the HTTP/2 preface) never close on their own: once every call is answered, cut them.
+      this.whenDrained(() =>
+        setTimeout(() => {
+          this.server.forceShutdown();
+          clearTimeout(timer);
+          resolve();
+        }, DRAIN_FLUSH_MS).unref(),
+      );
     });
     return this.stopping;
   }
 
+  private whenDrained(then: () => void): void {
+    if (this.inFlight === 0) then();
+    else this.onDrained = then;
+  }
+
+  /** Counts a unary call until its callback runs. */
+  private track<T>(callback: grpc.sendUnaryData<T>): grpc.sendUnaryData<T> {
+    this.inFlight++;
+    return (err, value) => {
+      callback(err, value);
+      if (--this.inFlight === 0 && this.onDrained !== undefined) {
+        const drained = this.onDrained;
+        this.onDrained = undefined;
+        drained();
+      }
+    };
+  }
+
   private readonly shouldRateLimit = (
     call: grpc.ServerUnaryCall<WireRateLimitRequest, WireRateLimitResponse>,
-    callback: grpc.sendUnaryData<WireRateLimitResponse>,
+    untracked: grpc.sendUnaryData<WireRateLimitResponse>,
   ): void => {
+    const callback = this.track(untracked);
     let pending: Promise<RateLimitResponse>;
     try {
       pending = this.options.limiter.shouldRateLimit(requestFromWire(call.request));

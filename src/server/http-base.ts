@@ -1,5 +1,5 @@
 import * as http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { Logger } from '../log';
 
 /**
@@ -88,19 +88,38 @@ export function listen(server: http.Server, host: string, port: number): Promise
   });
 }
 
-const inFlight = new WeakMap<http.Server, Set<http.ServerResponse>>();
+/** Per server: the responses not yet sent, and each open connection with its count of them. */
+interface Tracked {
+  readonly pending: Set<http.ServerResponse>;
+  readonly connections: Map<Socket, number>;
+  closing: boolean;
+}
+
+const tracked = new WeakMap<http.Server, Tracked>();
 
 /**
- * Remembers the responses not yet sent, so that closeGracefully can make each of them end its
- * connection: a keep-alive connection that served a request begun before the close would otherwise
- * linger until its idle timeout.
+ * Remembers every connection and the responses it still owes, so that closeGracefully can end each
+ * connection as soon as it owes nothing. Node's own closeIdleConnections() leaves out connections
+ * that never completed a request (a proxy's preconnect, a half-sent request): those would hold
+ * server.close() for the whole grace period.
  */
 export function trackInFlight(server: http.Server): void {
-  const pending = new Set<http.ServerResponse>();
-  inFlight.set(server, pending);
-  server.on('request', (_req: http.IncomingMessage, res: http.ServerResponse) => {
-    pending.add(res);
-    res.once('close', () => pending.delete(res));
+  const state: Tracked = { pending: new Set(), connections: new Map(), closing: false };
+  tracked.set(server, state);
+  server.on('connection', (socket: Socket) => {
+    state.connections.set(socket, 0);
+    socket.once('close', () => state.connections.delete(socket));
+  });
+  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const socket = req.socket;
+    state.pending.add(res);
+    state.connections.set(socket, (state.connections.get(socket) ?? 0) + 1);
+    res.once('close', () => {
+      state.pending.delete(res);
+      const owed = (state.connections.get(socket) ?? 1) - 1;
+      state.connections.set(socket, owed);
+      if (state.closing && owed === 0) socket.destroy();
+    });
   });
 }
 
@@ -114,7 +133,8 @@ export function closeGracefully(server: http.Server, graceMs: number): Promise<v
       resolve();
       return;
     }
-    for (const res of inFlight.get(server) ?? []) if (!res.headersSent) res.setHeader('Connection', 'close');
+    const state = tracked.get(server);
+    for (const res of state?.pending ?? []) if (!res.headersSent) res.setHeader('Connection', 'close');
     const timer = setTimeout(() => server.closeAllConnections(), graceMs);
     timer.unref();
     server.close(() => {
@@ -122,5 +142,9 @@ export function closeGracefully(server: http.Server, graceMs: number): Promise<v
       resolve();
     });
     server.closeIdleConnections();
+    if (state !== undefined) {
+      state.closing = true;
+      for (const [socket, owed] of state.connections) if (owed === 0) socket.destroy();
+    }
   });
 }

@@ -2,6 +2,9 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import * as http from 'node:http';
+import * as http2 from 'node:http2';
+import * as net from 'node:net';
 import { descriptor, grpc, grpcCode, rlsClient, type RlsClient } from '../helpers/grpc-client';
 import { rawCommand, startRedis, type RedisServer } from '../helpers/redis';
 import { LOOPBACK_ANY_PORT } from '../helpers/service';
@@ -30,6 +33,7 @@ interface Running {
   readonly child: ChildProcess;
   readonly grpcPort: number;
   readonly httpPort: number;
+  readonly debugPort: number;
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>;
 }
 
@@ -44,6 +48,7 @@ function spawnService(env: Record<string, string>): Promise<Running> {
   return new Promise((resolve, reject) => {
     let grpcPort: number | undefined;
     let httpPort: number | undefined;
+    let debugPort: number | undefined;
     let buffered = '';
     let stdout = '';
     const timer = setTimeout(() => fail(new Error('the service did not start within 20 s')), 20_000);
@@ -61,7 +66,7 @@ function spawnService(env: Record<string, string>): Promise<Running> {
       while ((nl = buffered.indexOf('\n')) >= 0) {
         const line = buffered.slice(0, nl);
         buffered = buffered.slice(nl + 1);
-        let entry: { msg?: string; port?: number; http?: string };
+        let entry: { msg?: string; port?: number; http?: string; debug?: string };
         try {
           entry = JSON.parse(line);
         } catch {
@@ -69,10 +74,11 @@ function spawnService(env: Record<string, string>): Promise<Running> {
         }
         if (entry.msg === 'gRPC listening') grpcPort = entry.port;
         if (entry.msg === 'HTTP listening' && entry.http) httpPort = Number(entry.http.split(':').pop());
-        if (grpcPort !== undefined && httpPort !== undefined) {
+        if (entry.msg === 'HTTP listening' && entry.debug) debugPort = Number(entry.debug.split(':').pop());
+        if (grpcPort !== undefined && httpPort !== undefined && debugPort !== undefined) {
           clearTimeout(timer);
           child.off('exit', early);
-          resolve({ child, grpcPort, httpPort, exited });
+          resolve({ child, grpcPort, httpPort, debugPort, exited });
           return;
         }
       }
@@ -170,6 +176,68 @@ describe('SIGTERM', () => {
       watch.cancel();
     } finally {
       client.close();
+      svc.child.kill('SIGKILL');
+    }
+  }, 60_000);
+});
+
+/** Resolves once `socket` has connected. */
+function connected(socket: net.Socket): Promise<net.Socket> {
+  return new Promise((resolve, reject) => socket.once('connect', () => resolve(socket)).once('error', reject));
+}
+
+/** One HTTP/1.1 request on a keep-alive agent, whose connection then stays open and idle. */
+function keepAliveRequest(port: number, agent: http.Agent, path: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    http.get({ host: '127.0.0.1', port, path, agent }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? 0));
+    }).on('error', reject);
+  });
+}
+
+describe.each(['http2', 'grpc-js'])('SIGTERM with idle clients connected (GRPC_TRANSPORT=%s)', (transport) => {
+  // Long enough that waiting it out cannot pass for an early exit, even on a loaded machine.
+  const LONG_GRACE_MS = 10_000;
+
+  it('exits 0 as soon as nothing is in flight, not after SHUTDOWN_GRACE_MS', async () => {
+    const svc = await spawnService({
+      CONFIG_PATH: configDir,
+      BACKEND_TYPE: 'memory',
+      GRPC_TRANSPORT: transport,
+      WARM_UP_CALLS: '0',
+      ...LOOPBACK_ANY_PORT,
+      LOG_LEVEL: 'info',
+      LOG_FORMAT: 'json',
+      SHUTDOWN_GRACE_MS: String(LONG_GRACE_MS),
+    });
+    const agent = new http.Agent({ keepAlive: true });
+    const client = rlsClient(`127.0.0.1:${svc.grpcPort}`);
+    const sockets: net.Socket[] = [];
+    let h2: http2.ClientHttp2Session | undefined;
+    try {
+      await waitForServing(client);
+      // Idle HTTP/1.1 keep-alive connections, after one request each, on the HTTP and debug ports.
+      expect(await keepAliveRequest(svc.httpPort, agent, '/healthcheck')).toBe(200);
+      expect(await keepAliveRequest(svc.debugPort, agent, '/rlconfig')).toBe(200);
+      // An idle HTTP/2 client on the gRPC port, after one call (the grpc-js client above is another).
+      h2 = http2.connect(`http://127.0.0.1:${svc.grpcPort}`);
+      h2.on('error', () => undefined);
+      await new Promise<void>((resolve) => h2!.once('remoteSettings', () => resolve()));
+      // Connections that never send a byte, on every port (a proxy's preconnect, a port scan).
+      for (const port of [svc.grpcPort, svc.httpPort, svc.debugPort]) sockets.push(await connected(net.connect(port, '127.0.0.1')));
+      for (const s of sockets) s.on('error', () => undefined);
+
+      const signalledAt = Date.now();
+      svc.child.kill('SIGTERM');
+      const exit = await svc.exited;
+      expect(exit.code).toBe(0);
+      expect(exit.at - signalledAt).toBeLessThan(LONG_GRACE_MS / 2);
+    } finally {
+      client.close();
+      agent.destroy();
+      h2?.destroy();
+      for (const s of sockets) s.destroy();
       svc.child.kill('SIGKILL');
     }
   }, 60_000);

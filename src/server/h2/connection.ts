@@ -396,7 +396,9 @@ export class H2Connection {
   private maybeEnd(): void {
     if (this.goawaySent && this.streams.size === 0 && !this.closed) {
       this.flush();
-      this.socket.end();
+      // Closed once the GOAWAY is written, not half-closed: a peer that never answers with its own
+      // FIN (one that never sent the preface, say) would otherwise hold the server's close.
+      this.socket.destroySoon();
     }
   }
 
