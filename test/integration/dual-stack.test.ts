@@ -42,11 +42,8 @@ const httpStatus = (host, port, path) => new Promise((resolve) => {
 
 function runInOwnNetwork(script: string): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(
-      'unshare',
-      ['-rn', 'sh', '-c', 'ip link set lo up && exec "$0" -e "$1"', process.execPath, script],
-      { timeout: 60_000 },
-      (err, stdout, stderr) => (err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout)),
+    execFile('unshare', ['-rn', 'sh', '-c', 'ip link set lo up && exec "$0" -e "$1"', process.execPath, script], { timeout: 60_000 }, (err, stdout, stderr) =>
+      err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout),
     );
   });
 }

@@ -21,8 +21,7 @@ describe('cpuQuotaCores', () => {
   });
 
   it('falls back to cgroup v1, where -1 means no quota', () => {
-    const v1 = (quota: string) =>
-      files({ '/sys/fs/cgroup/cpu/cpu.cfs_quota_us': `${quota}\n`, '/sys/fs/cgroup/cpu/cpu.cfs_period_us': '100000\n' });
+    const v1 = (quota: string) => files({ '/sys/fs/cgroup/cpu/cpu.cfs_quota_us': `${quota}\n`, '/sys/fs/cgroup/cpu/cpu.cfs_period_us': '100000\n' });
     expect(cpuQuotaCores(v1('300000'))).toBe(3);
     expect(cpuQuotaCores(v1('-1'))).toBeUndefined();
   });

@@ -104,8 +104,10 @@ function serviceContainers(): ServiceContainer[] {
   });
 }
 
+/** Every TCP port the service, so configured, listens on. */
 function listenPorts(s: Settings): number[] {
-  return [s.httpPort, s.grpcPort, s.debugPort];
+  const prometheus = s.usePrometheus && !s.disableStats ? [s.prometheus.port] : [];
+  return [s.httpPort, s.grpcPort, s.debugPort, ...prometheus];
 }
 
 describe('Kubernetes and Istio manifests', () => {
