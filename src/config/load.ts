@@ -35,6 +35,13 @@ export interface BuildOptions {
 export interface ListOptions {
   /** Skip files and directories whose name starts with '.' (RUNTIME_IGNOREDOTFILES). */
   readonly ignoreDotFiles?: boolean;
+  /**
+   * Also read what lies beside the config directory under a name starting with `prefix` (a file,
+   * or every file of a folder): the reference's watched-root layout (RUNTIME_WATCH_ROOT) reads
+   * `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY` and keeps every name starting with `$RUNTIME_APPDIRECTORY.`,
+   * so a `config.yaml` beside `config/` is a config file there.
+   */
+  readonly beside?: { readonly dir: string; readonly prefix: string };
 }
 
 export interface LoadOptions extends ParseOptions, BuildOptions, ListOptions {}
@@ -610,21 +617,35 @@ export interface ConfigListing {
  * would lift its limits.
  */
 export async function findConfigFiles(path: string, opts: ListOptions = {}): Promise<ConfigListing> {
+  const files: string[] = [];
+  const warnings: string[] = [];
+  let unreadable: ConfigError | undefined;
   let info;
   try {
     info = await stat(path);
   } catch (err) {
-    throw readFailure(path, err);
+    unreadable = readFailure(path, err);
   }
-  if (info.isFile()) return { files: [path], warnings: NO_WARNINGS };
-  if (!info.isDirectory()) throw new ConfigError(path, '', 'not a file or a directory');
-  const files: string[] = [];
-  const warnings: string[] = [];
-  await walkDirectory(path, opts, files, warnings);
+  if (info?.isFile()) files.push(path);
+  else if (info?.isDirectory()) await walkDirectory(path, opts, files, warnings);
+  else if (info !== undefined) throw new ConfigError(path, '', 'not a file or a directory');
+  const beside = opts.beside;
+  if (beside !== undefined && (await stat(beside.dir).then((s) => s.isDirectory(), () => false))) {
+    await walkDirectory(beside.dir, opts, files, warnings, (name) => name.startsWith(beside.prefix));
+  }
+  // A missing config directory is an error unless something beside it was found.
+  if (unreadable !== undefined && files.length === 0) throw unreadable;
   return { files, warnings };
 }
 
-async function walkDirectory(dir: string, opts: ListOptions, files: string[], warnings: string[]): Promise<void> {
+/** Every file under `dir` (see findConfigFiles); `accept` filters the names of its own entries, not of deeper ones. */
+async function walkDirectory(
+  dir: string,
+  opts: ListOptions,
+  files: string[],
+  warnings: string[],
+  accept: (name: string) => boolean = () => true,
+): Promise<void> {
   let entries;
   try {
     entries = await readdir(dir, { withFileTypes: true });
@@ -634,7 +655,7 @@ async function walkDirectory(dir: string, opts: ListOptions, files: string[], wa
   entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   for (const entry of entries) {
     const name = entry.name;
-    if (name.startsWith('..') || (opts.ignoreDotFiles === true && name.startsWith('.'))) continue;
+    if (!accept(name) || name.startsWith('..') || (opts.ignoreDotFiles === true && name.startsWith('.'))) continue;
     const full = join(dir, name);
     if (entry.isDirectory()) {
       await walkDirectory(full, opts, files, warnings);

@@ -4,7 +4,7 @@ import { realpath, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { Algorithm } from '../limiter/types';
 import type { Settings } from '../settings';
-import { configFromTexts, listConfigFiles, readConfigTexts, type ConfigText } from './load';
+import { configFromTexts, listConfigFiles, readConfigTexts, type ConfigText, type ListOptions } from './load';
 import type { ConfigError } from './config-error';
 import type { RateLimitConfig } from '../limiter/rules';
 
@@ -28,6 +28,8 @@ export interface ConfigSourceOptions {
   readonly ignoreDotFiles?: boolean;
   /** Merge one domain split across files (MERGE_DOMAIN_CONFIG). */
   readonly mergeDomains?: boolean;
+  /** Files beside the config directory that are config files too (see ListOptions.beside). */
+  readonly beside?: ListOptions['beside'];
   /**
    * Also watch a directory above the config (RUNTIME_WATCH_ROOT): a directory path, or true for the
    * parent of `path`. Changes there are picked up by the fingerprint poll in any case; watching
@@ -47,13 +49,19 @@ export interface ConfigSourceOptions {
 /** ConfigSource options from the settings table: location, default algorithm, dotfiles, watched root. */
 export function configSourceOptions(
   settings: Settings,
-): Pick<ConfigSourceOptions, 'path' | 'defaultAlgorithm' | 'ignoreDotFiles' | 'mergeDomains' | 'watchRoot'> {
+): Pick<ConfigSourceOptions, 'path' | 'defaultAlgorithm' | 'ignoreDotFiles' | 'mergeDomains' | 'watchRoot' | 'beside'> {
+  const runtimeLayout = settings.configPath === undefined;
   return {
     path: configLocation(settings),
     defaultAlgorithm: settings.defaultAlgorithm,
     ignoreDotFiles: settings.runtimeIgnoreDotFiles,
     mergeDomains: settings.mergeDomainConfig,
-    watchRoot: settings.configPath === undefined && settings.runtimeWatchRoot ? settings.runtimeRoot : false,
+    watchRoot: runtimeLayout && settings.runtimeWatchRoot ? settings.runtimeRoot : false,
+    // The reference's watched-root layout also reads `$RUNTIME_APPDIRECTORY.*` beside the config directory.
+    beside:
+      runtimeLayout && settings.runtimeWatchRoot
+        ? { dir: join(settings.runtimeRoot, settings.runtimeSubdirectory), prefix: `${settings.runtimeAppDirectory}.` }
+        : undefined,
   };
 }
 

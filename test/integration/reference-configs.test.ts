@@ -135,7 +135,7 @@ describe("the reference's integration layout and expectations (windows of an hou
   let root: string;
   let svc: TestService;
   beforeAll(async () => {
-    // RUNTIME_ROOT/ratelimit/config/*.yaml, and a file beside config/ that the watched-root layout does not read.
+    // RUNTIME_ROOT/ratelimit/config/*.yaml, and a file beside config/ that the watched-root layout does not read...
     root = fs.mkdtempSync(path.join(os.tmpdir(), 'slidegate-runtime-'));
     const config = path.join(root, 'ratelimit', 'config');
     fs.mkdirSync(config, { recursive: true });
@@ -148,11 +148,17 @@ describe("the reference's integration layout and expectations (windows of an hou
         '  - key: key4\n    rate_limit: {unit: day, requests_per_unit: 20}\n',
     );
     fs.writeFileSync(path.join(root, 'ratelimit', 'outside.yaml'), 'domain: outside\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 0}\n');
+    // ...but one whose name starts with "config." is read, as the reference's watched root reads it.
+    fs.writeFileSync(path.join(root, 'ratelimit', 'config.extra.yaml'), 'domain: beside\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 0}\n');
     svc = await startOnRedis({ env: { CONFIG_PATH: '', RUNTIME_ROOT: root, RUNTIME_SUBDIRECTORY: 'ratelimit' } });
   });
   afterAll(async () => {
     await svc?.stop();
     fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  it('a file beside the config directory named config.* is read', async () => {
+    expect(await codes(svc.client, ask('beside', [['k', 'v']]))).toEqual(['OVER_LIMIT', 'OVER_LIMIT']);
   });
 
   it('an unknown domain and a file outside the config directory limit nothing', async () => {

@@ -517,6 +517,25 @@ describe('which files are read', () => {
     expect((await findConfigFiles(dir)).files).toEqual([join(dir, '.git', 'config'), join(dir, 'a.yaml')]);
   });
 
+  test("beside the config directory, names starting with the directory's name and a dot are read too (the watched-root layout)", async () => {
+    mkdirSync(join(dir, 'config'));
+    writeFileSync(join(dir, 'config', 'a.yaml'), rules('a'));
+    writeFileSync(join(dir, 'config.yaml'), rules('beside'));
+    mkdirSync(join(dir, 'config.d'));
+    writeFileSync(join(dir, 'config.d', 'more'), rules('more'));
+    writeFileSync(join(dir, 'other.yaml'), rules('other'));
+    const beside = { dir, prefix: 'config.' };
+    expect((await findConfigFiles(join(dir, 'config'), { beside })).files).toEqual([
+      join(dir, 'config', 'a.yaml'),
+      join(dir, 'config.d', 'more'),
+      join(dir, 'config.yaml'),
+    ]);
+    // Without its config directory, what lies beside it is the config; with neither, the path is an error.
+    rmSync(join(dir, 'config'), { recursive: true });
+    expect((await findConfigFiles(join(dir, 'config'), { beside })).files).toEqual([join(dir, 'config.d', 'more'), join(dir, 'config.yaml')]);
+    await expect(findConfigFiles(join(dir, 'config'), { beside: { dir, prefix: 'nothing.' } })).rejects.toThrow('cannot read: ENOENT');
+  });
+
   test('a directory with no file loads with a warning that every request is allowed', async () => {
     const config = await loadConfigPath(dir, opts);
     expect(config.domains.size).toBe(0);

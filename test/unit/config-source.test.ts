@@ -38,7 +38,7 @@ describe('where the config lives', () => {
 
   test('source options carry the dotfile policy and watch the runtime root only for the runtime layout', () => {
     const runtime = configSourceOptions(loadSettings({ RUNTIME_ROOT: '/data', RUNTIME_IGNOREDOTFILES: 'true', DEFAULT_ALGORITHM: 'fixed_window' }));
-    expect(runtime).toEqual({ path: '/data/config', defaultAlgorithm: 'fixed_window', ignoreDotFiles: true, mergeDomains: false, watchRoot: '/data' });
+    expect(runtime).toEqual({ path: '/data/config', defaultAlgorithm: 'fixed_window', ignoreDotFiles: true, mergeDomains: false, watchRoot: '/data', beside: { dir: '/data', prefix: 'config.' } });
     expect(configSourceOptions(loadSettings({ CONFIG_PATH: '/etc/x.yaml' })).watchRoot).toBe(false);
     expect(configSourceOptions(loadSettings({ RUNTIME_WATCH_ROOT: 'false' })).watchRoot).toBe(false);
   });
