@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
-import { NotReadyError, StoreUnavailableError } from './errors';
+import { classify, type ErrorMetric } from './errors';
 import type { RateLimitDecider, RateLimitRequest, RateLimitResponse } from './limiter/types';
 import type { DescriptorOutcome } from './limiter/rate-limiter';
 import { TalliedCounter, TalliedHistogram } from './metric-tallies';
@@ -31,8 +31,8 @@ export interface StatsdSink {
   close(callback?: (error?: Error) => void): void;
 }
 
-/** Kinds of failed ShouldRateLimit calls: the store could not answer, or anything else. */
-export type CallErrorKind = 'store' | 'service';
+/** Kinds of failed ShouldRateLimit calls (the error catalogue's `metric`): the store could not answer, or anything else. */
+export type CallErrorKind = ErrorMetric;
 
 export interface MetricsOptions {
   /** Store adapter name; store errors are counted as `<name>_error` (`redis_error`, as the reference). */
@@ -359,13 +359,13 @@ export function createMetrics(
 
 /**
  * Wraps a decider so that every call is timed and every failure counted, whichever edge (gRPC,
- * HTTP /json) made it: StoreUnavailableError and NotReadyError count as store errors, anything else
- * (bad requests included, as the reference server counts them) as service errors.
+ * HTTP /json) made it, under the error catalogue's metric: store failures as `<store>_error`,
+ * anything else (bad requests and a missing config included) as `service_error`.
  */
 export function instrumentDecider(decider: RateLimitDecider, metrics: Metrics): RateLimitDecider {
   const failed = (started: number, err: unknown): Promise<never> => {
     metrics.recordCall(performance.now() - started);
-    metrics.recordError(err instanceof StoreUnavailableError || err instanceof NotReadyError ? 'store' : 'service');
+    metrics.recordError(classify(err).metric);
     return Promise.reject(err);
   };
   const replay = decider.replay;

@@ -1,16 +1,13 @@
-import { InvalidRequestError, NotReadyError } from '../errors';
+import { classify, publicMessage } from '../errors';
 import type { RateLimitDecider } from '../limiter/types';
 import type { Logger } from '../log';
 import type { Settings } from '../settings';
-import { StoreUnavailableError } from '../limiter/store';
-import { GrpcStatus } from './grpc-framing';
 import type { HealthState } from './health';
 
 /**
  * What both gRPC transports share (GRPC_TRANSPORT: ./http2-grpc-server, ./grpc-server): their
- * options and the one place errors are classified. InvalidRequestError -> INVALID_ARGUMENT;
- * StoreUnavailableError and NotReadyError -> UNAVAILABLE (so Envoy's failure_mode_deny decides);
- * anything else -> INTERNAL, logged once by the transport. Nothing here loads grpc-js.
+ * options and the answer to a failed call, from the error catalogue (src/errors.ts). Nothing here
+ * loads grpc-js.
  */
 
 export type { RateLimitDecider } from '../limiter/types';
@@ -23,11 +20,9 @@ export interface GrpcServerOptions {
   readonly logger: Logger;
 }
 
-/** The status and message a failed ShouldRateLimit call answers with. */
-export function classifyError(err: unknown): { code: number; details: string } {
-  if (err instanceof InvalidRequestError) return { code: GrpcStatus.INVALID_ARGUMENT, details: err.message };
-  if (err instanceof StoreUnavailableError || err instanceof NotReadyError) {
-    return { code: GrpcStatus.UNAVAILABLE, details: err.message };
-  }
-  return { code: GrpcStatus.INTERNAL, details: 'internal error' };
+/** The status and message a failed ShouldRateLimit call answers with; logs it when the catalogue says so. */
+export function grpcFailure(err: unknown, logger: Logger): { code: number; details: string } {
+  const kind = classify(err);
+  if (kind.logLevel !== 'silent') logger[kind.logLevel]({ err, code: kind.code }, 'ShouldRateLimit failed');
+  return { code: kind.grpcStatus, details: publicMessage(kind, err) };
 }

@@ -6,19 +6,10 @@
  * followed by that many bytes of protobuf.
  */
 
-/** gRPC status codes used by the hand-written transport (numerically equal to grpc-js's `status`). */
-export const GrpcStatus = Object.freeze({
-  OK: 0,
-  CANCELLED: 1,
-  UNKNOWN: 2,
-  INVALID_ARGUMENT: 3,
-  DEADLINE_EXCEEDED: 4,
-  NOT_FOUND: 5,
-  RESOURCE_EXHAUSTED: 8,
-  UNIMPLEMENTED: 12,
-  INTERNAL: 13,
-  UNAVAILABLE: 14,
-});
+import { GrpcStatus } from '../errors';
+
+/** gRPC status codes (the error catalogue's). */
+export { GrpcStatus };
 
 /** Bytes of the length prefix in front of every message. */
 export const MESSAGE_PREFIX_BYTES = 5;

@@ -3,7 +3,7 @@ import type { RateLimitResponse } from '../limiter/types';
 import { requestFromWire, responseToWire } from './convert';
 import type { ServingStatus } from './health';
 import { grpcServiceDefinitions } from './grpc-definitions';
-import { classifyError, type GrpcServerOptions } from './grpc-edge';
+import { grpcFailure, type GrpcServerOptions } from './grpc-edge';
 import { ServingStatusNumber, type WireRateLimitRequest, type WireRateLimitResponse } from './proto';
 import { grpcServerCredentials } from './tls';
 
@@ -128,9 +128,7 @@ export class GrpcServer {
   };
 
   private fail(err: unknown): Partial<grpc.StatusObject> {
-    const classified = classifyError(err);
-    if (classified.code === grpc.status.INTERNAL) this.options.logger.error({ err }, 'ShouldRateLimit failed');
-    return classified;
+    return grpcFailure(err, this.options.logger);
   }
 
   private readonly check = (

@@ -1,8 +1,7 @@
 import * as http from 'node:http';
-import { InvalidRequestError, NotReadyError } from '../errors';
+import { classify, InvalidRequestError, publicMessage } from '../errors';
 import type { RateLimitRequest, RateLimitResponse, Unit } from '../limiter/types';
 import type { Logger } from '../log';
-import { StoreUnavailableError } from '../limiter/store';
 import { durationFromMs, requestFromWire } from './convert';
 import { allow, pathOf, RoutedHttpServer, send, sendMetrics, type MetricsExposition } from './http-base';
 import type { WireDescriptor, WireRateLimitRequest, WireUnitName } from './proto';
@@ -114,12 +113,9 @@ export class HttpServer extends RoutedHttpServer {
   }
 
   private fail(res: http.ServerResponse, err: unknown): void {
-    if (err instanceof InvalidRequestError) send(res, 400, `${err.message}\n`);
-    else if (err instanceof StoreUnavailableError || err instanceof NotReadyError) send(res, 503, `${err.message}\n`);
-    else {
-      this.options.logger?.error({ err }, '/json failed');
-      send(res, 500, 'internal error\n');
-    }
+    const kind = classify(err);
+    if (kind.logLevel !== 'silent') this.options.logger?.[kind.logLevel]({ err, code: kind.code }, '/json failed');
+    send(res, kind.httpStatus, `${publicMessage(kind, err)}\n`);
   }
 }
 

@@ -2,11 +2,10 @@ import * as fs from 'node:fs';
 import type * as tls from 'node:tls';
 import { performance } from 'node:perf_hooks';
 import type { Type } from 'protobufjs';
-import { InvalidRequestError } from '../errors';
 import type { RateLimitRequest, RateLimitResponse } from '../limiter/types';
 import { loadSettings, type Settings, SettingsError } from '../settings';
 import { checkPrefix, encodeGrpcMessage, frameMessage, GrpcStatus, MESSAGE_PREFIX_BYTES, parseGrpcTimeout, unaryMessage } from './grpc-framing';
-import { classifyError, type GrpcServerOptions } from './grpc-edge';
+import { grpcFailure, type GrpcServerOptions } from './grpc-edge';
 import type { H2Stream } from './h2/connection';
 import { encodeHeaderBlock } from './h2/hpack';
 import { watchCertificateFiles } from './certificate-files';
@@ -322,8 +321,7 @@ export class Http2GrpcServer {
     try {
       request = decodeRateLimitRequest(message);
     } catch (err) {
-      if (err instanceof InvalidRequestError) this.fail(stream, err);
-      else respondStatus(stream, GrpcStatus.INTERNAL, 'cannot decode RateLimitRequest');
+      this.fail(stream, err);
       return;
     }
     let pending: Promise<RateLimitResponse>;
@@ -346,9 +344,8 @@ export class Http2GrpcServer {
   }
 
   private fail(stream: H2Stream, err: unknown): void {
-    const classified = classifyError(err);
-    if (classified.code === GrpcStatus.INTERNAL) this.options.logger.error({ err }, 'ShouldRateLimit failed');
-    respondStatus(stream, classified.code, classified.details);
+    const failure = grpcFailure(err, this.options.logger);
+    respondStatus(stream, failure.code, failure.details);
   }
 
   private decodeService(stream: H2Stream, message: Buffer): string | undefined {

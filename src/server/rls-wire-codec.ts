@@ -1,4 +1,4 @@
-import { InvalidRequestError } from '../errors';
+import { InvalidRequestError, MalformedMessageError } from '../errors';
 import type { Descriptor, Entry, LimitOverride, RateLimitRequest, RateLimitResponse } from '../limiter/types';
 import { CODE_NUMBER, UINT32_MAX, UNIT_NUMBER, unitFromWire } from './convert';
 import { MESSAGE_PREFIX_BYTES } from './grpc-framing';
@@ -13,13 +13,8 @@ import { encodeStruct } from './struct-codec';
  * unknown fields are skipped, the last value of a repeated scalar wins, messages merge.
  */
 
-/** The bytes are not a valid protobuf encoding of the message (answered INTERNAL, like grpc-js). */
-export class MalformedMessageError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'MalformedMessageError';
-  }
-}
+/** The bytes are not a valid protobuf encoding of the message (answered INTERNAL, like grpc-js; see src/errors.ts). */
+export { MalformedMessageError };
 
 /** A cursor over one message's bytes. */
 class Reader {

@@ -204,8 +204,9 @@ describe('Metrics', () => {
     await expect(decider.shouldRateLimit(request)).rejects.toThrow('boom');
 
     expect(await sample(metrics, 'ratelimit_service_total_requests', { grpc_method: 'ShouldRateLimit' })).toBe(5);
-    expect(await sample(metrics, 'ratelimit_service_should_rate_limit_error', { err_type: 'redis_error' })).toBe(2);
-    expect(await sample(metrics, 'ratelimit_service_should_rate_limit_error', { err_type: 'service_error' })).toBe(2);
+    // A missing config is the service's failure, not the store's.
+    expect(await sample(metrics, 'ratelimit_service_should_rate_limit_error', { err_type: 'redis_error' })).toBe(1);
+    expect(await sample(metrics, 'ratelimit_service_should_rate_limit_error', { err_type: 'service_error' })).toBe(3);
   });
 
   it('turns a decider that throws synchronously into a rejected call', async () => {
