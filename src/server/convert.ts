@@ -1,18 +1,11 @@
 import { InvalidRequestError } from '../errors';
-import type { Code, Descriptor, Entry, RateLimitRequest, RateLimitResponse, Unit } from '../limiter/types';
-import { structToWire } from './struct-codec';
-import type {
-  WireDescriptor,
-  WireDescriptorStatus,
-  WireEnum,
-  WireRateLimitRequest,
-  WireRateLimitResponse,
-  WireUnitName,
-} from './proto';
+import type { Code, Descriptor, Entry, RateLimitRequest, Unit } from '../limiter/types';
+import type { WireDescriptor, WireEnum, WireRateLimitRequest, WireUnitName } from './proto';
 
 /**
- * Conversion between the decoded wire messages (src/server/proto.ts) and the limiter's own types.
- * Pure and allocation-light: it runs on every ShouldRateLimit call. Only wire-level facts are checked
+ * Wire facts (enum numbers, uint32 ranges) and the conversion of a decoded RateLimitRequest object
+ * (proto JSON on HTTP /json) into the limiter's request. Responses are encoded by one encoder,
+ * ./rls-wire-codec's ResponseEncoder. Only wire-level facts are checked
  * here (enum values, wrapper types, integer ranges); what a well-formed request means is the limiter's business.
  */
 
@@ -94,35 +87,4 @@ export function requestFromWire(wire: WireRateLimitRequest): RateLimitRequest {
 export function durationFromMs(ms: number): { seconds: number; nanos: number } {
   const whole = ms > 0 ? Math.round(ms) : 0;
   return { seconds: Math.floor(whole / 1000), nanos: (whole % 1000) * 1_000_000 };
-}
-
-function clampUint32(n: number): number {
-  if (!(n > 0)) return 0;
-  return n >= UINT32_MAX ? UINT32_MAX : Math.floor(n);
-}
-
-/** The limiter's response as a RateLimitResponse message (enum fields as numbers). */
-export function responseToWire(response: RateLimitResponse): WireRateLimitResponse {
-  const statuses: WireDescriptorStatus[] = new Array(response.statuses.length);
-  for (let i = 0; i < response.statuses.length; i++) {
-    const s = response.statuses[i];
-    const out: WireDescriptorStatus = { code: CODE_NUMBER[s.code], limitRemaining: clampUint32(s.limitRemaining) };
-    if (s.currentLimit) {
-      out.currentLimit = {
-        requestsPerUnit: clampUint32(s.currentLimit.requestsPerUnit),
-        unit: UNIT_NUMBER[s.currentLimit.unit],
-        name: s.currentLimit.name ?? '',
-      };
-    }
-    if (s.durationUntilResetMs !== undefined) out.durationUntilReset = durationFromMs(s.durationUntilResetMs);
-    statuses[i] = out;
-  }
-  const wire: WireRateLimitResponse = {
-    // The limiter only speaks OK and OVER_LIMIT; anything else would be read by Envoy as OK.
-    overallCode: response.overallCode === 'OVER_LIMIT' ? CODE_NUMBER.OVER_LIMIT : CODE_NUMBER.OK,
-    statuses,
-    responseHeadersToAdd: response.responseHeaders.length === 0 ? [] : response.responseHeaders.map((h) => ({ key: h.key, value: h.value })),
-  };
-  if (response.dynamicMetadata !== undefined) wire.dynamicMetadata = structToWire(response.dynamicMetadata);
-  return wire;
 }

@@ -1,16 +1,15 @@
 import * as grpc from '@grpc/grpc-js';
-import type { RateLimitResponse } from '../limiter/types';
-import { requestFromWire, responseToWire } from './convert';
-import type { ServingStatus } from './health';
 import { grpcServiceDefinitions } from './grpc-definitions';
-import { grpcFailure, type GrpcServerOptions } from './grpc-edge';
-import { ServingStatusNumber, type WireRateLimitRequest, type WireRateLimitResponse } from './proto';
-import { grpcServerCredentials } from './tls';
+import type { GrpcServerOptions } from './grpc-edge';
+import { MESSAGE_PREFIX_BYTES } from './grpc-framing';
+import { RlsService } from './rls-service';
+import { grpcServerCredentials, loadTlsMaterial, type TlsMaterial } from './tls';
 
 /**
- * The gRPC edge on grpc-js (GRPC_TRANSPORT=grpc-js): envoy.service.ratelimit.v3.RateLimitService
- * and grpc.health.v1.Health. Errors are classified by ./grpc-edge. A response never carries
- * overall_code UNKNOWN.
+ * The gRPC transport on grpc-js (GRPC_TRANSPORT=grpc-js): a thin adapter between grpc-js calls and
+ * the RlsService (./rls-service), the same service the own HTTP/2 transport serves. ShouldRateLimit
+ * passes the message bytes through untouched (identity serializers), so both transports share one
+ * decoder and one encoder; health messages are grpc-js's own (proto-loader).
  */
 
 export type { GrpcServerOptions, RateLimitDecider } from './grpc-edge';
@@ -26,15 +25,29 @@ export function bindAddress(host: string, port: number): string {
   return host.includes(':') && !host.startsWith('[') ? `[${host}]:${port}` : `${host}:${port}`;
 }
 
+const identity = (bytes: Buffer): Buffer => bytes;
+
+/** RateLimitService with its messages as bytes: the service decodes and encodes them itself. */
+function rawRlsDefinition(): grpc.ServiceDefinition {
+  const definition: Record<string, grpc.MethodDefinition<Buffer, Buffer>> = {};
+  for (const [name, method] of Object.entries(grpcServiceDefinitions().rls)) {
+    definition[name] = { ...method, requestDeserialize: identity, responseSerialize: identity };
+  }
+  return definition as grpc.ServiceDefinition;
+}
+
 export class GrpcServer {
   private readonly server: grpc.Server;
-  private readonly watchers = new Set<grpc.ServerWritableStream<HealthRequest, HealthResponse>>();
+  private readonly service: RlsService;
+  private readonly tls: TlsMaterial | undefined;
   private stopping: Promise<void> | undefined;
   /** Unary calls not yet answered; stop() waits for them, then cuts what is left (idle connections). */
   private inFlight = 0;
   private onDrained: (() => void) | undefined;
 
   constructor(private readonly options: GrpcServerOptions) {
+    this.service = new RlsService(options);
+    this.tls = loadTlsMaterial(options.settings.grpcTls);
     const { grpcMaxMessageBytes, grpcMaxConnectionAgeMs, grpcMaxConnectionAgeGraceMs } = options.settings;
     this.server = new grpc.Server({
       'grpc.max_receive_message_length': grpcMaxMessageBytes,
@@ -44,17 +57,16 @@ export class GrpcServer {
         ? { 'grpc.max_connection_age_grace_ms': grpcMaxConnectionAgeGraceMs }
         : {}),
     });
-    const { rls, health } = grpcServiceDefinitions();
-    this.server.addService(rls, { shouldRateLimit: this.shouldRateLimit });
-    this.server.addService(health, { check: this.check, watch: this.watch });
+    this.server.addService(rawRlsDefinition(), { shouldRateLimit: this.shouldRateLimit });
+    this.server.addService(grpcServiceDefinitions().health, { check: this.check, watch: this.watch });
   }
 
   /** Binds GRPC_HOST:GRPC_PORT, or the Unix socket GRPC_UDS, and starts serving; resolves to the bound port (0 on a socket). */
   start(): Promise<number> {
-    const { grpcHost, grpcPort, grpcTls, grpcUds } = this.options.settings;
+    const { grpcHost, grpcPort, grpcUds } = this.options.settings;
     const address = grpcUds !== undefined ? `unix:${grpcUds}` : bindAddress(grpcHost, grpcPort);
     return new Promise((resolve, reject) => {
-      this.server.bindAsync(address, grpcServerCredentials(grpcTls), (err, port) => {
+      this.server.bindAsync(address, grpcServerCredentials(this.tls), (err, port) => {
         if (err) reject(err);
         else resolve(grpcUds !== undefined ? 0 : port);
       });
@@ -67,9 +79,7 @@ export class GrpcServer {
    */
   stop(graceMs: number): Promise<void> {
     this.stopping ??= new Promise<void>((resolve) => {
-      this.options.health.beginShutdown();
-      for (const call of this.watchers) call.end();
-      this.watchers.clear();
+      this.service.shutdown();
       const timer = setTimeout(() => {
         this.server.forceShutdown();
         resolve();
@@ -109,66 +119,33 @@ export class GrpcServer {
     };
   }
 
-  private readonly shouldRateLimit = (
-    call: grpc.ServerUnaryCall<WireRateLimitRequest, WireRateLimitResponse>,
-    untracked: grpc.sendUnaryData<WireRateLimitResponse>,
-  ): void => {
+  private readonly shouldRateLimit = (call: grpc.ServerUnaryCall<Buffer, Buffer>, untracked: grpc.sendUnaryData<Buffer>): void => {
     const callback = this.track(untracked);
-    let pending: Promise<RateLimitResponse>;
+    const answer = (frame: Buffer): void => callback(null, frame.subarray(MESSAGE_PREFIX_BYTES));
+    let pending: Buffer | Promise<Buffer>;
     try {
-      pending = this.options.limiter.shouldRateLimit(requestFromWire(call.request));
+      pending = this.service.shouldRateLimit(call.request);
     } catch (err) {
-      callback(this.fail(err));
+      callback(this.service.failure(err));
       return;
     }
-    pending.then(
-      (response) => callback(null, responseToWire(response)),
-      (err: unknown) => callback(this.fail(err)),
-    );
+    if (!(pending instanceof Promise)) answer(pending);
+    else pending.then(answer, (err: unknown) => callback(this.service.failure(err)));
   };
 
-  private fail(err: unknown): Partial<grpc.StatusObject> {
-    return grpcFailure(err, this.options.logger);
-  }
-
-  private readonly check = (
-    call: grpc.ServerUnaryCall<HealthRequest, HealthResponse>,
-    callback: grpc.sendUnaryData<HealthResponse>,
-  ): void => {
-    const status = this.options.health.status(call.request.service);
-    if (status === undefined) {
-      callback({ code: grpc.status.NOT_FOUND, details: `unknown service "${call.request.service}"` });
-      return;
-    }
-    callback(null, { status: ServingStatusNumber[status] });
+  private readonly check = (call: grpc.ServerUnaryCall<HealthRequest, HealthResponse>, callback: grpc.sendUnaryData<HealthResponse>): void => {
+    const answer = this.service.check(call.request.service);
+    if ('code' in answer) callback(answer);
+    else callback(null, answer);
   };
 
   private readonly watch = (call: grpc.ServerWritableStream<HealthRequest, HealthResponse>): void => {
-    const health = this.options.health;
-    const service = call.request.service;
-    const status = health.status(service);
-    if (this.stopping) {
-      call.write({ status: ServingStatusNumber.NOT_SERVING });
-      call.end();
-      return;
-    }
-    if (status === undefined) {
-      // The protocol keeps the stream open: the service may appear later.
-      call.write({ status: ServingStatusNumber.SERVICE_UNKNOWN });
-    } else {
-      call.write({ status: ServingStatusNumber[status] });
-    }
-    const unsubscribe =
-      status === undefined
-        ? () => undefined
-        : health.subscribe((next: ServingStatus) => call.write({ status: ServingStatusNumber[next] }));
-    this.watchers.add(call);
-    const done = (): void => {
-      unsubscribe();
-      this.watchers.delete(call);
-    };
-    call.on('cancelled', done);
-    call.on('close', done);
-    call.on('error', done);
+    const forget = this.service.watch(call.request.service, {
+      write: (status) => call.write({ status }),
+      end: () => call.end(),
+    });
+    call.on('cancelled', forget);
+    call.on('close', forget);
+    call.on('error', forget);
   };
 }

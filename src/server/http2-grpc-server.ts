@@ -1,23 +1,20 @@
-import * as fs from 'node:fs';
-import type * as tls from 'node:tls';
 import { performance } from 'node:perf_hooks';
 import type { Type } from 'protobufjs';
-import type { RateLimitRequest, RateLimitResponse } from '../limiter/types';
-import { loadSettings, type Settings, SettingsError } from '../settings';
+import { loadSettings, type Settings } from '../settings';
 import { checkPrefix, encodeGrpcMessage, frameMessage, GrpcStatus, MESSAGE_PREFIX_BYTES, parseGrpcTimeout, unaryMessage } from './grpc-framing';
-import { grpcFailure, type GrpcServerOptions } from './grpc-edge';
+import type { GrpcServerOptions } from './grpc-edge';
 import type { H2Stream } from './h2/connection';
 import { encodeHeaderBlock } from './h2/hpack';
 import { watchCertificateFiles } from './certificate-files';
 import { H2Server, type H2ServerOptions } from './h2/server';
-import type { ServingStatus } from './health';
-import { HEALTH_SERVICE, protoRoot, RLS_SERVICE, ServingStatusNumber } from './proto';
-import { decodeRateLimitRequest, ResponseEncoder } from './rls-wire-codec';
+import { HEALTH_SERVICE, protoRoot, RLS_SERVICE } from './proto';
+import { RlsService } from './rls-service';
+import { loadTlsMaterial, tlsServerOptions, type TlsMaterial } from './tls';
 
 /**
- * The gRPC edge on the project's own HTTP/2 connection layer (./h2), with the hand-written RLS codec
- * (./rls-wire-codec) and protobufjs for health: the same services, errors and lifecycle as
- * GrpcServer (grpc-js), at a fraction of the per-call cost. node:http2 is not used: its streams
+ * The gRPC transport on the project's own HTTP/2 connection layer (./h2): a thin adapter that moves
+ * bytes between HTTP/2 streams and the RlsService (./rls-service: the codec, the decision, health,
+ * shutdown), the same service GrpcServer (grpc-js) serves, at a fraction of the per-call cost. node:http2 is not used: its streams
  * survive young-generation GCs and its header values are external strings, so at a few thousand
  * calls/s it needs a full GC every second, which sets the tail latency (docs/performance.md).
  * Only what the two services need is implemented: unary calls and one server stream (health
@@ -39,12 +36,6 @@ const CERTIFICATE_POLL_MS = 1_000;
 const RLS_PATH = `/${RLS_SERVICE}/ShouldRateLimit`;
 const CHECK_PATH = `/${HEALTH_SERVICE}/Check`;
 const WATCH_PATH = `/${HEALTH_SERVICE}/Watch`;
-
-/**
- * Request messages up to this size are named by their bytes for the limiter's replay of local
- * denials (RateLimiter.replay); Envoy's requests are far smaller, and the bound caps what is kept.
- */
-const REPLAY_KEY_MAX_BYTES = 512;
 
 /** Idle connections are pinged this often; one unanswered for a whole period is closed. */
 const KEEPALIVE_MS = 60_000;
@@ -133,29 +124,6 @@ function field(headers: readonly string[], name: string): string | undefined {
   return undefined;
 }
 
-/** TLS material from the same variables as the grpc-js transport; read once, at construction. */
-function secureOptions(grpcTls: GrpcServerOptions['settings']['grpcTls']): tls.TlsOptions {
-  const read = (variable: string, file: string | undefined): Buffer => {
-    if (file === undefined) throw new SettingsError(variable, 'required when GRPC_SERVER_USE_TLS=true');
-    try {
-      return fs.readFileSync(file);
-    } catch (err) {
-      throw new SettingsError(variable, `cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
-    }
-  };
-  const cert = read('GRPC_SERVER_TLS_CERT', grpcTls.certPath);
-  const key = read('GRPC_SERVER_TLS_KEY', grpcTls.keyPath);
-  const ca = grpcTls.clientCaPath === undefined ? undefined : read('GRPC_CLIENT_TLS_CACERT', grpcTls.clientCaPath);
-  return {
-    cert,
-    key,
-    ca,
-    // mTLS: a client without a certificate signed by the CA fails the handshake.
-    requestCert: ca !== undefined,
-    rejectUnauthorized: ca !== undefined,
-  };
-}
-
 /**
  * Options of Http2GrpcServer: GrpcServer's, the HTTP/2 layer's limits (the H2_* settings' defaults
  * when absent), and `exclusive` (see H2Server.listen; the warm-up's private port).
@@ -168,27 +136,26 @@ export interface Http2GrpcServerOptions extends GrpcServerOptions {
 /** The RLS and health services over HTTP/2. Same options and lifecycle as GrpcServer. */
 export class Http2GrpcServer {
   private readonly server: H2Server;
+  private readonly service: RlsService;
   private readonly codecs: Codecs;
-  private readonly encoder = new ResponseEncoder();
-  // The last replayed answer and its encoding: the limiter hands out one answer per millisecond.
-  private replayed: RateLimitResponse | undefined;
-  private replayedFrame: Buffer = Buffer.alloc(0);
+  private readonly tls: TlsMaterial | undefined;
   private readonly maxMessageBytes: number;
-  private readonly watchers = new Map<H2Stream, () => void>();
   private keepalive: NodeJS.Timeout | undefined;
   private stopping: Promise<void> | undefined;
   private stopCertificateWatch: () => void = () => undefined;
 
   constructor(private readonly options: Http2GrpcServerOptions) {
+    this.service = new RlsService(options);
     this.codecs = loadCodecs();
     const settings = options.settings;
     // A request must fit the stream's receive window, which reopens only once the request has ended.
     const h2 = settings.h2 ?? loadSettings({}).h2;
     this.maxMessageBytes = Math.min(settings.grpcMaxMessageBytes, h2.streamBufferBytes - MESSAGE_PREFIX_BYTES);
     const grpcTls = settings.grpcTls;
+    this.tls = loadTlsMaterial(grpcTls);
     this.server = new H2Server({
       ...connectionLimits(h2),
-      tls: grpcTls.enabled ? secureOptions(grpcTls) : undefined,
+      tls: this.tls === undefined ? undefined : tlsServerOptions(this.tls),
       // As the reference: the SAN is checked on client certificates, which only GRPC_CLIENT_TLS_CACERT asks for.
       clientSan: grpcTls.enabled && grpcTls.clientCaPath !== undefined ? grpcTls.clientSan : undefined,
       maxConnectionAgeMs: settings.grpcMaxConnectionAgeMs,
@@ -211,7 +178,7 @@ export class Http2GrpcServer {
     this.keepalive.unref();
     if (grpcTls.enabled && grpcTls.certPath !== undefined && grpcTls.keyPath !== undefined) {
       const logger = this.options.logger;
-      const ca = grpcTls.clientCaPath === undefined ? undefined : fs.readFileSync(grpcTls.clientCaPath);
+      const ca = this.tls?.clientCa;
       this.stopCertificateWatch = watchCertificateFiles({
         certPath: grpcTls.certPath,
         keyPath: grpcTls.keyPath,
@@ -233,8 +200,7 @@ export class Http2GrpcServer {
    */
   stop(graceMs: number): Promise<void> {
     this.stopping ??= (() => {
-      this.options.health.beginShutdown();
-      for (const stream of [...this.watchers.keys()]) this.endWatch(stream);
+      this.service.shutdown();
       if (this.keepalive !== undefined) clearInterval(this.keepalive);
       this.stopCertificateWatch();
       return this.server.close(graceMs);
@@ -302,49 +268,31 @@ export class Http2GrpcServer {
   }
 
   private shouldRateLimit(stream: H2Stream, message: Buffer, deadline: number): void {
-    const limiter = this.options.limiter;
-    const replay = limiter.replay;
-    // A repeat of a request answered from local denials skips decoding and matching (attack traffic).
-    const replayKey = replay !== undefined && message.length <= REPLAY_KEY_MAX_BYTES ? message.toString('latin1') : undefined;
-    if (replayKey !== undefined) {
-      const replayed = replay!(replayKey);
-      if (replayed !== undefined) {
-        if (replayed !== this.replayed) {
-          this.replayed = replayed;
-          this.replayedFrame = this.encoder.frame(replayed);
-        }
-        respondMessage(stream, this.replayedFrame);
-        return;
-      }
-    }
-    let request: RateLimitRequest;
+    let answer: Buffer | Promise<Buffer>;
     try {
-      request = decodeRateLimitRequest(message);
+      answer = this.service.shouldRateLimit(message);
     } catch (err) {
       this.fail(stream, err);
       return;
     }
-    let pending: Promise<RateLimitResponse>;
-    try {
-      pending = limiter.shouldRateLimit(request, replayKey);
-    } catch (err) {
-      this.fail(stream, err);
+    if (!(answer instanceof Promise)) {
+      respondMessage(stream, answer);
       return;
     }
-    pending.then(
-      (response) => {
+    answer.then(
+      (frame) => {
         if (deadline !== Infinity && performance.now() > deadline) {
           respondStatus(stream, GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
           return;
         }
-        respondMessage(stream, this.encoder.frame(response));
+        respondMessage(stream, frame);
       },
       (err: unknown) => this.fail(stream, err),
     );
   }
 
   private fail(stream: H2Stream, err: unknown): void {
-    const failure = grpcFailure(err, this.options.logger);
+    const failure = this.service.failure(err);
     respondStatus(stream, failure.code, failure.details);
   }
 
@@ -364,43 +312,20 @@ export class Http2GrpcServer {
   private check(stream: H2Stream, message: Buffer): void {
     const service = this.decodeService(stream, message);
     if (service === undefined) return;
-    const status = this.options.health.status(service);
-    if (status === undefined) {
-      respondStatus(stream, GrpcStatus.NOT_FOUND, `unknown service "${service}"`);
-      return;
-    }
-    respondMessage(stream, this.healthFrame(ServingStatusNumber[status]));
+    const answer = this.service.check(service);
+    if ('code' in answer) respondStatus(stream, answer.code, answer.details);
+    else respondMessage(stream, this.healthFrame(answer.status));
   }
 
   private watch(stream: H2Stream, message: Buffer): void {
     const service = this.decodeService(stream, message);
     if (service === undefined || stream.closed) return;
-    const health = this.options.health;
     stream.respond(RESPONSE_HEADERS, false);
-    if (this.stopping !== undefined) {
-      stream.write(this.healthFrame(ServingStatusNumber.NOT_SERVING));
-      stream.end(OK_TRAILERS);
-      return;
-    }
-    const status = health.status(service);
-    // An unknown service keeps its stream open: the protocol lets it appear later.
-    stream.write(this.healthFrame(status === undefined ? ServingStatusNumber.SERVICE_UNKNOWN : ServingStatusNumber[status]));
-    const unsubscribe =
-      status === undefined
-        ? () => undefined
-        : health.subscribe((next: ServingStatus) => stream.write(this.healthFrame(ServingStatusNumber[next])));
-    this.watchers.set(stream, unsubscribe);
-    stream.onAbort = () => this.forgetWatch(stream);
-  }
-
-  private endWatch(stream: H2Stream): void {
-    stream.end(OK_TRAILERS);
-    this.forgetWatch(stream);
-  }
-
-  private forgetWatch(stream: H2Stream): void {
-    this.watchers.get(stream)?.();
-    this.watchers.delete(stream);
+    const forget = this.service.watch(service, {
+      write: (status) => stream.write(this.healthFrame(status)),
+      end: () => stream.end(OK_TRAILERS),
+    });
+    stream.onAbort = forget;
   }
 }
 

@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import { createRlsClient, type RlsClient } from '../../src/cli/rls-client';
 import { loadSettings, SettingsError } from '../../src/settings';
-import { grpcServerCredentials } from '../../src/server/tls';
+import { grpcServerCredentials, loadTlsMaterial, type GrpcTlsSettings } from '../../src/server/tls';
 import { makeTestCerts, type CertFiles } from '../helpers/certs';
 import { descriptor, grpc, grpcCode } from '../helpers/grpc-client';
 import { startTestService, type TestService } from '../helpers/service';
@@ -120,9 +120,12 @@ describe('gRPC over mutual TLS', () => {
   });
 });
 
-describe('grpcServerCredentials', () => {
+/** The grpc-js credentials of these settings, through the one loader of TLS material. */
+const credentialsOf = (settings: GrpcTlsSettings) => grpcServerCredentials(loadTlsMaterial(settings));
+
+describe('loadTlsMaterial', () => {
   it('is plaintext when TLS is off', () => {
-    expect(grpcServerCredentials({ enabled: false })._isSecure()).toBe(false);
+    expect(credentialsOf({ enabled: false })._isSecure()).toBe(false);
   });
 
   it('names the variable whose file cannot be read', () => {
@@ -131,17 +134,17 @@ describe('grpcServerCredentials', () => {
       GRPC_SERVER_TLS_CERT: certs.serverCert,
       GRPC_SERVER_TLS_KEY: '/nonexistent/server.key',
     });
-    expect(() => grpcServerCredentials(settings.grpcTls)).toThrow(SettingsError);
-    expect(() => grpcServerCredentials(settings.grpcTls)).toThrow(/GRPC_SERVER_TLS_KEY: cannot read \/nonexistent\/server.key/);
+    expect(() => credentialsOf(settings.grpcTls)).toThrow(SettingsError);
+    expect(() => credentialsOf(settings.grpcTls)).toThrow(/GRPC_SERVER_TLS_KEY: cannot read \/nonexistent\/server.key/);
   });
 
   it('names the variable whose file is not PEM', () => {
     expect(() =>
-      grpcServerCredentials({ enabled: true, certPath: certs.serverCert, keyPath: certs.serverKey, clientCaPath: certs.dir }),
+      credentialsOf({ enabled: true, certPath: certs.serverCert, keyPath: certs.serverKey, clientCaPath: certs.dir }),
     ).toThrow(/GRPC_CLIENT_TLS_CACERT/);
     const notPem = `${certs.dir}/not-pem.txt`;
     fs.writeFileSync(notPem, 'hello');
-    expect(() => grpcServerCredentials({ enabled: true, certPath: notPem, keyPath: certs.serverKey })).toThrow(
+    expect(() => credentialsOf({ enabled: true, certPath: notPem, keyPath: certs.serverKey })).toThrow(
       /GRPC_SERVER_TLS_CERT: .* is not a PEM file/,
     );
   });

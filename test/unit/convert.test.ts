@@ -6,10 +6,10 @@ import {
   UNIT_NUMBER,
   durationFromMs,
   requestFromWire,
-  responseToWire,
   unitFromWire,
   wireCount,
 } from '../../src/server/convert';
+import { responseToWire } from '../helpers/response-oracle';
 import { protoRoot } from '../../src/server/proto';
 import type { WireRateLimitRequest } from '../../src/server/proto';
 

@@ -1,7 +1,8 @@
 import fc from 'fast-check';
 import { InvalidRequestError } from '../../src/errors';
 import type { DescriptorStatus, RateLimitResponse, Unit } from '../../src/limiter/types';
-import { requestFromWire, responseToWire } from '../../src/server/convert';
+import { requestFromWire } from '../../src/server/convert';
+import { responseToWire } from '../helpers/response-oracle';
 import { protoRoot, type WireRateLimitRequest } from '../../src/server/proto';
 import { decodeRateLimitRequest, MalformedMessageError, ResponseEncoder } from '../../src/server/rls-wire-codec';
 import { plainStruct } from '../helpers/struct';

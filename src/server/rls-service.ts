@@ -1,0 +1,137 @@
+import { classify, publicMessage } from '../errors';
+import type { RateLimitDecider, RateLimitRequest, RateLimitResponse } from '../limiter/types';
+import type { Logger } from '../log';
+import { GrpcStatus } from './grpc-framing';
+import type { HealthState, ServingStatus } from './health';
+import { ServingStatusNumber } from './proto';
+import { decodeRateLimitRequest, ResponseEncoder } from './rls-wire-codec';
+
+/**
+ * The rate-limit service as every gRPC transport serves it (GRPC_TRANSPORT: ./http2-grpc-server on
+ * the own HTTP/2 layer, ./grpc-server on grpc-js): ShouldRateLimit as bytes in, bytes out
+ * (decode -> decide -> encode, one codec), grpc.health.v1 Check and Watch, and shutdown. A
+ * transport only moves bytes and statuses; what they mean is decided here, and what a failure
+ * answers comes from the error catalogue (src/errors.ts).
+ */
+
+/**
+ * Request messages up to this size are named by their bytes for the limiter's replay of local
+ * denials (RateLimiter.replay); Envoy's requests are far smaller, and the bound caps what is kept.
+ */
+const REPLAY_KEY_MAX_BYTES = 512;
+
+/** A failed call's gRPC status and message. */
+export interface CallFailure {
+  readonly code: number;
+  readonly details: string;
+}
+
+/** A health Watch as the service sees it: where to send statuses, and how to end the stream. */
+export interface WatchSink {
+  write(status: number): void;
+  end(): void;
+}
+
+export interface RlsServiceOptions {
+  readonly limiter: RateLimitDecider;
+  readonly health: HealthState;
+  readonly logger: Logger;
+}
+
+/** ShouldRateLimit, health and shutdown, shared by every transport. */
+export class RlsService {
+  private readonly limiter: RateLimitDecider;
+  private readonly health: HealthState;
+  private readonly logger: Logger;
+  private readonly encoder = new ResponseEncoder();
+  // The last replayed answer and its encoding: the limiter hands out one answer per millisecond.
+  private replayed: RateLimitResponse | undefined;
+  private replayedFrame: Buffer = Buffer.alloc(0);
+  private readonly watches = new Map<WatchSink, () => void>();
+  private stopping = false;
+
+  constructor(options: RlsServiceOptions) {
+    this.limiter = options.limiter;
+    this.health = options.health;
+    this.logger = options.logger;
+  }
+
+  /** True once shutdown has begun: transports refuse new calls. */
+  get shuttingDown(): boolean {
+    return this.stopping;
+  }
+
+  /**
+   * One ShouldRateLimit call: the request message's bytes in, the framed response message (5-byte
+   * prefix included) out, synchronously when a replay answers. Throws or rejects with what the
+   * decision or the decoder failed with; answer it with failure().
+   */
+  shouldRateLimit(message: Buffer): Buffer | Promise<Buffer> {
+    const limiter = this.limiter;
+    const replay = limiter.replay;
+    // A repeat of a request answered from local denials skips decoding and matching (attack traffic).
+    const replayKey = replay !== undefined && message.length <= REPLAY_KEY_MAX_BYTES ? message.toString('latin1') : undefined;
+    if (replayKey !== undefined) {
+      const replayed = replay!(replayKey);
+      if (replayed !== undefined) {
+        if (replayed !== this.replayed) {
+          this.replayed = replayed;
+          this.replayedFrame = this.encoder.frame(replayed);
+        }
+        return this.replayedFrame;
+      }
+    }
+    const request: RateLimitRequest = decodeRateLimitRequest(message);
+    return limiter.shouldRateLimit(request, replayKey).then(this.encode);
+  }
+
+  private readonly encode = (response: RateLimitResponse): Buffer => this.encoder.frame(response);
+
+  /** The status and message a failed call answers with; logged here when the catalogue says so. */
+  failure(err: unknown): CallFailure {
+    const kind = classify(err);
+    if (kind.logLevel !== 'silent') this.logger[kind.logLevel]({ err, code: kind.code }, 'ShouldRateLimit failed');
+    return { code: kind.grpcStatus, details: publicMessage(kind, err) };
+  }
+
+  /** grpc.health.v1 Check: the status number of a known service, or NOT_FOUND. */
+  check(service: string): { readonly status: number } | CallFailure {
+    const status = this.health.status(service);
+    if (status === undefined) return { code: GrpcStatus.NOT_FOUND, details: `unknown service "${service}"` };
+    return { status: ServingStatusNumber[status] };
+  }
+
+  /**
+   * grpc.health.v1 Watch: sends the current status now and every change after; an unknown service
+   * keeps its stream open (the protocol lets it appear later). After shutdown has begun the stream
+   * gets NOT_SERVING and ends. Returns the function the transport calls when the client goes away.
+   */
+  watch(service: string, sink: WatchSink): () => void {
+    if (this.stopping) {
+      sink.write(ServingStatusNumber.NOT_SERVING);
+      sink.end();
+      return () => undefined;
+    }
+    const status = this.health.status(service);
+    sink.write(status === undefined ? ServingStatusNumber.SERVICE_UNKNOWN : ServingStatusNumber[status]);
+    const unsubscribe = status === undefined ? () => undefined : this.health.subscribe((next: ServingStatus) => sink.write(ServingStatusNumber[next]));
+    this.watches.set(sink, unsubscribe);
+    return () => this.forget(sink);
+  }
+
+  /** Shutdown has begun: health NOT_SERVING, every Watch stream ended; new calls are refused. Idempotent. */
+  shutdown(): void {
+    if (this.stopping) return;
+    this.stopping = true;
+    this.health.beginShutdown();
+    for (const sink of [...this.watches.keys()]) {
+      this.forget(sink);
+      sink.end();
+    }
+  }
+
+  private forget(sink: WatchSink): void {
+    this.watches.get(sink)?.();
+    this.watches.delete(sink);
+  }
+}
