@@ -1,11 +1,16 @@
-import { createRlsClient, type RlsClient, type RlsRequestInput } from './cli/rls-client';
+import * as net from 'node:net';
 import { buildConfig, parseConfigText } from './config/load';
 import type { Logger } from './log';
 import { RateLimiter } from './limiter/rate-limiter';
+import { frameMessage } from './server/grpc-framing';
 import { HealthState } from './server/health';
 import { Http2GrpcServer } from './server/http2-grpc-server';
+import { protoRoot, RLS_SERVICE } from './server/proto';
 import type { Settings } from './settings';
 import type { Store } from './limiter/store';
+import { CONNECTION_PREFACE, Flag, frame, FRAME_HEADER_BYTES, FrameType, MAX_WINDOW, DEFAULT_WINDOW, settingsFrame, wordFrame } from './server/h2/frames';
+import { encodeHeaderBlock } from './server/h2/hpack';
+import type { RateLimitDecider } from './limiter/types';
 
 /**
  * Start-up warm-up: before a process takes traffic, it answers a few thousand ShouldRateLimit calls
@@ -17,8 +22,9 @@ import type { Store } from './limiter/store';
  *
  * The calls go to a private, exclusive loopback port (never the shared gRPC port, never TLS),
  * through a second server object of the same class, and are decided by a limiter of their own with
- * a built-in config (domain WARM_UP_DOMAIN). The client is the one `slidegate client` and the tests
- * use (src/cli/rls-client.ts). The calls reach the real store, so its client is warm too:
+ * a built-in config (domain WARM_UP_DOMAIN). The client writes raw HTTP/2 frames on a plain socket:
+ * node:http2's client objects would outlive young-generation collections and leave a full
+ * collection due just as traffic starts. The calls reach the real store, so its client is warm too:
  * with Redis that writes a few counters under that domain, on 1-second windows (their TTLs end
  * within seconds). Nothing is reported: the service's metrics and health never see these calls.
  */
@@ -38,8 +44,9 @@ descriptors:
         rate_limit: {unit: second, requests_per_unit: 1000000000}
 `;
 
-/** Calls the warm-up keeps in flight. */
-const CONCURRENT_CALLS = 32;
+/** Connections and streams the warm-up client keeps busy. */
+const CONNECTIONS = 2;
+const STREAMS_PER_CONNECTION = 16;
 /** How long past `maxMs` calls still in flight may take to end. */
 const CLOSE_MARGIN_MS = 500;
 
@@ -77,62 +84,121 @@ export async function warmUp(options: WarmUpOptions): Promise<WarmUpResult> {
     observer: { onDescriptor: () => undefined, onReplay: () => undefined },
     replayMaxKeys: options.replayMaxKeys,
   });
+  let failed = 0;
+  // Failures are counted where they happen: the raw client only sees that a call ended.
+  const counted: RateLimitDecider = {
+    shouldRateLimit: (request, replayKey) =>
+      limiter.shouldRateLimit(request, replayKey).catch((err: unknown) => {
+        failed++;
+        throw err;
+      }),
+    replay: limiter.replay,
+  };
   const server = new Http2GrpcServer({
-    limiter,
+    limiter: counted,
     health: new HealthState(),
     settings: { grpcHost: '127.0.0.1', grpcPort: 0, grpcMaxMessageBytes: options.settings.grpcMaxMessageBytes, grpcTls: { enabled: false } },
     logger: options.logger,
     exclusive: true,
   });
-  let answered = 0;
-  let failed = 0;
-  let client: RlsClient | undefined;
+  let ended = 0;
   try {
     const port = await server.start();
-    const c = createRlsClient({ address: `127.0.0.1:${port}` });
-    client = c;
-    const requests = warmUpRequests();
+    const calls = callFrames();
     const deadline = started + options.maxMs;
     let sent = 0;
-    // Each loop keeps one call in flight; a call still open when the time is up (a store that never
-    // answers) ends at its own deadline, the margin past maxMs.
-    const loop = async (): Promise<void> => {
-      while (sent < options.calls && performance.now() < deadline) {
-        const request = requests[sent++ % requests.length];
-        try {
-          await c.shouldRateLimit(request, { deadlineMs: deadline - performance.now() + CLOSE_MARGIN_MS });
-          answered++;
-        } catch {
-          failed++;
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: CONCURRENT_CALLS }, loop));
+    const next = (): Buffer | undefined => (sent < options.calls && performance.now() < deadline ? calls[sent++ % calls.length] : undefined);
+    // A call still open when the time is up (a store that never answers) is abandoned with its connection.
+    const done = await Promise.all(Array.from({ length: CONNECTIONS }, () => drive(port, next, options.maxMs + CLOSE_MARGIN_MS)));
+    ended = done.reduce((a, b) => a + b, 0);
   } catch (err) {
     options.logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'warm-up failed; serving cold');
   } finally {
-    client?.close();
     await server.stop(0);
   }
-  return { answered, failed, ms: performance.now() - started };
+  return { answered: Math.max(0, ended - failed), failed, ms: performance.now() - started };
+}
+
+const REQUEST_HEADERS = encodeHeaderBlock([
+  [':method', 'POST'],
+  [':scheme', 'http'],
+  [':path', `/${RLS_SERVICE}/ShouldRateLimit`],
+  [':authority', 'localhost'],
+  ['content-type', 'application/grpc'],
+  ['te', 'trailers'],
+]);
+
+/**
+ * One connection keeping STREAMS_PER_CONNECTION calls in flight until `next` has no more; resolves
+ * to the number of calls that ended (trailers or a reset), whatever their status, by `limitMs` at the latest.
+ */
+function drive(port: number, next: () => Buffer | undefined, limitMs: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ host: '127.0.0.1', port });
+    const timer = setTimeout(() => socket.destroy(), limitMs);
+    let streamId = 1;
+    let inFlight = 0;
+    let ended = 0;
+    let pending: Buffer = Buffer.alloc(0);
+    const send = (): void => {
+      let out: Buffer[] | undefined;
+      for (let body = inFlight < STREAMS_PER_CONNECTION ? next() : undefined; body !== undefined; body = inFlight < STREAMS_PER_CONNECTION ? next() : undefined) {
+        (out ??= []).push(frame(FrameType.HEADERS, Flag.END_HEADERS, streamId, REQUEST_HEADERS), frame(FrameType.DATA, Flag.END_STREAM, streamId, body));
+        streamId += 2;
+        inFlight++;
+      }
+      if (out !== undefined) socket.write(Buffer.concat(out));
+      else if (inFlight === 0) socket.end();
+    };
+    socket.once('connect', () => {
+      // The preface, no settings of our own, and the largest connection window: answers are never held back.
+      socket.write(Buffer.concat([CONNECTION_PREFACE, settingsFrame([]), wordFrame(FrameType.WINDOW_UPDATE, 0, MAX_WINDOW - DEFAULT_WINDOW)]));
+      send();
+    });
+    socket.on('data', (chunk: Buffer) => {
+      pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
+      let at = 0;
+      while (pending.length - at >= FRAME_HEADER_BYTES) {
+        const length = pending.readUIntBE(at, 3);
+        if (pending.length - at < FRAME_HEADER_BYTES + length) break;
+        const type = pending[at + 3];
+        const flags = pending[at + 4];
+        at += FRAME_HEADER_BYTES + length;
+        if ((type === FrameType.HEADERS && (flags & Flag.END_STREAM) !== 0) || type === FrameType.RST_STREAM) {
+          inFlight--;
+          ended++;
+        } else if (type === FrameType.SETTINGS && (flags & Flag.ACK) === 0) {
+          socket.write(frame(FrameType.SETTINGS, Flag.ACK, 0));
+        } else if (type === FrameType.GOAWAY) {
+          socket.destroy();
+        }
+      }
+      pending = pending.subarray(at);
+      send();
+    });
+    socket.on('error', reject);
+    socket.on('close', () => {
+      clearTimeout(timer);
+      resolve(ended);
+    });
+  });
 }
 
 /**
- * Requests in the shapes proxies send: admitted descriptors (several values, so both the store and
- * the key cache see new keys), a nested two-entry descriptor, several descriptors in one call, and a
- * key over its limit (denials, the denial cache and replays).
+ * Framed requests in the shapes proxies send: admitted descriptors (several values, so both the
+ * store and the key cache see new keys), a nested two-entry descriptor, several descriptors in one
+ * call, and a key over its limit (denials, the denial cache and replays).
  */
-function warmUpRequests(): RlsRequestInput[] {
-  const request = (descriptors: [string, string][][]): RlsRequestInput => ({
-    domain: WARM_UP_DOMAIN,
-    descriptors: descriptors.map((entries) => ({ entries: entries.map(([key, value]) => ({ key, value })) })),
-  });
-  const requests: RlsRequestInput[] = [];
+function callFrames(): Buffer[] {
+  const type = protoRoot().lookupType('envoy.service.ratelimit.v3.RateLimitRequest');
+  const encode = (descriptors: [string, string][][]): Buffer =>
+    frameMessage(type.encode(type.fromObject({ domain: WARM_UP_DOMAIN, descriptors: descriptors.map((entries) => ({ entries: entries.map(([key, value]) => ({ key, value })) })) })).finish());
+  const bodies: Buffer[] = [];
   for (let i = 0; i < 16; i++) {
-    requests.push(request([[['admitted', `v${i}`]]]));
-    requests.push(request([[['tenant', `t${i % 4}`], ['path', `/p${i}`]]]));
-    requests.push(request([[['admitted', `a${i}`]], [['tenant', 't'], ['path', `/m${i}`]], [['admitted', `b${i}`]]]));
-    requests.push(request([[['denied', 'd']]]));
+    bodies.push(encode([[['admitted', `v${i}`]]]));
+    bodies.push(encode([[['tenant', `t${i % 4}`], ['path', `/p${i}`]]]));
+    bodies.push(encode([[['admitted', `a${i}`]], [['tenant', 't'], ['path', `/m${i}`]], [['admitted', `b${i}`]]]));
+    bodies.push(encode([[['denied', 'd']]]));
   }
-  return requests;
+  return bodies;
 }
