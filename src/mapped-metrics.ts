@@ -1,4 +1,5 @@
-import { Counter, Histogram, Registry } from 'prom-client';
+import { Counter, Registry } from 'prom-client';
+import { TalliedCounter, TalliedHistogram } from './metric-tallies';
 import { StatsdMapper, type StatsdMetricType } from './statsd-mapping';
 
 /**
@@ -8,10 +9,12 @@ import { StatsdMapper, type StatsdMetricType } from './statsd-mapping';
  * reference know: `ratelimit_service_rate_limit_total_hits{domain, key1}` for a one-level rule,
  * `{domain, key1, key2}` for deeper ones, and so on.
  *
- * Each statsd name is mapped once, when first seen; after that a counter costs one map lookup.
+ * Each statsd name is mapped once, when first seen; after that a counter costs one map lookup and an
+ * addition.
  * EXTRA_TAGS become labels of every series. Two mappings giving one name different label sets share
- * it (a sample carries only its own labels); a name already used with another metric type or a label
- * the first mapping did not declare is dropped and counted in `statsd_exporter_events_conflict_total`.
+ * it (a sample carries only its own labels); a name already used with another metric type, a label
+ * the first mapping did not declare, or a second label set of a histogram is dropped and counted in
+ * `statsd_exporter_events_conflict_total`.
  */
 
 const COUNTERS = ['near_limit', 'over_limit', 'total_hits', 'within_limit', 'shadow_mode'];
@@ -70,7 +73,9 @@ const NOOP: Inc & Observe = { inc: () => undefined, observe: () => undefined };
 interface Family {
   readonly type: StatsdMetricType;
   readonly labelNames: ReadonlySet<string>;
-  readonly metric: Counter | Histogram;
+  readonly counter?: TalliedCounter<string>;
+  /** A histogram holds the one label set it was made with (statsd timers have none of their own). */
+  readonly histogram?: { readonly metric: TalliedHistogram<string>; readonly labelKey: string; readonly scale: number };
 }
 
 export interface MappedPrometheusOptions {
@@ -125,23 +130,34 @@ export class MappedPrometheus {
     const mapped = this.options.mapper.map(stat, type);
     if (mapped.drop) return NOOP;
     const labels = { ...mapped.labels, ...this.options.extraLabels };
+    const labelKey = JSON.stringify(labels);
     let family = this.families.get(mapped.name);
     if (family === undefined) {
       const labelNames = [...new Set([...this.options.mapper.labelNamesOf(mapped.name), ...Object.keys(labels)])];
       const common = { name: mapped.name, help: `${mapped.name} (statsd ${type} mapped)`, labelNames, registers: [this.registry] };
-      const metric = type === 'observer' ? new Histogram({ ...common, buckets: [...mapped.buckets] }) : new Counter(common);
-      family = { type, labelNames: new Set(labelNames), metric };
+      family =
+        type === 'observer'
+          ? {
+              type,
+              labelNames: new Set(labelNames),
+              histogram: { metric: new TalliedHistogram({ ...common, buckets: mapped.buckets, labelSet: labels }), labelKey, scale: mapped.scale },
+            }
+          : { type, labelNames: new Set(labelNames), counter: new TalliedCounter(common) };
       this.families.set(mapped.name, family);
     }
-    if (family.type !== type || Object.keys(labels).some((l) => !family.labelNames.has(l))) {
+    const conflicting =
+      family.type !== type ||
+      Object.keys(labels).some((l) => !family.labelNames.has(l)) ||
+      (family.histogram !== undefined && family.histogram.labelKey !== labelKey);
+    if (conflicting) {
       const conflict = this.conflicts.labels({ type });
       return { inc: () => conflict.inc(), observe: () => conflict.inc() };
     }
-    if (type === 'observer') {
-      const histogram = (family.metric as Histogram).labels(labels);
-      const scale = mapped.scale;
-      return scale === 1 ? histogram : { observe: (v: number) => histogram.observe(v * scale) };
+    // Tallies: the request path adds to numbers; prom-client reads them at each scrape (./metric-tallies).
+    if (family.histogram !== undefined) {
+      const { metric, scale } = family.histogram;
+      return { observe: scale === 1 ? (v: number) => metric.record(v) : (v: number) => metric.record(v * scale) };
     }
-    return (family.metric as Counter).labels(labels);
+    return family.counter!.tally(labels);
   }
 }

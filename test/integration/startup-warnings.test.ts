@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { LOOPBACK_ANY_PORT } from '../helpers/service';
 
 /**
  * The built service (dist/src/main.js) names every reference variable it does not support in one warning
@@ -25,12 +26,7 @@ function startLogged(env: Record<string, string>): Promise<{ child: ChildProcess
     env: {
       PATH: process.env.PATH,
       CONFIG_PATH: configDir,
-      GRPC_HOST: '127.0.0.1',
-      GRPC_PORT: '0',
-      HOST: '127.0.0.1',
-      PORT: '0',
-      DEBUG_HOST: '127.0.0.1',
-      DEBUG_PORT: '0',
+      ...LOOPBACK_ANY_PORT,
       USE_STATSD: 'false',
       WARM_UP_CALLS: '0',
       LOG_FORMAT: 'json',
