@@ -121,16 +121,10 @@ export class GrpcServer {
 
   private readonly shouldRateLimit = (call: grpc.ServerUnaryCall<Buffer, Buffer>, untracked: grpc.sendUnaryData<Buffer>): void => {
     const callback = this.track(untracked);
-    const answer = (frame: Buffer): void => callback(null, frame.subarray(MESSAGE_PREFIX_BYTES));
-    let pending: Buffer | Promise<Buffer>;
-    try {
-      pending = this.service.shouldRateLimit(call.request);
-    } catch (err) {
-      callback(this.service.failure(err));
-      return;
-    }
-    if (!(pending instanceof Promise)) answer(pending);
-    else pending.then(answer, (err: unknown) => callback(this.service.failure(err)));
+    this.service.shouldRateLimit(call.request, {
+      answer: (frame) => callback(null, frame.subarray(MESSAGE_PREFIX_BYTES)),
+      fail: (err) => callback(this.service.failure(err)),
+    });
   };
 
   private readonly check = (call: grpc.ServerUnaryCall<HealthRequest, HealthResponse>, callback: grpc.sendUnaryData<HealthResponse>): void => {

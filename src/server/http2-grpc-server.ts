@@ -268,27 +268,13 @@ export class Http2GrpcServer {
   }
 
   private shouldRateLimit(stream: H2Stream, message: Buffer, deadline: number): void {
-    let answer: Buffer | Promise<Buffer>;
-    try {
-      answer = this.service.shouldRateLimit(message);
-    } catch (err) {
-      this.fail(stream, err);
-      return;
-    }
-    if (!(answer instanceof Promise)) {
-      respondMessage(stream, answer);
-      return;
-    }
-    answer.then(
-      (frame) => {
-        if (deadline !== Infinity && performance.now() > deadline) {
-          respondStatus(stream, GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
-          return;
-        }
-        respondMessage(stream, frame);
+    this.service.shouldRateLimit(message, {
+      answer: (frame) => {
+        if (deadline !== Infinity && performance.now() > deadline) respondStatus(stream, GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
+        else respondMessage(stream, frame);
       },
-      (err: unknown) => this.fail(stream, err),
-    );
+      fail: (err) => this.fail(stream, err),
+    });
   }
 
   private fail(stream: H2Stream, err: unknown): void {

@@ -26,6 +26,12 @@ export interface CallFailure {
   readonly details: string;
 }
 
+/** Where one ShouldRateLimit call's outcome goes: the framed response message, or the failure (answer it with failure()). */
+export interface CallSink {
+  answer(frame: Buffer): void;
+  fail(err: unknown): void;
+}
+
 /** A health Watch as the service sees it: where to send statuses, and how to end the stream. */
 export interface WatchSink {
   write(status: number): void;
@@ -63,10 +69,10 @@ export class RlsService {
 
   /**
    * One ShouldRateLimit call: the request message's bytes in, the framed response message (5-byte
-   * prefix included) out, synchronously when a replay answers. Throws or rejects with what the
-   * decision or the decoder failed with; answer it with failure().
+   * prefix included) or the failure out to `sink`, synchronously when a replay answers. A sink
+   * rather than a promise: one promise per call (the decision's), not two.
    */
-  shouldRateLimit(message: Buffer): Buffer | Promise<Buffer> {
+  shouldRateLimit(message: Buffer, sink: CallSink): void {
     const limiter = this.limiter;
     const replay = limiter.replay;
     // A repeat of a request answered from local denials skips decoding and matching (attack traffic).
@@ -78,14 +84,23 @@ export class RlsService {
           this.replayed = replayed;
           this.replayedFrame = this.encoder.frame(replayed);
         }
-        return this.replayedFrame;
+        sink.answer(this.replayedFrame);
+        return;
       }
     }
-    const request: RateLimitRequest = decodeRateLimitRequest(message);
-    return limiter.shouldRateLimit(request, replayKey).then(this.encode);
+    let pending: Promise<RateLimitResponse>;
+    try {
+      const request: RateLimitRequest = decodeRateLimitRequest(message);
+      pending = limiter.shouldRateLimit(request, replayKey);
+    } catch (err) {
+      sink.fail(err);
+      return;
+    }
+    pending.then(
+      (response) => sink.answer(this.encoder.frame(response)),
+      (err: unknown) => sink.fail(err),
+    );
   }
-
-  private readonly encode = (response: RateLimitResponse): Buffer => this.encoder.frame(response);
 
   /** The status and message a failed call answers with; logged here when the catalogue says so. */
   failure(err: unknown): CallFailure {

@@ -17,6 +17,31 @@ function decodeFrame(frame: Buffer): { overallCode: string } {
   return ResponseType.toObject(ResponseType.decode(frame.subarray(MESSAGE_PREFIX_BYTES)), { enums: String }) as { overallCode: string };
 }
 
+/** The outcome of one call, and whether it came before shouldRateLimit returned. */
+function call(s: RlsService, message: Buffer): { sync: boolean; outcome: Promise<Buffer> } {
+  let returned = false;
+  let sync = false;
+  const outcome = new Promise<Buffer>((resolve, reject) => {
+    s.shouldRateLimit(message, {
+      answer: (frame) => {
+        sync = !returned;
+        resolve(frame);
+      },
+      fail: (err) => {
+        sync = !returned;
+        reject(err);
+      },
+    });
+  });
+  returned = true;
+  return {
+    get sync() {
+      return sync;
+    },
+    outcome,
+  };
+}
+
 function service(limiter: RateLimitDecider, health = new HealthState()): RlsService {
   return new RlsService({ limiter, health, logger: silentLogger() });
 }
@@ -30,12 +55,14 @@ describe('RlsService', () => {
         return Promise.resolve(DENIED);
       },
     });
-    const frame = await s.shouldRateLimit(REQUEST);
+    const c = call(s, REQUEST);
+    const frame = await c.outcome;
+    expect(c.sync).toBe(false);
     expect(seen).toEqual(['edge:k']);
     expect(decodeFrame(frame).overallCode).toBe('OVER_LIMIT');
   });
 
-  it('answers a replayed request synchronously, without deciding again', () => {
+  it('answers a replayed request synchronously, without deciding again', async () => {
     let decided = 0;
     const s = service({
       shouldRateLimit: () => {
@@ -44,18 +71,22 @@ describe('RlsService', () => {
       },
       replay: (key) => (key === REQUEST.toString('latin1') ? DENIED : undefined),
     });
-    const frame = s.shouldRateLimit(REQUEST);
-    expect(frame).toBeInstanceOf(Buffer);
-    expect(decodeFrame(frame as Buffer).overallCode).toBe('OVER_LIMIT');
+    const c = call(s, REQUEST);
+    expect(c.sync).toBe(true);
+    expect(decodeFrame(await c.outcome).overallCode).toBe('OVER_LIMIT');
     expect(decided).toBe(0);
   });
 
-  it('answers failures from the error catalogue', () => {
+  it('answers failures from the error catalogue', async () => {
     const s = service({ shouldRateLimit: () => Promise.resolve(DENIED) });
     expect(s.failure(new InvalidRequestError('domain must not be empty'))).toEqual({ code: GrpcStatus.INVALID_ARGUMENT, details: 'domain must not be empty' });
     expect(s.failure(new StoreUnavailableError('down')).code).toBe(GrpcStatus.UNAVAILABLE);
     expect(s.failure(new Error('secret'))).toEqual({ code: GrpcStatus.INTERNAL, details: 'internal error' });
-    expect(() => s.shouldRateLimit(Buffer.from([0x0a, 0x05, 0x61]))).toThrow();
+    const undecodable = call(s, Buffer.from([0x0a, 0x05, 0x61]));
+    await expect(undecodable.outcome).rejects.toThrow();
+    expect(undecodable.sync).toBe(true);
+    const rejected = call(service({ shouldRateLimit: () => Promise.reject(new StoreUnavailableError('down')) }), REQUEST);
+    await expect(rejected.outcome).rejects.toBeInstanceOf(StoreUnavailableError);
   });
 
   it('checks known services and refuses unknown ones', () => {
