@@ -3,8 +3,8 @@ import type { FailurePolicy, Settings } from '../settings';
 import { DenialCache } from './denial-cache';
 import { FailurePolicyStore } from './failure-policy';
 import { MemoryStore } from './memory-store';
-import { describeRedisTarget } from './redis-connection';
-import { createRedisStore } from './redis-store';
+import { createRedisClient, describeRedisTarget, parseRedisTarget } from './redis/connection';
+import { RedisStore } from './redis/redis-store';
 import type { Store } from '../limiter/store';
 
 /** Observers of the store's rare events, for metrics; each is called synchronously and must be cheap. */
@@ -53,7 +53,11 @@ export function warnIfTimeoutBelowRoundTrip(roundTripMs: number | undefined, sto
  */
 async function createRedisBackedStore(settings: Settings, logger: Logger, hooks: StoreHooks): Promise<Store> {
   const target = describeRedisTarget(settings.redis);
-  const redis = createRedisStore(settings, {
+  // REDIS_TIMEOUT is the reference's dial timeout; each call's deadline is STORE_TIMEOUT_MS.
+  const redis = new RedisStore({
+    client: createRedisClient(parseRedisTarget(settings.redis), { connectTimeoutMs: settings.redis.timeoutMs }),
+    keyPrefix: settings.cacheKeyPrefix,
+    timeoutMs: settings.storeTimeoutMs,
     onError: hooks.onStoreError,
     onConnectionChange: (state, err) => {
       if (state === 'ready') logger.info({ redis: target }, 'redis connected');

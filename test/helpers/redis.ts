@@ -4,8 +4,8 @@ import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadSettings } from '../../src/settings';
-import { createRedisClient, parseRedisTarget } from '../../src/store/redis-connection';
-import { RedisStore, type RedisErrorKind } from '../../src/store/redis-store';
+import { createRedisClient, parseRedisTarget } from '../../src/store/redis/connection';
+import { RedisStore, type RedisErrorKind } from '../../src/store/redis/redis-store';
 
 /**
  * Real redis-server processes for tests: free ports on 127.0.0.1, no persistence, started and

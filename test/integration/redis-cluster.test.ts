@@ -1,4 +1,5 @@
-import { keySlot, type RedisStore } from '../../src/store/redis-store';
+import { keySlot } from '../../src/store/redis/key-slot';
+import type { RedisStore } from '../../src/store/redis/redis-store';
 import type { CounterRequest } from '../../src/limiter/store';
 import { connectStore, startCluster, waitUntil, type RedisClusterSetup } from '../helpers/redis';
 

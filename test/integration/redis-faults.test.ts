@@ -1,4 +1,4 @@
-import type { RedisErrorKind, RedisStore } from '../../src/store/redis-store';
+import type { RedisErrorKind, RedisStore } from '../../src/store/redis/redis-store';
 import { StoreUnavailableError, type CounterRequest } from '../../src/limiter/store';
 import { connectStore, rawCommand, sleep, startRedis, startSentinel, waitUntil, type RedisServer, type SentinelSetup } from '../helpers/redis';
 

@@ -3,7 +3,7 @@ import Redis from 'ioredis';
 import { bucket, fixedWindow, slidingLog, slidingWindow, subWindowCounter, type Verdict } from '../../src/limiter/algorithms';
 import type { Algorithm } from '../../src/limiter/types';
 import { MemoryStore } from '../../src/store/memory-store';
-import { DECIDE_SCRIPT, DecideReplyReader, pushCounterArgs, REFUND_SCRIPT } from '../../src/store/redis-script';
+import { DECIDE_SCRIPT, DecideReplyReader, pushCounterArgs, REFUND_SCRIPT } from '../../src/store/redis/script';
 import type { CounterRequest } from '../../src/limiter/store';
 import { FakeClock } from '../helpers/fake-clock';
 import { startRedis, type RedisServer } from '../helpers/redis';

@@ -1,7 +1,7 @@
 import Redis from 'ioredis';
 import { counterKey, counterKeyPrefix } from '../../src/limiter/keys';
 import type { Algorithm } from '../../src/limiter/types';
-import { MAX_BATCH_KEYS, MAX_BATCH_REQUESTS, type RedisStore } from '../../src/store/redis-store';
+import { MAX_BATCH_KEYS, MAX_BATCH_REQUESTS, type RedisStore } from '../../src/store/redis/redis-store';
 import type { CounterRequest } from '../../src/limiter/store';
 import { connectStore, startRedis, type RedisServer } from '../helpers/redis';
 

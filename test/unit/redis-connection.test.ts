@@ -1,4 +1,4 @@
-import { describeRedisTarget, parseRedisTarget, reconnectDelayMs, type RedisSettings } from '../../src/store/redis-connection';
+import { describeRedisTarget, parseRedisTarget, reconnectDelayMs, type RedisSettings } from '../../src/store/redis/connection';
 import { loadSettings, SettingsError } from '../../src/settings';
 
 function redisSettings(env: Record<string, string>): RedisSettings {

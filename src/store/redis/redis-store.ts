@@ -1,5 +1,5 @@
-import type { Settings } from '../settings';
-import { createRedisClient, parseRedisTarget, type RedisClient } from './redis-connection';
+import type { RedisClient } from './connection';
+import { keySlot } from './key-slot';
 import {
   ALGORITHM_CODE,
   DECIDE_COMMAND,
@@ -8,14 +8,14 @@ import {
   REFUND_COMMAND,
   pushCounterArgs,
   REFUND_SCRIPT,
-} from './redis-script';
-import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../limiter/store';
+} from './script';
+import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../../limiter/store';
 
 /**
  * The Redis adapter: time from Redis, a hard deadline per call, and decide() calls coalesced into
  * batches: the calls made while the previous batch is on the wire (or, with nothing on the wire,
  * during the current loop turn) go out together as one DECIDE script call (see
- * src/store/redis-script.ts), which decides each of them all-or-nothing on its own, in arrival
+ * ./script.ts), which decides each of them all-or-nothing on its own, in arrival
  * order. A lone call is sent at the end of its turn (setImmediate), never held for a timer; a batch
  * is cut into several script calls past MAX_BATCH_REQUESTS requests or MAX_BATCH_KEYS counters, so
  * that one script never blocks Redis for long.
@@ -516,71 +516,4 @@ function readDecisions(reply: DecideReplyReader, n: number, tokens: string[] | u
 
 function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
-}
-
-// CRC16-XMODEM table, as Redis Cluster hashes keys.
-const CRC16 = (() => {
-  const table = new Uint16Array(256);
-  for (let i = 0; i < 256; i++) {
-    let c = i << 8;
-    for (let j = 0; j < 8; j++) c = c & 0x8000 ? (c << 1) ^ 0x1021 : c << 1;
-    table[i] = c & 0xffff;
-  }
-  return table;
-})();
-
-/** Redis Cluster hash slot of a key (hash tag rules included), over its UTF-8 bytes. */
-export function keySlot(key: string): number {
-  for (let i = 0; i < key.length; i++) {
-    if (key.charCodeAt(i) > 0x7f) return bytesSlot(Buffer.from(key, 'utf8'));
-  }
-  // ASCII: one byte per character, no copy needed.
-  let start = 0;
-  let end = key.length;
-  const open = key.indexOf('{');
-  if (open >= 0) {
-    const close = key.indexOf('}', open + 1);
-    if (close > open + 1) {
-      start = open + 1;
-      end = close;
-    }
-  }
-  let crc = 0;
-  for (let i = start; i < end; i++) crc = ((crc << 8) & 0xffff) ^ CRC16[((crc >> 8) ^ key.charCodeAt(i)) & 0xff];
-  return crc & 16383;
-}
-
-function bytesSlot(bytes: Buffer): number {
-  let start = 0;
-  let end = bytes.length;
-  const open = bytes.indexOf(0x7b); // '{'
-  if (open >= 0) {
-    const close = bytes.indexOf(0x7d, open + 1); // '}'
-    if (close > open + 1) {
-      start = open + 1;
-      end = close;
-    }
-  }
-  let crc = 0;
-  for (let i = start; i < end; i++) crc = ((crc << 8) & 0xffff) ^ CRC16[((crc >> 8) ^ bytes[i]) & 0xff];
-  return crc & 16383;
-}
-
-/** Hooks main.ts passes to the Redis store. */
-export interface RedisStoreHooks {
-  readonly onError?: (kind: RedisErrorKind) => void;
-  readonly onConnectionChange?: (state: 'ready' | 'lost', error?: Error) => void;
-}
-
-/** Builds a RedisStore from the settings (REDIS_*, CACHE_KEY_PREFIX, STORE_TIMEOUT_MS). Throws SettingsError on bad REDIS_* values. */
-export function createRedisStore(settings: Settings, hooks: RedisStoreHooks = {}): RedisStore {
-  // REDIS_TIMEOUT is the reference's dial timeout; each call's deadline is STORE_TIMEOUT_MS.
-  const client = createRedisClient(parseRedisTarget(settings.redis), { connectTimeoutMs: settings.redis.timeoutMs });
-  return new RedisStore({
-    client,
-    keyPrefix: settings.cacheKeyPrefix,
-    timeoutMs: settings.storeTimeoutMs,
-    onError: hooks.onError,
-    onConnectionChange: hooks.onConnectionChange,
-  });
 }

@@ -1,5 +1,5 @@
-import type { Algorithm } from '../limiter/types';
-import type { CounterRequest } from '../limiter/store';
+import type { Algorithm } from '../../limiter/types';
+import type { CounterRequest } from '../../limiter/store';
 
 /**
  * The Redis scripts. DECIDE_SCRIPT mirrors src/limiter/algorithms.ts line by line (same integer-ms
