@@ -13,7 +13,7 @@ export interface Verdict {
   readonly allowed: boolean;
   /** L - (used + h) when allowed, else 0. */
   readonly remaining: number;
-  /** See CounterDecision.resetMs in src/store/store.ts. */
+  /** See CounterDecision.resetMs in ./store.ts. */
   readonly resetMs: number;
 }
 

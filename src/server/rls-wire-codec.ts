@@ -5,11 +5,11 @@ import { MESSAGE_PREFIX_BYTES } from './grpc-framing';
 import { encodeStruct } from './struct-codec';
 
 /**
- * Protobuf wire codec of the two hot messages, written by hand for the http2 transport:
- * RateLimitRequest bytes straight into the limiter's RateLimitRequest, and a RateLimitResponse
- * straight into a framed gRPC message. Skipping the generic decoded-object layer halves the
- * allocations per call. Semantics are those of protobufjs + src/server/convert.ts (the grpc-js
- * path), which test/unit/rls-wire-codec.test.ts checks against on random messages:
+ * Protobuf wire codec of the two hot messages, written by hand, used by both gRPC transports
+ * (./rls-service): RateLimitRequest bytes straight into the limiter's RateLimitRequest, and a
+ * RateLimitResponse straight into a framed gRPC message. Skipping the generic decoded-object layer
+ * halves the allocations per call. Semantics are those of protobufjs (with ./convert.ts for the
+ * request), which test/unit/rls-wire-codec.test.ts checks against on random messages:
  * unknown fields are skipped, the last value of a repeated scalar wins, messages merge.
  */
 
