@@ -169,10 +169,11 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   let debugPort: number;
   let prometheusPort: number | undefined;
   try {
+    // Before the gRPC port: the worker reports ready once everything listens, and proxies arrive as soon as gRPC does.
+    prometheusPort = await prometheusServer?.start();
     grpcPort = await grpcServer.start();
     httpPort = await httpServer.start();
     debugPort = await debugServer.start();
-    prometheusPort = await prometheusServer?.start();
   } catch (err) {
     await Promise.all([grpcServer.stop(0), httpServer.close(0), debugServer.close(0), prometheusServer?.close(0)]);
     stopStoreWatch();
