@@ -1,9 +1,11 @@
+import * as fs from 'node:fs';
 import * as net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { H2Stream } from '../../src/server/h2/connection';
 import { CONNECTION_PREFACE, ErrorCode, Flag, frame, FrameType, Setting, settingsFrame, wordFrame } from '../../src/server/h2/frames';
 import { encodeHeaderBlock } from '../../src/server/h2/hpack';
 import { H2Server, type H2ServerOptions } from '../../src/server/h2/server';
+import { makeTestCerts } from '../helpers/certs';
 import { dataFrame, headersFrame, isType, legitRoundTrip, RawClient, REQUEST, RESPONSE, TRAILERS } from '../helpers/h2-raw-client';
 
 /**
@@ -292,6 +294,19 @@ describe('the HTTP/2 layer under attack', () => {
     await client.waitClosed(3000);
     expect(performance.now() - started).toBeGreaterThanOrEqual(250);
     expect(await legitRoundTrip(port)).toBeLessThan(LEGIT_MAX_MS);
+  });
+
+  it('cuts a TLS connection that never finishes its handshake within the handshake timeout', async () => {
+    const certs = makeTestCerts();
+    await start({ handshakeTimeoutMs: 300, tls: { cert: fs.readFileSync(certs.serverCert), key: fs.readFileSync(certs.serverKey) } });
+    const socket = net.connect(port, '127.0.0.1');
+    await new Promise((r) => socket.once('connect', r));
+    const started = performance.now();
+    const closed = await Promise.race([new Promise((r) => socket.once('close', () => r(true))), pause(3000).then(() => false)]);
+    socket.destroy();
+    certs.remove();
+    expect(closed).toBe(true);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(250);
   });
 
   it('HEADERS on a stream id below one already used is a connection error (PROTOCOL_ERROR)', async () => {

@@ -46,7 +46,8 @@ export class H2Server {
         else this.accept(socket);
       });
       // A failed handshake is the client's failure, not the server's.
-      secure.on('tlsClientError', () => undefined);
+      // Node does not close the socket itself on every such error (a handshake timeout leaves it open).
+      secure.on('tlsClientError', (_err: Error, socket: tls.TLSSocket) => socket.destroy());
       this.server = secure;
     }
   }
