@@ -4,6 +4,7 @@ import * as http from 'node:http';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { freePort, startRedis, type RedisServer } from '../helpers/redis';
+import { LOOPBACK_ANY_PORT } from '../helpers/service';
 
 /**
  * USE_PROMETHEUS under WORKERS=2 (the built service, a real redis-server): every scrape of
@@ -41,16 +42,12 @@ beforeAll(async () => {
   child = spawn(process.execPath, [MAIN_JS], {
     env: {
       PATH: process.env.PATH,
+      ...LOOPBACK_ANY_PORT,
+      PORT: String(httpPort),
+      CONFIG_PATH: configDir,
       WORKERS: '2',
       BACKEND_TYPE: 'redis',
       REDIS_URL: redis.url,
-      CONFIG_PATH: configDir,
-      GRPC_HOST: '127.0.0.1',
-      GRPC_PORT: '0',
-      HOST: '127.0.0.1',
-      PORT: String(httpPort),
-      DEBUG_HOST: '127.0.0.1',
-      DEBUG_PORT: '0',
       USE_STATSD: 'false',
       USE_PROMETHEUS: 'true',
       PROMETHEUS_ADDR: `127.0.0.1:${prometheusPort}`,
