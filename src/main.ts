@@ -2,6 +2,7 @@ import cluster from 'node:cluster';
 import { availableParallelism } from 'node:os';
 import { describeConfig } from './config/describe';
 import { ConfigSource, configSourceOptions } from './config/source';
+import type { ConfigProvider } from './config/config-provider';
 import { cpuQuotaCores } from './cpu-quota';
 import { matchDescriptor } from './limiter/match';
 import { RateLimiter } from './limiter/rate-limiter';
@@ -44,7 +45,8 @@ export interface Service {
   readonly metrics: Metrics;
   readonly health: HealthState;
   readonly limiter: RateLimiter;
-  readonly configSource: ConfigSource;
+  /** The config in force: files (ConfigSource) or an xDS control plane (CONFIG_TYPE=GRPC_XDS_SOTW). */
+  readonly configSource: ConfigProvider;
   readonly store: Store;
   /** Graceful stop: NOT_SERVING, refuse new calls, finish in-flight ones (up to shutdownGraceMs), release everything. */
   close(): Promise<void>;
@@ -89,20 +91,33 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
       logger.error({ path: configPath, err: errorText(err) }, 'config load failed; keeping the previous config');
     },
   });
-  try {
-    await configSource.load();
-  } catch (err) {
-    metrics.recordConfigLoad(false);
-    // Stay up and NOT_SERVING: the watcher picks up a fixed config without a restart.
-    logger.error({ path: configPath, err: errorText(err) }, 'initial config load failed; not serving until a valid config appears');
+  // CONFIG_TYPE=GRPC_XDS_SOTW: the rules come from a control plane instead (src/xds, loaded only then: it
+  // brings grpc-js); the file source stays idle.
+  const xdsSource =
+    settings.configType === 'GRPC_XDS_SOTW'
+      ? await (await import('./xds/start')).startXdsConfig({ settings, logger, health, metrics, onLoad: () => clearStoreCache() })
+      : undefined;
+  const rules: ConfigProvider = xdsSource ?? configSource;
+  if (xdsSource === undefined) {
+    try {
+      await configSource.load();
+    } catch (err) {
+      metrics.recordConfigLoad(false);
+      // Stay up and NOT_SERVING: the watcher picks up a fixed config without a restart.
+      logger.error({ path: configPath, err: errorText(err) }, 'initial config load failed; not serving until a valid config appears');
+    }
+    configSource.start();
   }
-  configSource.start();
 
   // The Redis store comes wrapped in the local denial cache (see create-store); a reload must empty it.
   // The warm-up's calls reach the real store; their cache hits and store errors are not the service's.
   const warmingUp = settings.warmUpCalls > 0 && settings.grpcTransport === 'http2';
   let muted = warmingUp;
-  const store = await createStore(settings, logger, metrics.storeHooks(() => muted));
+  const store = await createStore(
+    settings,
+    logger,
+    metrics.storeHooks(() => muted),
+  );
   clearStoreCache = () => store.clearCache?.();
   const stopStoreWatch = watchStoreHealth({ store, health });
 
@@ -110,7 +125,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   const replayMaxKeys = settings.backendType === 'redis' ? Math.min(settings.denialCacheMaxKeys, REPLAY_MAX_KEYS) : 0;
   const limiter = new RateLimiter({
     store,
-    config: () => configSource.current(),
+    config: () => rules.current(),
     shadowMode: settings.shadowMode,
     quotaMode: settings.quotaMode,
     dynamicMetadata: settings.responseDynamicMetadata,
@@ -136,8 +151,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
 
   const grpcOptions = { limiter: decider, health, settings, logger };
   // grpc-js is loaded only when it serves: the default transport does without it (less heap to mark).
-  const grpcServer =
-    settings.grpcTransport === 'http2' ? new Http2GrpcServer(grpcOptions) : new (await import('./server/grpc-server')).GrpcServer(grpcOptions);
+  const grpcServer = settings.grpcTransport === 'http2' ? new Http2GrpcServer(grpcOptions) : new (await import('./server/grpc-server')).GrpcServer(grpcOptions);
   const httpServer = new HttpServer({
     host: settings.httpHost,
     port: settings.httpPort,
@@ -151,10 +165,10 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     host: settings.debugHost,
     port: settings.debugPort,
     rlconfig: () => {
-      const config = configSource.current();
+      const config = rules.current();
       return config === undefined ? [] : describeConfig(config);
     },
-    match: (domain, entries) => ruleMatch(configSource.current(), domain, entries),
+    match: (domain, entries) => ruleMatch(rules.current(), domain, entries),
     metrics: exposition,
     logger,
   });
@@ -177,7 +191,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   } catch (err) {
     await Promise.all([grpcServer.stop(0), httpServer.close(0), debugServer.close(0), prometheusServer?.close(0)]);
     stopStoreWatch();
-    configSource.close();
+    rules.close();
     await store.close();
     await metrics.close();
     throw err;
@@ -194,13 +208,13 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
       const grace = settings.shutdownGraceMs;
       await Promise.all([grpcServer.stop(grace), httpServer.close(grace), debugServer.close(grace), prometheusServer?.close(grace)]);
       stopStoreWatch();
-      configSource.close();
+      rules.close();
       await store.close();
       await metrics.close();
       logger.info('stopped');
     })());
 
-  return { settings, logger, grpcPort, httpPort, debugPort, prometheusPort, metrics, health, limiter, configSource, store, close };
+  return { settings, logger, grpcPort, httpPort, debugPort, prometheusPort, metrics, health, limiter, configSource: rules, store, close };
 }
 
 /** The debug port's /rlmatch answer: the rule `entries` match in `domain` under `config`. */

@@ -117,6 +117,7 @@ export type BackendType = 'memory' | 'redis';
 export type RedisType = 'single' | 'sentinel' | 'cluster';
 export type FailurePolicy = 'error' | 'allow' | 'deny' | 'local';
 export type Transport = 'http2' | 'grpc-js';
+export type ConfigType = 'FILE' | 'GRPC_XDS_SOTW';
 
 export interface Settings {
   /** Start-up warnings: reference variables set but not supported here, and choices worth knowing. */
@@ -252,6 +253,58 @@ export interface Settings {
   readonly warmUpCalls: number;
   /** Longest wait for in-flight calls after SIGTERM, ms. */
   readonly shutdownGraceMs: number;
+
+  /** Where the rules come from: files (FILE) or an xDS control plane (GRPC_XDS_SOTW, see src/xds). */
+  readonly configType: ConfigType;
+  /** With xDS: open the ports and report healthy before the first config arrives, rather than wait for it. */
+  readonly forceStartWithoutInitialConfig: boolean;
+  readonly xds: XdsSettings;
+  readonly tracing: TracingSettings;
+}
+
+/** The xDS client's settings (CONFIG_GRPC_XDS_*, XDS_CLIENT_*), as the reference names them. */
+export interface XdsSettings {
+  /** The node id the control plane serves its snapshot to. */
+  readonly nodeId: string;
+  /** Node metadata, from `key=value,key=value`. */
+  readonly nodeMetadata: Readonly<Record<string, string>>;
+  /** host:port of the control plane. */
+  readonly serverUrl: string;
+  /** How often an unreachable control plane is dialled again, ms. */
+  readonly connectRetryIntervalMs: number;
+  /** gRPC metadata sent with the stream, from `key:value,key:value`. */
+  readonly additionalHeaders: Readonly<Record<string, string>>;
+  readonly tls: {
+    readonly enabled: boolean;
+    readonly clientCertPath?: string;
+    readonly clientKeyPath?: string;
+    /** Verifies the control plane's certificate (else the system roots). */
+    readonly serverCaPath?: string;
+    /** The name the control plane's certificate must carry, when not the host of serverUrl. */
+    readonly serverSan?: string;
+  };
+  /** Waits between streams after the control plane went away: initial, doubling up to max, randomised by factor when jitter is on. */
+  readonly backoff: {
+    readonly initialMs: number;
+    readonly maxMs: number;
+    readonly randomFactor: number;
+    readonly jitter: boolean;
+  };
+  /** Largest accepted response, bytes; undefined: grpc-js's default (4 MiB). */
+  readonly maxMessageBytes?: number;
+}
+
+/** OpenTelemetry tracing of ShouldRateLimit (TRACING_*; the exporter also reads the standard OTEL_* variables). */
+export interface TracingSettings {
+  readonly enabled: boolean;
+  readonly serviceName: string;
+  readonly serviceNamespace: string;
+  /** Empty: a random UUID per process. */
+  readonly serviceInstanceId: string;
+  /** OTLP over HTTP (`http`) or gRPC (`grpc`). */
+  readonly exporterProtocol: 'http' | 'grpc';
+  /** Share of new traces sampled; a sampled parent from the caller is always followed. */
+  readonly samplingRate: number;
 }
 
 /**
@@ -404,6 +457,68 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     workers,
     warmUpCalls: int(env, 'WARM_UP_CALLS', 10_000, 0, 10_000_000),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 5_000, 0, 600_000),
+    configType: oneOf<ConfigType>(env, 'CONFIG_TYPE', 'FILE', ['FILE', 'GRPC_XDS_SOTW'], false),
+    forceStartWithoutInitialConfig: bool(env, 'FORCE_START_WITHOUT_INITIAL_CONFIG', false),
+    xds: xdsSettings(env),
+    tracing: tracingSettings(env),
+  });
+}
+
+/** `k1<sep>v1,k2<sep>v2`; `strict`: an item without the separator is an error (else skipped, as the reference does for node metadata). */
+function pairs(env: Env, name: string, separator: string, strict: boolean): Readonly<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const item of (optional(env, name) ?? '').split(',')) {
+    if (item === '') continue;
+    const at = item.indexOf(separator);
+    if (at < 0) {
+      if (strict) throw new SettingsError(name, `expected key${separator}value items separated by commas, got "${item}"`);
+      continue;
+    }
+    out[item.slice(0, at)] = item.slice(at + 1);
+  }
+  return Object.freeze(out);
+}
+
+function xdsSettings(env: Env): XdsSettings {
+  const tlsEnabled = bool(env, 'CONFIG_GRPC_XDS_SERVER_USE_TLS', false);
+  const clientCertPath = optional(env, 'CONFIG_GRPC_XDS_CLIENT_TLS_CERT');
+  const clientKeyPath = optional(env, 'CONFIG_GRPC_XDS_CLIENT_TLS_KEY');
+  if (tlsEnabled && (clientCertPath === undefined) !== (clientKeyPath === undefined)) {
+    throw new SettingsError(clientCertPath === undefined ? 'CONFIG_GRPC_XDS_CLIENT_TLS_CERT' : 'CONFIG_GRPC_XDS_CLIENT_TLS_KEY', 'the client certificate and key go together');
+  }
+  const maxMessageBytes = int(env, 'XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES', 0, 0, 1 << 30);
+  const initialMs = duration(env, 'XDS_CLIENT_BACKOFF_INITIAL_INTERVAL', 10_000);
+  return Object.freeze({
+    nodeId: str(env, 'CONFIG_GRPC_XDS_NODE_ID', 'default'),
+    nodeMetadata: pairs(env, 'CONFIG_GRPC_XDS_NODE_METADATA', '=', false),
+    serverUrl: str(env, 'CONFIG_GRPC_XDS_SERVER_URL', 'localhost:18000'),
+    connectRetryIntervalMs: duration(env, 'CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL', 3_000),
+    additionalHeaders: pairs(env, 'CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS', ':', true),
+    tls: Object.freeze({
+      enabled: tlsEnabled,
+      clientCertPath,
+      clientKeyPath,
+      serverCaPath: optional(env, 'CONFIG_GRPC_XDS_SERVER_TLS_CACERT'),
+      serverSan: optional(env, 'CONFIG_GRPC_XDS_SERVER_TLS_SAN'),
+    }),
+    backoff: Object.freeze({
+      initialMs,
+      maxMs: Math.max(initialMs, duration(env, 'XDS_CLIENT_BACKOFF_MAX_INTERVAL', 60_000)),
+      randomFactor: ratio(env, 'XDS_CLIENT_BACKOFF_RANDOM_FACTOR', 0.5),
+      jitter: bool(env, 'XDS_CLIENT_BACKOFF_JITTER', true),
+    }),
+    maxMessageBytes: maxMessageBytes === 0 ? undefined : maxMessageBytes,
+  });
+}
+
+function tracingSettings(env: Env): TracingSettings {
+  return Object.freeze({
+    enabled: bool(env, 'TRACING_ENABLED', false),
+    serviceName: str(env, 'TRACING_SERVICE_NAME', 'RateLimit'),
+    serviceNamespace: str(env, 'TRACING_SERVICE_NAMESPACE', ''),
+    serviceInstanceId: str(env, 'TRACING_SERVICE_INSTANCE_ID', ''),
+    exporterProtocol: oneOf(env, 'TRACING_EXPORTER_PROTOCOL', 'http', ['http', 'grpc'] as const),
+    samplingRate: ratio(env, 'TRACING_SAMPLING_RATE', 1),
   });
 }
 

@@ -1,18 +1,10 @@
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { isAlias, isMap, isScalar, isSeq, parseDocument, type Document, type YAMLError, type YAMLMap } from 'yaml';
+import { Document, isAlias, isMap, isScalar, isSeq, parseDocument, type YAMLError, type YAMLMap } from 'yaml';
 import { counterKeyPrefix } from '../limiter/keys';
 import { ALGORITHMS, isBucket, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
 import { ConfigError } from './config-error';
-import {
-  type DomainConfig,
-  type KeyRules,
-  type Metadata,
-  type MetadataValue,
-  type RateLimitConfig,
-  type RuleLevel,
-  type RuleNode,
-} from '../limiter/rules';
+import { type DomainConfig, type KeyRules, type Metadata, type MetadataValue, type RateLimitConfig, type RuleLevel, type RuleNode } from '../limiter/rules';
 import { compileWildcard, isWildcard } from './wildcard';
 
 /**
@@ -546,6 +538,18 @@ export function parseConfigText(file: string, text: string, opts: ParseOptions):
   // YAML 1.1, as the reference's parser: `on`/`yes` are booleans there too.
   const doc = parseDocument(text, { version: '1.1' });
   if (doc.errors.length > 0) throw syntaxError(file, doc.errors[0]);
+  return parseConfigDocument(file, doc, opts);
+}
+
+/**
+ * Validates a config given as plain data in the file's shape (an xDS resource, see src/xds) by the
+ * same rules as a file's text. Throws ConfigError naming `source` and the path inside it.
+ */
+export function parseConfigValue(source: string, value: unknown, opts: ParseOptions): DomainConfig {
+  return parseConfigDocument(source, new Document(value, { version: '1.1' }), opts);
+}
+
+function parseConfigDocument(file: string, doc: Document, opts: ParseOptions): DomainConfig {
   const ctx: Context = { file, doc, defaultAlgorithm: opts.defaultAlgorithm, warnings: [] };
   const root = resolve(ctx, doc.contents);
   if (root === undefined) fail(ctx, '', 'the file is empty (expected a mapping with "domain" and "descriptors")');

@@ -32,15 +32,18 @@ let root: protobuf.Root | undefined;
 
 /** The same .proto files as a resolved protobufjs Root (camelCase fields), loaded once. */
 export function protoRoot(): protobuf.Root {
-  if (!root) {
-    const r = new protobuf.Root();
-    // Well-known google/protobuf types are built into protobufjs; everything else lives in PROTO_DIR.
-    r.resolvePath = (_origin, target) => (target.startsWith('google/protobuf/') ? target : path.join(PROTO_DIR, target));
-    r.loadSync([RLS_PROTO, HEALTH_PROTO], { keepCase: false });
-    r.resolveAll();
-    root = r;
-  }
+  root ??= loadProtoFiles([RLS_PROTO, HEALTH_PROTO]);
   return root;
+}
+
+/** A resolved protobufjs Root (camelCase fields) of `files`, paths relative to PROTO_DIR. */
+export function loadProtoFiles(files: readonly string[]): protobuf.Root {
+  const r = new protobuf.Root();
+  // Well-known google/protobuf types are built into protobufjs; everything else lives in PROTO_DIR.
+  r.resolvePath = (_origin, target) => (target.startsWith('google/protobuf/') ? target : path.join(PROTO_DIR, target));
+  r.loadSync([...files], { keepCase: false });
+  r.resolveAll();
+  return r;
 }
 
 /* ---------- Wire shapes, as the server receives and sends them ---------- */
