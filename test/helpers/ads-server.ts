@@ -67,7 +67,7 @@ export class TestAdsServer {
       oneofs: true,
       includeDirs: [PROTO_DIR],
     });
-    const service = (definition['envoy.service.discovery.v3.AggregatedDiscoveryService'] as grpc.ServiceDefinition);
+    const service = definition['envoy.service.discovery.v3.AggregatedDiscoveryService'] as grpc.ServiceDefinition;
     const server = new grpc.Server();
     server.addService(service, { streamAggregatedResources: (call: grpc.ServerDuplexStream<unknown, unknown>) => this.onStream(call) });
     const tls = this.options.tls;

@@ -30,7 +30,15 @@ function routeLimit(perMinute: number, name = DOMAIN): RateLimitConfigMessage {
   };
 }
 
-const ask = (user: string) => ({ domain: DOMAIN, descriptors: [descriptor([[ROUTE, ROUTE], ['rule-0-match-0', user]])] });
+const ask = (user: string) => ({
+  domain: DOMAIN,
+  descriptors: [
+    descriptor([
+      [ROUTE, ROUTE],
+      ['rule-0-match-0', user],
+    ]),
+  ],
+});
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
