@@ -149,7 +149,9 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
           logger,
         });
 
-  const grpcOptions = { limiter: decider, health, settings, logger };
+  // The OpenTelemetry SDK is loaded only when tracing is on; off, the edges hold no tracer at all.
+  const tracer = settings.tracing.enabled ? await (await import('./tracing/otel-tracer')).createOtelTracer(settings.tracing, logger) : undefined;
+  const grpcOptions = { limiter: decider, health, settings, logger, tracer };
   // grpc-js is loaded only when it serves: the default transport does without it (less heap to mark).
   const grpcServer = settings.grpcTransport === 'http2' ? new Http2GrpcServer(grpcOptions) : new (await import('./server/grpc-server')).GrpcServer(grpcOptions);
   const httpServer = new HttpServer({
@@ -211,6 +213,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
       rules.close();
       await store.close();
       await metrics.close();
+      await tracer?.shutdown().catch((err: unknown) => logger.warn({ err: errorText(err) }, 'could not export the last spans'));
       logger.info('stopped');
     })());
 

@@ -1,5 +1,6 @@
 import type { RateLimitDecider } from '../limiter/types';
 import type { Logger } from '../log';
+import type { CallTracer } from '../tracing/call-tracer';
 import type { Settings } from '../settings';
 import type { HealthState } from './health';
 
@@ -16,4 +17,6 @@ export interface GrpcServerOptions {
   readonly settings: Pick<Settings, 'grpcHost' | 'grpcPort' | 'grpcMaxMessageBytes' | 'grpcTls'> &
     Partial<Pick<Settings, 'grpcUds' | 'grpcMaxConnectionAgeMs' | 'grpcMaxConnectionAgeGraceMs'>>;
   readonly logger: Logger;
+  /** One span per ShouldRateLimit call (TRACING_ENABLED); absent when tracing is off. */
+  readonly tracer?: CallTracer;
 }

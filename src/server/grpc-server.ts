@@ -2,7 +2,7 @@ import * as grpc from '@grpc/grpc-js';
 import { grpcServiceDefinitions } from './grpc-definitions';
 import type { GrpcServerOptions } from './grpc-edge';
 import { MESSAGE_PREFIX_BYTES } from './grpc-framing';
-import { RlsService } from './rls-service';
+import { RlsService, type CallSink } from './rls-service';
 import { grpcServerCredentials, loadTlsMaterial, type TlsMaterial } from './tls';
 
 /**
@@ -53,9 +53,7 @@ export class GrpcServer {
       'grpc.max_receive_message_length': grpcMaxMessageBytes,
       // grpc-js adds the same ±10% jitter to the age as grpc-go; 0 means never, as there.
       ...(grpcMaxConnectionAgeMs ? { 'grpc.max_connection_age_ms': grpcMaxConnectionAgeMs } : {}),
-      ...(grpcMaxConnectionAgeMs && grpcMaxConnectionAgeGraceMs !== undefined
-        ? { 'grpc.max_connection_age_grace_ms': grpcMaxConnectionAgeGraceMs }
-        : {}),
+      ...(grpcMaxConnectionAgeMs && grpcMaxConnectionAgeGraceMs !== undefined ? { 'grpc.max_connection_age_grace_ms': grpcMaxConnectionAgeGraceMs } : {}),
     });
     this.server.addService(rawRlsDefinition(), { shouldRateLimit: this.shouldRateLimit });
     this.server.addService(grpcServiceDefinitions().health, { check: this.check, watch: this.watch });
@@ -121,10 +119,13 @@ export class GrpcServer {
 
   private readonly shouldRateLimit = (call: grpc.ServerUnaryCall<Buffer, Buffer>, untracked: grpc.sendUnaryData<Buffer>): void => {
     const callback = this.track(untracked);
-    this.service.shouldRateLimit(call.request, {
+    const sink: CallSink = {
       answer: (frame) => callback(null, frame.subarray(MESSAGE_PREFIX_BYTES)),
       fail: (err) => callback(this.service.failure(err)),
-    });
+    };
+    const service = this.service;
+    if (service.traced) service.shouldRateLimitTraced(call.request, sink, (name) => metadataText(call.metadata, name));
+    else service.shouldRateLimit(call.request, sink);
   };
 
   private readonly check = (call: grpc.ServerUnaryCall<HealthRequest, HealthResponse>, callback: grpc.sendUnaryData<HealthResponse>): void => {
@@ -142,4 +143,10 @@ export class GrpcServer {
     call.on('close', forget);
     call.on('error', forget);
   };
+}
+
+/** The first value of a metadata key as text (trace context headers are text). */
+function metadataText(metadata: grpc.Metadata, name: string): string | undefined {
+  const value = metadata.get(name)[0];
+  return typeof value === 'string' ? value : undefined;
 }

@@ -8,7 +8,7 @@ import { encodeHeaderBlock } from './h2/hpack';
 import { watchCertificateFiles } from './certificate-files';
 import { H2Server, type H2ServerOptions } from './h2/server';
 import { HEALTH_SERVICE, protoRoot, RLS_SERVICE } from './proto';
-import { RlsService } from './rls-service';
+import { RlsService, type CallSink } from './rls-service';
 import { loadTlsMaterial, tlsServerOptions, type TlsMaterial } from './tls';
 
 /**
@@ -231,7 +231,7 @@ export class Http2GrpcServer {
     const timeoutMs = parseGrpcTimeout(field(headers, 'grpc-timeout'));
     const deadline = timeoutMs === undefined ? Infinity : performance.now() + timeoutMs;
     this.readUnary(stream, encoding === undefined || encoding === 'identity', (message) => {
-      if (path === RLS_PATH) this.shouldRateLimit(stream, message, deadline);
+      if (path === RLS_PATH) this.shouldRateLimit(stream, message, deadline, headers);
       else if (path === CHECK_PATH) this.check(stream, message);
       else this.watch(stream, message);
     });
@@ -267,14 +267,17 @@ export class Http2GrpcServer {
     };
   }
 
-  private shouldRateLimit(stream: H2Stream, message: Buffer, deadline: number): void {
-    this.service.shouldRateLimit(message, {
+  private shouldRateLimit(stream: H2Stream, message: Buffer, deadline: number, headers: readonly string[]): void {
+    const sink: CallSink = {
       answer: (frame) => {
         if (deadline !== Infinity && performance.now() > deadline) respondStatus(stream, GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded');
         else respondMessage(stream, frame);
       },
       fail: (err) => this.fail(stream, err),
-    });
+    };
+    const service = this.service;
+    if (service.traced) service.shouldRateLimitTraced(message, sink, (name) => field(headers, name));
+    else service.shouldRateLimit(message, sink);
   }
 
   private fail(stream: H2Stream, err: unknown): void {

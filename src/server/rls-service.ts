@@ -1,6 +1,7 @@
 import { classify, publicMessage } from '../errors';
 import type { RateLimitDecider, RateLimitRequest, RateLimitResponse } from '../limiter/types';
 import type { Logger } from '../log';
+import type { CallSpan, CallTracer } from '../tracing/call-tracer';
 import { GrpcStatus } from './grpc-framing';
 import type { HealthState, ServingStatus } from './health';
 import { ServingStatusNumber } from './proto';
@@ -42,6 +43,8 @@ export interface RlsServiceOptions {
   readonly limiter: RateLimitDecider;
   readonly health: HealthState;
   readonly logger: Logger;
+  /** One span per ShouldRateLimit call (TRACING_ENABLED); absent when tracing is off. */
+  readonly tracer?: CallTracer;
 }
 
 /** ShouldRateLimit, health and shutdown, shared by every transport. */
@@ -49,6 +52,7 @@ export class RlsService {
   private readonly limiter: RateLimitDecider;
   private readonly health: HealthState;
   private readonly logger: Logger;
+  private readonly tracer: CallTracer | undefined;
   private readonly encoder = new ResponseEncoder();
   // The last replayed answer and its encoding: the limiter hands out one answer per millisecond.
   private replayed: RateLimitResponse | undefined;
@@ -60,6 +64,12 @@ export class RlsService {
     this.limiter = options.limiter;
     this.health = options.health;
     this.logger = options.logger;
+    this.tracer = options.tracer;
+  }
+
+  /** True when calls are traced: transports then call shouldRateLimitTraced with the call's headers. */
+  get traced(): boolean {
+    return this.tracer !== undefined;
   }
 
   /** True once shutdown has begun: transports refuse new calls. */
@@ -100,6 +110,42 @@ export class RlsService {
       (response) => sink.answer(this.encoder.frame(response)),
       (err: unknown) => sink.fail(err),
     );
+  }
+
+  /**
+   * shouldRateLimit inside a span that continues the trace context `header` reads from the call
+   * (traceparent, B3) and records the domain and the decision or the failure. Traced calls are
+   * always decoded, never replayed (a replay knows neither).
+   */
+  shouldRateLimitTraced(message: Buffer, sink: CallSink, header: (name: string) => string | undefined): void {
+    const span = this.tracer!.startCall(header);
+    let request: RateLimitRequest;
+    let pending: Promise<RateLimitResponse>;
+    try {
+      request = decodeRateLimitRequest(message);
+    } catch (err) {
+      this.failTraced(span, undefined, sink, err);
+      return;
+    }
+    try {
+      pending = this.limiter.shouldRateLimit(request);
+    } catch (err) {
+      this.failTraced(span, request.domain, sink, err);
+      return;
+    }
+    pending.then(
+      (response) => {
+        span.end({ domain: request.domain, overallCode: response.overallCode, grpcCode: GrpcStatus.OK });
+        sink.answer(this.encoder.frame(response));
+      },
+      (err: unknown) => this.failTraced(span, request.domain, sink, err),
+    );
+  }
+
+  private failTraced(span: CallSpan, domain: string | undefined, sink: CallSink, err: unknown): void {
+    const kind = classify(err);
+    span.end({ domain, grpcCode: kind.grpcStatus, message: publicMessage(kind, err) });
+    sink.fail(err);
   }
 
   /** The status and message a failed call answers with; logged here when the catalogue says so. */
