@@ -51,7 +51,7 @@ function int(env: Env, name: string, fallback: number, min: number, max: number)
   return n;
 }
 
-const DURATION_UNIT_MS: Readonly<Record<string, number>> = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, ms: 1, s: 1e3, m: 60e3, h: 3600e3 };
+const DURATION_UNIT_MS: Readonly<Record<string, number>> = { ns: 1e-6, us: 1e-3, µs: 1e-3, ms: 1, s: 1e3, m: 60e3, h: 3600e3 };
 
 /** A Go duration (`10s`, `1h30m`, `250ms`, `0`), as the reference's settings take them, in milliseconds. */
 function duration(env: Env, name: string, fallbackMs: number): number {
@@ -329,7 +329,9 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
   }
   const backendType = oneOf<BackendType>(env, 'BACKEND_TYPE', redisUrl ? 'redis' : 'memory', ['memory', 'redis']);
   if (optional(env, 'BACKEND_TYPE') === undefined && !redisUrl) {
-    warnings.push('neither BACKEND_TYPE nor REDIS_URL is set: using the embedded memory store, whose counters are per process (set REDIS_URL to share limits between replicas)');
+    warnings.push(
+      'neither BACKEND_TYPE nor REDIS_URL is set: using the embedded memory store, whose counters are per process (set REDIS_URL to share limits between replicas)',
+    );
   }
   if (backendType === 'redis' && !redisUrl) throw new SettingsError('REDIS_URL', 'required when BACKEND_TYPE=redis');
   const grpcTlsEnabled = bool(env, 'GRPC_SERVER_USE_TLS', false);
@@ -484,7 +486,10 @@ function xdsSettings(env: Env): XdsSettings {
   const clientCertPath = optional(env, 'CONFIG_GRPC_XDS_CLIENT_TLS_CERT');
   const clientKeyPath = optional(env, 'CONFIG_GRPC_XDS_CLIENT_TLS_KEY');
   if (tlsEnabled && (clientCertPath === undefined) !== (clientKeyPath === undefined)) {
-    throw new SettingsError(clientCertPath === undefined ? 'CONFIG_GRPC_XDS_CLIENT_TLS_CERT' : 'CONFIG_GRPC_XDS_CLIENT_TLS_KEY', 'the client certificate and key go together');
+    throw new SettingsError(
+      clientCertPath === undefined ? 'CONFIG_GRPC_XDS_CLIENT_TLS_CERT' : 'CONFIG_GRPC_XDS_CLIENT_TLS_KEY',
+      'the client certificate and key go together',
+    );
   }
   const maxMessageBytes = int(env, 'XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES', 0, 0, 1 << 30);
   const initialMs = duration(env, 'XDS_CLIENT_BACKOFF_INITIAL_INTERVAL', 10_000);

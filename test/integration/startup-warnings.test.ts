@@ -63,7 +63,6 @@ describe('start-up warnings of the service process', () => {
   it('names each unsupported reference variable once, and the per-process embedded store', async () => {
     const { child, lines } = await startLogged({
       MEMCACHE_HOST_PORT: 'memcached:11211',
-      TRACING_ENABLED: 'true',
       REDIS_POOL_SIZE: '20',
       STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: 'true',
     });
@@ -72,7 +71,6 @@ describe('start-up warnings of the service process', () => {
     expect(warnings).toEqual([
       expect.stringMatching(/^REDIS_POOL_SIZE=20 is not supported: /),
       expect.stringMatching(/^MEMCACHE_HOST_PORT=memcached:11211 is not supported: /),
-      expect.stringMatching(/^TRACING_ENABLED=true is not supported: /),
       expect.stringMatching(/^neither BACKEND_TYPE nor REDIS_URL is set: .*per process/),
     ]);
   });
