@@ -9,7 +9,7 @@ import { HEALTH_PROTO, HEALTH_SERVICE, PROTO_DIR, RLS_PROTO, RLS_SERVICE } from 
 
 // Decoded requests: enum names as strings (an undefined enum value stays a number), 64-bit integers
 // as numbers, absent scalars as their defaults and absent messages as null.
-const LOADER_OPTIONS: protoLoader.Options = {
+export const LOADER_OPTIONS: protoLoader.Options = {
   keepCase: false,
   longs: Number,
   enums: String,

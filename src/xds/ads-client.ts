@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { Logger } from '../log';
-import { PROTO_DIR } from '../server/proto';
+import { LOADER_OPTIONS } from '../server/grpc-definitions';
 import { SettingsError, type XdsSettings } from '../settings';
 import type { AnyResource } from './rate-limit-config';
 
@@ -62,22 +62,12 @@ export interface AdsClientOptions {
   readonly logger: Logger;
 }
 
-let adsConstructor: grpc.ServiceClientConstructor | undefined;
+let adsDefinition: grpc.ServiceDefinition | undefined;
 
-function adsClientConstructor(): grpc.ServiceClientConstructor {
-  if (adsConstructor === undefined) {
-    const definition = protoLoader.loadSync(ADS_PROTO, {
-      keepCase: false,
-      longs: Number,
-      enums: String,
-      defaults: true,
-      arrays: true,
-      oneofs: true,
-      includeDirs: [PROTO_DIR],
-    });
-    adsConstructor = grpc.makeClientConstructor(definition[ADS_SERVICE] as grpc.ServiceDefinition, ADS_SERVICE);
-  }
-  return adsConstructor;
+/** The grpc-js definition of the aggregated discovery service (loaded on first use). */
+export function adsServiceDefinition(): grpc.ServiceDefinition {
+  adsDefinition ??= protoLoader.loadSync(ADS_PROTO, LOADER_OPTIONS)[ADS_SERVICE] as grpc.ServiceDefinition;
+  return adsDefinition;
 }
 
 /** TLS to the control plane from the CONFIG_GRPC_XDS_* files (read once, at start). */
@@ -119,7 +109,7 @@ export class AdsClient {
       ...(settings.maxMessageBytes === undefined ? {} : { 'grpc.max_receive_message_length': settings.maxMessageBytes }),
       ...(settings.tls.enabled && settings.tls.serverSan !== undefined ? { 'grpc.ssl_target_name_override': settings.tls.serverSan } : {}),
     };
-    const Client = adsClientConstructor();
+    const Client = grpc.makeClientConstructor(adsServiceDefinition(), ADS_SERVICE);
     this.client = new Client(settings.serverUrl, channelCredentials(settings.tls), channelOptions) as unknown as AdsClient['client'];
     const fields: Record<string, { stringValue: string }> = {};
     for (const [k, v] of Object.entries(settings.nodeMetadata)) fields[k] = { stringValue: v };

@@ -1,7 +1,5 @@
 import * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
-import { PROTO_DIR } from '../../src/server/proto';
-import { ADS_PROTO } from '../../src/xds/ads-client';
+import { adsServiceDefinition } from '../../src/xds/ads-client';
 import { encodeRateLimitConfig, RATE_LIMIT_CONFIG_TYPE_URL } from '../../src/xds/rate-limit-config';
 
 /**
@@ -58,16 +56,7 @@ export class TestAdsServer {
 
   /** Binds 127.0.0.1 (the port given, or a free one); resolves to the port. */
   async start(): Promise<number> {
-    const definition = protoLoader.loadSync(ADS_PROTO, {
-      keepCase: false,
-      longs: Number,
-      enums: String,
-      defaults: true,
-      arrays: true,
-      oneofs: true,
-      includeDirs: [PROTO_DIR],
-    });
-    const service = definition['envoy.service.discovery.v3.AggregatedDiscoveryService'] as grpc.ServiceDefinition;
+    const service = adsServiceDefinition();
     const server = new grpc.Server();
     server.addService(service, { streamAggregatedResources: (call: grpc.ServerDuplexStream<unknown, unknown>) => this.onStream(call) });
     const tls = this.options.tls;
