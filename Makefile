@@ -23,7 +23,7 @@ build: install ## compile TypeScript to dist/ (also the typecheck)
 	npx tsc -p tsconfig.json
 
 run: build ## start the service: memory store, config from examples/ (CONFIG=path for another)
-	CONFIG_PATH=$${CONFIG_PATH:-$(CONFIG)} BACKEND_TYPE=$${BACKEND_TYPE:-memory} LOG_LEVEL=$${LOG_LEVEL:-info} \
+	CONFIG_PATH=$${CONFIG_PATH:-$(CONFIG)} BACKEND_TYPE=$${BACKEND_TYPE:-memory} LOG_LEVEL=$${LOG_LEVEL:-info} USE_STATSD=$${USE_STATSD:-false} \
 	  exec node dist/src/main.js
 
 # Tests start their own redis-server processes, and the benchmarks (also their smoke test) drive

@@ -9,30 +9,13 @@ import {
   type BucketState,
   type Verdict,
 } from '../../src/limiter/algorithms';
+import { arrivalsOf, maxInAnyWindow, type Arrival } from '../helpers/arrivals';
 
 // Sub-window sliding windows (plain and strict) and the GCRA buckets, each driven by a small state
 // machine written for the tests, and checked against exact definitions and brute force.
 
-interface Arrival {
-  readonly t: number;
-  readonly hits: number;
-}
 
-function arrivalsOf(steps: readonly { dt: number; hits: number }[], start = 10_000): Arrival[] {
-  let t = start;
-  return steps.map((s) => ({ t: (t += s.dt), hits: s.hits }));
-}
 
-/** Largest sum of admitted hits inside any interval (t - span, t]. */
-function maxInAnyWindow(admitted: readonly Arrival[], span: number): number {
-  let best = 0;
-  for (const a of admitted) {
-    let sum = 0;
-    for (const b of admitted) if (b.t <= a.t && b.t > a.t - span) sum += b.hits;
-    best = Math.max(best, sum);
-  }
-  return best;
-}
 
 // ---- Sub-window sliding window ----
 

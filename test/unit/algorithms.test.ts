@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import { fixedWindow, slidingLog, slidingWindow, windowStart, type LogEntry, type Verdict } from '../../src/limiter/algorithms';
+import { arrivalsOf, maxInAnyWindow, type Arrival } from '../helpers/arrivals';
 
 // The pure functions are driven here by tiny state machines written for the tests, so each case
 // states its inputs (counts, time) and its exact expected outputs.
@@ -105,10 +106,6 @@ describe('slidingLog', () => {
 
 type Algo = 'sliding_window' | 'fixed_window' | 'sliding_log';
 
-interface Arrival {
-  readonly t: number;
-  readonly hits: number;
-}
 
 /** Feeds arrivals (time-ordered) to one counter; denied arrivals add nothing. */
 function run(algo: Algo, arrivals: readonly Arrival[], windowMs: number, limit: number): Verdict[] {
@@ -227,22 +224,7 @@ const trafficArb = fc.record({
   steps: fc.array(fc.record({ dt: fc.integer({ min: 0, max: 30 }), hits: fc.integer({ min: 0, max: 4 }) }), { minLength: 1, maxLength: 80 }),
 });
 
-function arrivalsOf(steps: readonly { dt: number; hits: number }[]): Arrival[] {
-  let t = 10_000;
-  return steps.map((s) => ({ t: (t += s.dt), hits: s.hits }));
-}
 
-/** Largest sum of admitted hits inside any interval (t - span, t] of length `span`, any alignment. */
-function maxInAnyWindow(admitted: readonly Arrival[], span: number): number {
-  let best = 0;
-  for (const a of admitted) {
-    // Intervals ending at an admitted arrival (t - span, t] cover every worst case.
-    let sum = 0;
-    for (const b of admitted) if (b.t <= a.t && b.t > a.t - span) sum += b.hits;
-    best = Math.max(best, sum);
-  }
-  return best;
-}
 
 describe('properties over random traffic', () => {
   it('sliding_log never admits more than L hits in any window of length W', () => {

@@ -10,6 +10,7 @@ import { RateLimiter } from '../../src/limiter/rate-limiter';
 import { loadSettings } from '../../src/settings';
 import { MemoryStore } from '../../src/store/memory-store';
 import { FakeClock } from '../helpers/fake-clock';
+import { LIMITER_DEFAULTS } from '../helpers/limiter-defaults';
 
 /**
  * The shipped deployment files against the service: every YAML parses, every limits file a
@@ -299,10 +300,7 @@ function limiterOver(config: RateLimitConfig): { decide(domain: string, descript
   const limiter = new RateLimiter({
     store,
     config: () => config,
-    shadowMode: false,
-    countDenied: false,
-    defaultAlgorithm: 'sliding_window',
-    nearLimitRatio: 0.8,
+    ...LIMITER_DEFAULTS,
   });
   return {
     decide: async (domain, descriptors) =>

@@ -5,6 +5,7 @@ import type { Descriptor, RateLimitRequest, RateLimitResponse } from '../../src/
 import { MemoryStore } from '../../src/store/memory-store';
 import { CountingStore } from '../helpers/counting-store';
 import { FakeClock } from '../helpers/fake-clock';
+import { LIMITER_DEFAULTS } from '../helpers/limiter-defaults';
 
 /**
  * The decision for the reference's rule keys: quota_mode / QUOTA_MODE, share_threshold,
@@ -60,10 +61,7 @@ describe('RateLimiter with the reference rule keys', () => {
     new RateLimiter({
       store,
       config: () => config,
-      shadowMode: false,
-      countDenied: false,
-      defaultAlgorithm: 'sliding_window',
-      nearLimitRatio: 0.8,
+      ...LIMITER_DEFAULTS,
       observer: { onDescriptor: (o) => outcomes.push(o) },
       ...overrides,
     });

@@ -7,6 +7,7 @@ import type { Descriptor, DescriptorStatus, RateLimitRequest } from '../../src/l
 import { MemoryStore } from '../../src/store/memory-store';
 import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../../src/limiter/store';
 import { FakeClock } from '../helpers/fake-clock';
+import { LIMITER_DEFAULTS } from '../helpers/limiter-defaults';
 
 const EDGE = `
 domain: edge
@@ -87,10 +88,7 @@ describe('RateLimiter', () => {
     new RateLimiter({
       store,
       config: () => config,
-      shadowMode: false,
-      countDenied: false,
-      defaultAlgorithm: 'sliding_window',
-      nearLimitRatio: 0.8,
+      ...LIMITER_DEFAULTS,
       observer,
       ...overrides,
     });

@@ -9,6 +9,7 @@ import { DenialCache } from '../../src/store/denial-cache';
 import { MemoryStore } from '../../src/store/memory-store';
 import { CountingStore } from '../helpers/counting-store';
 import { FakeClock } from '../helpers/fake-clock';
+import { LIMITER_DEFAULTS } from '../helpers/limiter-defaults';
 
 const CONFIG = `
 domain: edge
@@ -41,10 +42,7 @@ function stack(clock: FakeClock, config: () => RateLimitConfig, overrides: Parti
   const limiter = new RateLimiter({
     store,
     config,
-    shadowMode: false,
-    countDenied: false,
-    defaultAlgorithm: 'sliding_window',
-    nearLimitRatio: 0.8,
+    ...LIMITER_DEFAULTS,
     observer: { onDescriptor: (o) => outcomes.push(o), onGlobalShadowMode: (domain) => shadowed.push(domain), onReplay: () => replays++ },
     replayMaxKeys: 100,
     clock,
