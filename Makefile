@@ -56,7 +56,7 @@ format-check: install ## list the files prettier would change
 
 # `build` is the typecheck (tsc with noUnusedLocals/noUnusedParameters fails on any error); jest
 # then runs every test with coverage, failing under the core's floor (jest.config.js).
-test: install tools lint build ## install, lint, build and run every test with coverage
+test: install tools lint format-check build ## install, lint, check formatting, build and run every test with coverage
 	npx jest --ci --coverage
 
 validate: build ## check a config file or directory: make validate CONFIG=path

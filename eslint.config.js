@@ -47,14 +47,24 @@ module.exports = tseslint.config(
         {
           zones: [
             { target: './src/limiter', from: './src', except: ['./limiter'], message: 'the core (src/limiter) imports nothing outside itself' },
-            { target: './src/config', from: './src', except: ['./config', './limiter', './settings.ts'], message: 'src/config depends on the core and settings only' },
+            {
+              target: './src/config',
+              from: './src',
+              except: ['./config', './limiter', './settings.ts'],
+              message: 'src/config depends on the core and settings only',
+            },
             {
               target: './src/settings.ts',
               from: './src',
               except: ['./limiter', './settings.ts', './reference-settings.ts'],
               message: 'settings.ts depends on the core and the reference settings table only',
             },
-            { target: './src/reference-settings.ts', from: './src', except: ['./reference-settings.ts'], message: 'the reference settings table imports nothing' },
+            {
+              target: './src/reference-settings.ts',
+              from: './src',
+              except: ['./reference-settings.ts'],
+              message: 'the reference settings table imports nothing',
+            },
             { target: './src/errors.ts', from: './src', except: ['./limiter', './errors.ts'], message: 'the error catalogue depends on the core only' },
             {
               target: './src/store',
@@ -79,8 +89,14 @@ module.exports = tseslint.config(
         'error',
         {
           patterns: [
-            { group: ['ioredis', '@grpc/*', 'protobufjs', 'protobufjs/*', 'yaml', 'pino', 'pino-*', 'prom-client', 'hot-shots'], message: 'the core never sees the wire, Redis, YAML or telemetry libraries' },
-            { group: ['node:fs', 'node:fs/*', 'node:net', 'node:http', 'node:http2', 'node:tls', 'fs', 'net', 'http', 'http2', 'tls'], message: 'the core does no I/O' },
+            {
+              group: ['ioredis', '@grpc/*', 'protobufjs', 'protobufjs/*', 'yaml', 'pino', 'pino-*', 'prom-client', 'hot-shots'],
+              message: 'the core never sees the wire, Redis, YAML or telemetry libraries',
+            },
+            {
+              group: ['node:fs', 'node:fs/*', 'node:net', 'node:http', 'node:http2', 'node:tls', 'fs', 'net', 'http', 'http2', 'tls'],
+              message: 'the core does no I/O',
+            },
           ],
         },
       ],

@@ -514,11 +514,15 @@ export function accuracyTable(result: AccuracyResult): string {
       ]);
     }
   }
-  return markdownTable(
-    ['scenario', 'algorithm', 'requests', 'wrongly admitted', 'wrongly denied', 'mean rate error', 'most admitted in any W'],
-    rows,
-    ['l', 'l', 'r', 'r', 'r', 'r', 'r'],
-  );
+  return markdownTable(['scenario', 'algorithm', 'requests', 'wrongly admitted', 'wrongly denied', 'mean rate error', 'most admitted in any W'], rows, [
+    'l',
+    'l',
+    'r',
+    'r',
+    'r',
+    'r',
+    'r',
+  ]);
 }
 
 /** Two panels: the worst window (against 1 x L) and the share of wrong decisions. */

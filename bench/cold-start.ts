@@ -93,10 +93,15 @@ export async function measureColdStart(opts: ColdStartOptions): Promise<ColdStar
       runs: r,
       summary:
         errors[v] === undefined && r.length > 0
-          ? { overTimeout: med((x) => x.overTimeout), p99Ms: med((x) => x.p99Ms), p999Ms: med((x) => x.p999Ms), maxMs: med((x) => x.maxMs), errors: r.reduce((n, x) => n + x.errors, 0) }
+          ? {
+              overTimeout: med((x) => x.overTimeout),
+              p99Ms: med((x) => x.p99Ms),
+              p999Ms: med((x) => x.p999Ms),
+              maxMs: med((x) => x.maxMs),
+              errors: r.reduce((n, x) => n + x.errors, 0),
+            }
           : undefined,
       error: errors[v],
     };
   });
 }
-

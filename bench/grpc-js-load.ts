@@ -35,9 +35,7 @@ export async function runNodeLoad(opts: NodeLoadOptions): Promise<LoadResult> {
     () => new grpc.Client(opts.target, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 }),
   );
   const deadlineAt = Date.now() + 10_000;
-  await Promise.all(
-    clients.map((c) => new Promise<void>((resolve, reject) => c.waitForReady(deadlineAt, (e) => (e ? reject(e) : resolve())))),
-  );
+  await Promise.all(clients.map((c) => new Promise<void>((resolve, reject) => c.waitForReady(deadlineAt, (e) => (e ? reject(e) : resolve())))));
   const run = new LoadRun(opts.durationS);
   let next = 0;
 
@@ -70,7 +68,6 @@ export async function runNodeLoad(opts: NodeLoadOptions): Promise<LoadResult> {
   for (const c of clients) c.close();
   return run.result('grpc-js-load', Math.min(durationS, opts.durationS + DRAIN_MS / 1000));
 }
-
 
 // `node dist/bench/grpc-js-load.js --target H:P --bodies FILE --concurrency N --connections K --duration S [--rps R]`
 // FILE holds concatenated gRPC frames; prints one JSON LoadResult.

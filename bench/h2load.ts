@@ -38,7 +38,10 @@ export interface H2loadOptions {
  * The successful calls consistent with the DATA bytes received, when a success carries between
  * okBytes.min and okBytes.max bytes and an error none: at most data / min, at least data / max.
  */
-export function successesFromData(opts: { http200: number; dataBytes: number; okBytes: { readonly min: number; readonly max: number } }): { okAtMost: number; okAtLeast: number } {
+export function successesFromData(opts: { http200: number; dataBytes: number; okBytes: { readonly min: number; readonly max: number } }): {
+  okAtMost: number;
+  okAtLeast: number;
+} {
   const okAtMost = Math.min(opts.http200, Math.floor(opts.dataBytes / opts.okBytes.min));
   return { okAtMost, okAtLeast: Math.min(okAtMost, Math.ceil(opts.dataBytes / opts.okBytes.max)) };
 }
@@ -66,13 +69,20 @@ interface H2loadCounts {
 async function h2loadCounts(opts: H2loadOptions, logName: string): Promise<H2loadCounts> {
   const log = join(opts.tmpDir, `h2load-${process.pid}-${Date.now()}-${logName}.log`);
   const args = [
-    '-c', String(opts.clients),
-    '-m', String(opts.streams),
-    '-t', String(opts.threads),
-    '-D', `${Math.max(1, Math.round(opts.durationS * 1000))}ms`,
-    '-d', opts.bodyFile,
-    '-H', 'content-type: application/grpc',
-    '-H', 'te: trailers',
+    '-c',
+    String(opts.clients),
+    '-m',
+    String(opts.streams),
+    '-t',
+    String(opts.threads),
+    '-D',
+    `${Math.max(1, Math.round(opts.durationS * 1000))}ms`,
+    '-d',
+    opts.bodyFile,
+    '-H',
+    'content-type: application/grpc',
+    '-H',
+    'te: trailers',
     `--log-file=${log}`,
   ];
   if (opts.rps !== undefined) args.push(`--rps=${Math.max(1, Math.round(opts.rps / opts.clients))}`);
@@ -140,7 +150,12 @@ export async function runH2load(opts: H2loadOptions): Promise<LoadResult> {
 export interface H2loadMixOptions extends Omit<H2loadOptions, 'bodyFile' | 'clients' | 'okBytes' | 'rps'> {
   readonly attacker: { readonly bodyFile: string; readonly clients: number; readonly okBytes: { readonly min: number; readonly max: number } };
   /** `rps`: the normal process's total rate; unset, it posts as fast as its answers come back. */
-  readonly normal: { readonly bodyFile: string; readonly clients: number; readonly okBytes: { readonly min: number; readonly max: number }; readonly rps?: number };
+  readonly normal: {
+    readonly bodyFile: string;
+    readonly clients: number;
+    readonly okBytes: { readonly min: number; readonly max: number };
+    readonly rps?: number;
+  };
 }
 
 /**
@@ -151,10 +166,7 @@ export interface H2loadMixOptions extends Omit<H2loadOptions, 'bodyFile' | 'clie
  * normal process is paced (open loop), so the share does not follow the target's latencies.
  */
 export async function runH2loadMix(opts: H2loadMixOptions): Promise<LoadResult> {
-  const [attacker, normal] = await Promise.all([
-    h2loadCounts({ ...opts, ...opts.attacker }, 'attacker'),
-    h2loadCounts({ ...opts, ...opts.normal }, 'normal'),
-  ]);
+  const [attacker, normal] = await Promise.all([h2loadCounts({ ...opts, ...opts.attacker }, 'attacker'), h2loadCounts({ ...opts, ...opts.normal }, 'normal')]);
   const all = attacker.done + normal.done;
   return loadResult('h2load-mix', [attacker, normal], opts.durationS, all > 0 ? attacker.done / all : undefined);
 }

@@ -197,7 +197,6 @@ export function framesOf(data: Buffer): Buffer[] {
   return splitGrpcFrames(data, { keepPrefix: true });
 }
 
-
 // `node dist/bench/http2-load.js --port P --frames FILE --connections K --streams M --duration S [--rps R]`
 // FILE holds concatenated gRPC frames; prints one JSON LoadResult.
 if (require.main === module) {

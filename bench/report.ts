@@ -53,7 +53,20 @@ export function benchTable(result: BenchResult): string {
       ];
     });
   return markdownTable(
-    ['scenario / generator', 'processes', 'decisions/s', 'p50 ms', 'p99 ms', 'p99.9 ms', 'errors', 'vs ceiling', 'Redis calls/decision', 'Redis cmds/decision', 'CPU %', 'RSS MiB'],
+    [
+      'scenario / generator',
+      'processes',
+      'decisions/s',
+      'p50 ms',
+      'p99 ms',
+      'p99.9 ms',
+      'errors',
+      'vs ceiling',
+      'Redis calls/decision',
+      'Redis cmds/decision',
+      'CPU %',
+      'RSS MiB',
+    ],
     rows,
     ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
   );
@@ -78,19 +91,19 @@ export function rateTable(result: BenchResult): string {
     const svc = pick('service');
     const noop = pick('noop');
     const lat = (m?: ScenarioSummary): string[] => (m ? [fmt(m.p50Ms, 2), fmt(m.p99Ms, 2), fmt(m.p999Ms, 2)] : ['-', '-', '-']);
-    return [
-      `${fmt(rps)}/s over ${conns} conns`,
-      ...lat(svc),
-      svc ? errorsCell(svc) : '-',
-      svc ? fmt(svc.cpuCores * 100) : '-',
-      ...lat(noop),
-    ];
+    return [`${fmt(rps)}/s over ${conns} conns`, ...lat(svc), svc ? errorsCell(svc) : '-', svc ? fmt(svc.cpuCores * 100) : '-', ...lat(noop)];
   });
-  return markdownTable(
-    ['calls', 'redis p50 ms', 'p99 ms', 'p99.9 ms', 'errors', 'CPU %', 'no-op p50 ms', 'no-op p99 ms', 'no-op p99.9 ms'],
-    rows,
-    ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
-  );
+  return markdownTable(['calls', 'redis p50 ms', 'p99 ms', 'p99.9 ms', 'errors', 'CPU %', 'no-op p50 ms', 'no-op p99 ms', 'no-op p99.9 ms'], rows, [
+    'l',
+    'r',
+    'r',
+    'r',
+    'r',
+    'r',
+    'r',
+    'r',
+    'r',
+  ]);
 }
 
 /** The cold-start table (bench/cold-start.ts), or '' when the run did not measure it. */
@@ -116,11 +129,7 @@ export function coldStartTable(result: BenchResult): string {
   return (
     `Cold start: a new service (Redis, default workers) driven at ${fmt(c0.rps)} calls/s over ${c0.connections} connections (h2load \`--rps\`) ` +
     `for ${c0.durationS} s from its first answer, a new service each run, the variants in turns; medians of the runs:\n\n` +
-    markdownTable(
-      ['service', 'runs', `calls over ${TIMEOUT_MS} ms`, 'per run', 'p99.9 ms', 'max ms', 'errors'],
-      rows,
-      ['l', 'r', 'r', 'r', 'r', 'r', 'r'],
-    )
+    markdownTable(['service', 'runs', `calls over ${TIMEOUT_MS} ms`, 'per run', 'p99.9 ms', 'max ms', 'errors'], rows, ['l', 'r', 'r', 'r', 'r', 'r', 'r'])
   );
 }
 
@@ -136,7 +145,9 @@ export function comparisonTable(result?: BenchResult): string {
     const m = find((s) => primary(s) && s.kind === 'rate' && s.rps === 8000 && s.connections === conns);
     return m ? `${fmt(m.p99Ms, 1)} ms` : '-';
   };
-  const noop = find((s) => s.target === 'noop' && s.kind === 'max' && s.transport === 'node-http2' && s.workers === 1 && s.workload === 'one' && s.generator === 'h2load');
+  const noop = find(
+    (s) => s.target === 'noop' && s.kind === 'max' && s.transport === 'node-http2' && s.workers === 1 && s.workload === 'one' && s.generator === 'h2load',
+  );
   const ours = result ? [maxOf('one'), maxOf('five'), p99At(4), p99At(40), noop ? fmt(noop.decisionsPerS) : '-'] : Array<string>(5).fill('run `make bench`');
   const r = REFERENCE_FIGURES;
   return markdownTable(
@@ -217,7 +228,7 @@ export function docsBlock(result: BenchResult | undefined, base: string): string
       `Load: ${GENERATORS}. ${result ? `Medians of ${result.options.repeats} runs of ${result.options.durationS} s after a ${result.options.warmupS} s warm-up. ` : ''}` +
       '*vs ceiling* divides decisions/s by what a no-op server (it parses the call and answers OK, deciding nothing) reaches on the same transport ' +
       'with the same generator, bodies and number of processes (*processes*: 1 with memory; with Redis as many node:cluster workers as the service runs, ' +
-      'the no-op rows marked `-w<N>`): the share of the machine\'s gRPC capacity that remains once every call is decided; 1.00 would mean deciding is free. ' +
+      "the no-op rows marked `-w<N>`): the share of the machine's gRPC capacity that remains once every call is decided; 1.00 would mean deciding is free. " +
       'A no-op row and the row it bounds are measured in alternation (no-op, service, no-op, ...) and *vs ceiling* is the median of the run-by-run ratios, ' +
       'so that a machine whose speed drifts during the run (shared hosts do) shifts both alike. ' +
       'Rows without a ratio re-measure a scenario with another generator. *errors* counts every failed call, gRPC errors included; ' +
@@ -229,7 +240,7 @@ export function docsBlock(result: BenchResult | undefined, base: string): string
     parts.push(
       benchTable(result),
       ...(share ? [share] : []),
-      'Fixed rate (h2load `--rps`, which sends each connection\'s share in bursts), the no-op http2 server with as many processes at the same rate beside:',
+      "Fixed rate (h2load `--rps`, which sends each connection's share in bursts), the no-op http2 server with as many processes at the same rate beside:",
       rateTable(result),
       ...(cold ? [cold] : []),
     );
@@ -240,7 +251,10 @@ export function docsBlock(result: BenchResult | undefined, base: string): string
     'Against the reference server (its figures were measured separately, on its own 2-CPU machine, not by this run; the first row, the same no-op server on both machines, tells how their speeds compare):',
     comparisonTable(result),
   );
-  if (result) parts.push(`![throughput and p99](${base}bench/results/${result.date}.svg)\n\nRaw numbers: [bench/results/${result.date}.json](${base}bench/results/${result.date}.json).`);
+  if (result)
+    parts.push(
+      `![throughput and p99](${base}bench/results/${result.date}.svg)\n\nRaw numbers: [bench/results/${result.date}.json](${base}bench/results/${result.date}.json).`,
+    );
   if (base === '') parts.push('Method, scenarios and columns in detail: [docs/performance.md](docs/performance.md).');
   return parts.join('\n\n');
 }

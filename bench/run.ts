@@ -12,7 +12,17 @@ import { isoDate, repoRoot } from './paths';
 import { processUsage, runCommand } from './processes';
 import { benchSvg, docsBlock, resultMarkdown } from './report';
 import { grpcFrame } from './rls-codec';
-import { ATTACK_MIX_CONNECTIONS, ATTACK_MIX_SHARE, attackMixBodies, CONFIG_YAML, scenarioPlan, workloadBodies, WORKLOADS, type ScenarioSpec, type Workload } from './scenarios';
+import {
+  ATTACK_MIX_CONNECTIONS,
+  ATTACK_MIX_SHARE,
+  attackMixBodies,
+  CONFIG_YAML,
+  scenarioPlan,
+  workloadBodies,
+  WORKLOADS,
+  type ScenarioSpec,
+  type Workload,
+} from './scenarios';
 import { probeAnswers, redisCommandCalls, startNoop, startRedis, startService, type RedisProcess, type Target } from './targets';
 
 export type { BenchResult, RunMeasure, ScenarioResult, ScenarioSummary } from './bench-result';
@@ -93,9 +103,28 @@ const COLD_START_SECONDS = 2;
 // How many answers (over one second) are sampled for the size range h2load's success count relies on.
 const SIZE_SAMPLES = 50;
 
-async function generate(s: ScenarioSpec, target: Target, files: WorkloadFiles, sizes: AnswerSizes, durationS: number, opts: BenchOptions, tmp: string, normalRps?: number): Promise<LoadResult> {
+async function generate(
+  s: ScenarioSpec,
+  target: Target,
+  files: WorkloadFiles,
+  sizes: AnswerSizes,
+  durationS: number,
+  opts: BenchOptions,
+  tmp: string,
+  normalRps?: number,
+): Promise<LoadResult> {
   if (s.generator === 'h2load') {
-    return runH2load({ port: target.port, bodyFile: files.bodyFile, clients: s.connections, streams: opts.streams, threads: 1, durationS, rps: s.rps, okBytes: sizes.first!, tmpDir: tmp });
+    return runH2load({
+      port: target.port,
+      bodyFile: files.bodyFile,
+      clients: s.connections,
+      streams: opts.streams,
+      threads: 1,
+      durationS,
+      rps: s.rps,
+      okBytes: sizes.first!,
+      tmpDir: tmp,
+    });
   }
   if (s.generator === 'h2load-mix') {
     const mix = files.mix!;
@@ -112,8 +141,28 @@ async function generate(s: ScenarioSpec, target: Target, files: WorkloadFiles, s
   // The node generators run in their own process, so they never share an event loop with the harness.
   const args =
     s.generator === 'http2-load'
-      ? [join(__dirname, 'http2-load.js'), '--port', String(target.port), '--frames', files.framesFile, '--connections', String(s.connections), '--streams', String(opts.streams)]
-      : [join(__dirname, 'grpc-js-load.js'), '--target', `127.0.0.1:${target.port}`, '--bodies', files.framesFile, '--connections', String(s.connections), '--concurrency', String(s.connections * opts.streams)];
+      ? [
+          join(__dirname, 'http2-load.js'),
+          '--port',
+          String(target.port),
+          '--frames',
+          files.framesFile,
+          '--connections',
+          String(s.connections),
+          '--streams',
+          String(opts.streams),
+        ]
+      : [
+          join(__dirname, 'grpc-js-load.js'),
+          '--target',
+          `127.0.0.1:${target.port}`,
+          '--bodies',
+          files.framesFile,
+          '--connections',
+          String(s.connections),
+          '--concurrency',
+          String(s.connections * opts.streams),
+        ];
   args.push('--duration', String(durationS));
   if (s.rps !== undefined) args.push('--rps', String(s.rps));
   // A larger young generation: the generators allocate a little per call, and scavenges were a fifth of their CPU.
@@ -354,7 +403,8 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
         failed(s, p.error);
         continue;
       }
-      const ceiling = s.kind === 'max' && s.ceiling ? (ready.find((x) => x.spec.name === s.ceiling && !x.error) ?? results.find((x) => x.name === s.ceiling)) : undefined;
+      const ceiling =
+        s.kind === 'max' && s.ceiling ? (ready.find((x) => x.spec.name === s.ceiling && !x.error) ?? results.find((x) => x.name === s.ceiling)) : undefined;
       const summary = summarise(p.runs, ceiling?.runs.length ? { runs: ceiling.runs, paired: 'spec' in ceiling } : undefined);
       // The processes that actually served (the plan's count, unless the service was started otherwise).
       results.push({ ...s, descriptors: p.files.descriptors, workers: p.target.workers, runs: p.runs, summary });
@@ -409,7 +459,9 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
       targets.clear();
       cold = await coldStart();
       for (const c of cold) {
-        process.stderr.write(`${COLD_START_NAME} WARM_UP_CALLS=${c.warmUpCalls}: ${c.error ?? `calls over ${TIMEOUT_MS} ms per run ${c.runs.map((x) => x.overTimeout).join(', ')}`}\n`);
+        process.stderr.write(
+          `${COLD_START_NAME} WARM_UP_CALLS=${c.warmUpCalls}: ${c.error ?? `calls over ${TIMEOUT_MS} ms per run ${c.runs.map((x) => x.overTimeout).join(', ')}`}\n`,
+        );
       }
     }
   } finally {

@@ -108,7 +108,9 @@ export function workloadBodies(w: Workload): { bodies: Buffer[]; descriptors: nu
       return { bodies: [encodeRateLimitRequest(DOMAIN, [d('client', 'c1')])], descriptors: 1 };
     case 'five':
       return {
-        bodies: [encodeRateLimitRequest(DOMAIN, [d('client', 'c1'), d('path', '/api/v1/items'), d('method', 'GET'), d('tenant', 't1'), d('region', 'eu-west')])],
+        bodies: [
+          encodeRateLimitRequest(DOMAIN, [d('client', 'c1'), d('path', '/api/v1/items'), d('method', 'GET'), d('tenant', 't1'), d('region', 'eu-west')]),
+        ],
         descriptors: 5,
       };
     case 'keys10k':
@@ -148,8 +150,10 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
   const specs: ScenarioSpec[] = [];
   const p = opts.primary;
   const v = opts.varied;
-  const connectionsOf = (generator: GeneratorName): number => (generator === 'h2load-mix' ? ATTACK_MIX_CONNECTIONS.attacker + ATTACK_MIX_CONNECTIONS.normal : 4);
-  const text = (workload: Workload, generator: GeneratorName): string => (generator === 'h2load-mix' ? `${WORKLOAD_TEXT[workload]}; ${MIX_TEXT}` : WORKLOAD_TEXT[workload]);
+  const connectionsOf = (generator: GeneratorName): number =>
+    generator === 'h2load-mix' ? ATTACK_MIX_CONNECTIONS.attacker + ATTACK_MIX_CONNECTIONS.normal : 4;
+  const text = (workload: Workload, generator: GeneratorName): string =>
+    generator === 'h2load-mix' ? `${WORKLOAD_TEXT[workload]}; ${MIX_TEXT}` : WORKLOAD_TEXT[workload];
   // A ceiling runs as many processes as the service it bounds: `-w2` in its name when more than one.
   const noop = (transport: Transport, requested: Workload, generator: GeneratorName, workers: number): string => {
     // A no-op server does not read the rule: one descriptor is one descriptor, whatever its algorithm.

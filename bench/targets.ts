@@ -30,7 +30,9 @@ export async function startRedis(): Promise<RedisProcess> {
   let failed: Error | undefined;
   child.on('error', (e) => (failed = e));
   await waitForPort(port, 10_000, () => failed === undefined && child.exitCode === null).catch((e: unknown) => {
-    throw new Error(`redis-server did not start${failed ? `: ${failed.message}` : ''} (${e instanceof Error ? e.message : e}); install it with \`make redis-server\``);
+    throw new Error(
+      `redis-server did not start${failed ? `: ${failed.message}` : ''} (${e instanceof Error ? e.message : e}); install it with \`make redis-server\``,
+    );
   });
   return { port, pid: child.pid!, stop: () => stopProcess(child) };
 }
@@ -109,7 +111,15 @@ export async function probeAnswers(
  */
 export async function startNoop(transport: Transport, probeFrame: Buffer, workers = 1): Promise<Target> {
   const port = await freePort();
-  const child = spawnTracked(process.execPath, [join(__dirname, 'noop-server.js'), '--transport', transport, '--port', String(port), '--workers', String(workers)]);
+  const child = spawnTracked(process.execPath, [
+    join(__dirname, 'noop-server.js'),
+    '--transport',
+    transport,
+    '--port',
+    String(port),
+    '--workers',
+    String(workers),
+  ]);
   const listening = countLines(child, 'listening ');
   const alive = (): boolean => child.exitCode === null && child.signalCode === null;
   try {

@@ -14,7 +14,7 @@ import { main } from './main';
 
 const SERVE_HELP = [
   'usage: slidegate serve',
-  '  Runs the service. Every setting comes from the environment (see the README\'s settings table); by default',
+  "  Runs the service. Every setting comes from the environment (see the README's settings table); by default",
   '  gRPC (ShouldRateLimit, grpc.health.v1) on 0.0.0.0:8081 (GRPC_HOST, GRPC_PORT), HTTP (/healthcheck, /livez,',
   '  /readyz, /json, /metrics) on 0.0.0.0:8080 (HOST, PORT), debug (/rlconfig, /rlmatch) on 0.0.0.0:6070',
   '  (DEBUG_HOST, DEBUG_PORT), config from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config or CONFIG_PATH.',
@@ -33,7 +33,7 @@ export const USAGE = [
   '    --descriptor k=v[,k=v]     one descriptor, entries in order (required; repeat for several)',
   '    --hits N                   hits of every descriptor; 0 checks without counting (default: 1)',
   '    --addr HOST:PORT           the gRPC address (default: 127.0.0.1:8081)',
-  '    --debug-addr HOST:PORT     the debug port, asked for each rule\'s window (default: the --addr host, port 6070)',
+  "    --debug-addr HOST:PORT     the debug port, asked for each rule's window (default: the --addr host, port 6070)",
   '    --timeout-ms MS            deadline of the call (default: 2000)',
   '',
   '  slidegate <command> --help   help of one command',

@@ -58,7 +58,9 @@ export class TalliedHistogram<T extends string> extends Histogram<T> {
   private sum = 0;
   private count = 0;
 
-  constructor(configuration: Omit<HistogramConfiguration<T>, 'collect' | 'buckets'> & { readonly buckets: readonly number[]; readonly labelSet: LabelValues<T> }) {
+  constructor(
+    configuration: Omit<HistogramConfiguration<T>, 'collect' | 'buckets'> & { readonly buckets: readonly number[]; readonly labelSet: LabelValues<T> },
+  ) {
     const { labelSet, ...rest } = configuration;
     super({ ...rest, buckets: [...configuration.buckets] });
     this.bounds = [...configuration.buckets].sort((a, b) => a - b);

@@ -46,9 +46,7 @@ export interface MetricsOptions {
 }
 
 /** Latency buckets in seconds, for a 20 ms budget: 0.1 ms .. 50 ms. */
-export const LATENCY_BUCKETS_SECONDS: readonly number[] = Object.freeze([
-  0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
-]);
+export const LATENCY_BUCKETS_SECONDS: readonly number[] = Object.freeze([0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05]);
 
 export const DEFAULT_MAX_SERIES = 10_000;
 export const OVERFLOW_LABEL = 'overflow';
@@ -161,8 +159,16 @@ export class Metrics {
     }).tally({ grpc_method: METHOD });
 
     this.configLoadSuccess = new Counter({ name: 'ratelimit_service_config_load_success', help: 'Config loads that succeeded.', registers });
-    this.configLoadError = new Counter({ name: 'ratelimit_service_config_load_error', help: 'Config loads that failed (the previous config stays).', registers });
-    this.localCacheHits = new TalliedCounter({ name: 'ratelimit_service_local_cache_hits', help: 'Requests denied from the local denial cache.', registers }).tally({});
+    this.configLoadError = new Counter({
+      name: 'ratelimit_service_config_load_error',
+      help: 'Config loads that failed (the previous config stays).',
+      registers,
+    });
+    this.localCacheHits = new TalliedCounter({
+      name: 'ratelimit_service_local_cache_hits',
+      help: 'Requests denied from the local denial cache.',
+      registers,
+    }).tally({});
     this.globalShadowModeCount = new Counter({
       name: 'ratelimit_service_global_shadow_mode',
       help: 'Requests answered OK only because SHADOW_MODE is on.',
@@ -350,10 +356,7 @@ export class Metrics {
 }
 
 /** The service's metrics; `statsd` receives the statsd-named counters and timings (src/metric-sinks.ts). */
-export function createMetrics(
-  settings: Pick<Settings, 'backendType'>,
-  options: { statsd?: StatsdSink; defaultMetrics?: boolean } = {},
-): Metrics {
+export function createMetrics(settings: Pick<Settings, 'backendType'>, options: { statsd?: StatsdSink; defaultMetrics?: boolean } = {}): Metrics {
   return new Metrics({ storeName: settings.backendType, defaultMetrics: options.defaultMetrics, statsd: options.statsd });
 }
 

@@ -142,7 +142,11 @@ function drive(port: number, next: () => Buffer | undefined, limitMs: number): P
     let pending: Buffer = Buffer.alloc(0);
     const send = (): void => {
       let out: Buffer[] | undefined;
-      for (let body = inFlight < STREAMS_PER_CONNECTION ? next() : undefined; body !== undefined; body = inFlight < STREAMS_PER_CONNECTION ? next() : undefined) {
+      for (
+        let body = inFlight < STREAMS_PER_CONNECTION ? next() : undefined;
+        body !== undefined;
+        body = inFlight < STREAMS_PER_CONNECTION ? next() : undefined
+      ) {
         (out ??= []).push(frame(FrameType.HEADERS, Flag.END_HEADERS, streamId, REQUEST_HEADERS), frame(FrameType.DATA, Flag.END_STREAM, streamId, body));
         streamId += 2;
         inFlight++;
@@ -192,12 +196,37 @@ function drive(port: number, next: () => Buffer | undefined, limitMs: number): P
 function callFrames(): Buffer[] {
   const type = protoRoot().lookupType('envoy.service.ratelimit.v3.RateLimitRequest');
   const encode = (descriptors: [string, string][][]): Buffer =>
-    frameMessage(type.encode(type.fromObject({ domain: WARM_UP_DOMAIN, descriptors: descriptors.map((entries) => ({ entries: entries.map(([key, value]) => ({ key, value })) })) })).finish());
+    frameMessage(
+      type
+        .encode(
+          type.fromObject({
+            domain: WARM_UP_DOMAIN,
+            descriptors: descriptors.map((entries) => ({ entries: entries.map(([key, value]) => ({ key, value })) })),
+          }),
+        )
+        .finish(),
+    );
   const bodies: Buffer[] = [];
   for (let i = 0; i < 16; i++) {
     bodies.push(encode([[['admitted', `v${i}`]]]));
-    bodies.push(encode([[['tenant', `t${i % 4}`], ['path', `/p${i}`]]]));
-    bodies.push(encode([[['admitted', `a${i}`]], [['tenant', 't'], ['path', `/m${i}`]], [['admitted', `b${i}`]]]));
+    bodies.push(
+      encode([
+        [
+          ['tenant', `t${i % 4}`],
+          ['path', `/p${i}`],
+        ],
+      ]),
+    );
+    bodies.push(
+      encode([
+        [['admitted', `a${i}`]],
+        [
+          ['tenant', 't'],
+          ['path', `/m${i}`],
+        ],
+        [['admitted', `b${i}`]],
+      ]),
+    );
     bodies.push(encode([[['denied', 'd']]]));
   }
   return bodies;

@@ -93,7 +93,10 @@ export function clusterMetrics(registry: Registry, name = 'service'): MetricsExp
     text: () =>
       new Promise<string>((resolve, reject) => {
         const id = nextId++;
-        const timer = setTimeout(() => settle({ type: METRICS_REPLY, id, error: `no answer from the primary process within ${REPLY_TIMEOUT_MS} ms` }), REPLY_TIMEOUT_MS);
+        const timer = setTimeout(
+          () => settle({ type: METRICS_REPLY, id, error: `no answer from the primary process within ${REPLY_TIMEOUT_MS} ms` }),
+          REPLY_TIMEOUT_MS,
+        );
         const settle = (reply: ReplyMessage): void => {
           clearTimeout(timer);
           pending.delete(id);
@@ -125,7 +128,10 @@ function gatherMetrics(workers: readonly Worker[], registry: string): Promise<st
       if (err !== undefined) reject(err);
       else resolve(series);
     };
-    const timer = setTimeout(() => done(new Error(`${waiting} of ${workers.length} workers did not answer within ${COLLECT_TIMEOUT_MS} ms`)), COLLECT_TIMEOUT_MS);
+    const timer = setTimeout(
+      () => done(new Error(`${waiting} of ${workers.length} workers did not answer within ${COLLECT_TIMEOUT_MS} ms`)),
+      COLLECT_TIMEOUT_MS,
+    );
     for (const worker of workers) {
       const listener = (message: unknown): void => {
         if (!isMessage(message, METRICS_SERIES) || message.id !== id) return;

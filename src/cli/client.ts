@@ -16,7 +16,7 @@ export const CLIENT_HELP = [
   '  --descriptor k=v[,k=v]     one descriptor, entries in order (required; repeat for several)',
   '  --hits N                   hits of every descriptor, as its hits_addend; 0 checks without counting (default: 1)',
   '  --addr HOST:PORT           the gRPC address (default: 127.0.0.1:8081)',
-  '  --debug-addr HOST:PORT     the debug port, asked for each rule\'s window (default: the --addr host, port 6070)',
+  "  --debug-addr HOST:PORT     the debug port, asked for each rule's window (default: the --addr host, port 6070)",
   '  --timeout-ms MS            deadline of the call and of each debug request (default: 2000)',
 ].join('\n');
 
@@ -113,7 +113,8 @@ export async function runClient(args: readonly string[], io: CliIo): Promise<num
     if (!values.domain) throw new Error('--domain is required');
     if (!values.descriptor || values.descriptor.length === 0) throw new Error('at least one --descriptor is required');
     const hits = values.hits === undefined ? undefined : Number(values.hits);
-    if (hits !== undefined && (!Number.isInteger(hits) || hits < 0 || hits > 4_294_967_295)) throw new Error(`--hits: not a non-negative integer: ${values.hits}`);
+    if (hits !== undefined && (!Number.isInteger(hits) || hits < 0 || hits > 4_294_967_295))
+      throw new Error(`--hits: not a non-negative integer: ${values.hits}`);
     timeoutMs = Number(values['timeout-ms']);
     if (!Number.isInteger(timeoutMs) || timeoutMs <= 0) throw new Error(`--timeout-ms: not a positive integer: ${values['timeout-ms']}`);
     // Each descriptor's own hits_addend, which the wire honours even at 0 (check only); the

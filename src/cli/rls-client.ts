@@ -82,15 +82,12 @@ export function createRlsClient(options: RlsClientOptions): RlsClient {
   const unary = <T>(client: Record<string, unknown>, method: string, req: unknown, deadlineMs?: number): Promise<T> =>
     new Promise((resolve, reject) => {
       const opts: grpc.CallOptions = deadlineMs === undefined ? {} : { deadline: Date.now() + deadlineMs };
-      (client[method] as UnaryMethod).call(client, req, new grpc.Metadata(), opts, (err, res) =>
-        err ? reject(err) : resolve(res as T),
-      );
+      (client[method] as UnaryMethod).call(client, req, new grpc.Metadata(), opts, (err, res) => (err ? reject(err) : resolve(res as T)));
     });
 
   return {
     shouldRateLimit: (request, opts) => unary<DecodedRateLimitResponse>(rlsClient, 'shouldRateLimit', request, opts?.deadlineMs),
-    healthCheck: async (service, opts) =>
-      (await unary<{ status: HealthStatusName }>(healthClient, 'check', { service }, opts?.deadlineMs)).status,
+    healthCheck: async (service, opts) => (await unary<{ status: HealthStatusName }>(healthClient, 'check', { service }, opts?.deadlineMs)).status,
     healthWatch: (service) => watchStream((healthClient.watch as StreamMethod).call(healthClient, { service })),
     close: () => {
       healthClient.close();

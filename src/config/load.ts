@@ -634,7 +634,13 @@ export async function findConfigFiles(path: string, opts: ListOptions = {}): Pro
   else if (info?.isDirectory()) await walkDirectory(path, opts, files, warnings);
   else if (info !== undefined) throw new ConfigError(path, '', 'not a file or a directory');
   const beside = opts.beside;
-  if (beside !== undefined && (await stat(beside.dir).then((s) => s.isDirectory(), () => false))) {
+  if (
+    beside !== undefined &&
+    (await stat(beside.dir).then(
+      (s) => s.isDirectory(),
+      () => false,
+    ))
+  ) {
     await walkDirectory(beside.dir, opts, files, warnings, (name) => name.startsWith(beside.prefix));
   }
   // A missing config directory is an error unless something beside it was found.

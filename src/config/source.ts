@@ -219,7 +219,8 @@ export class ConfigSource {
     if (this.closed) return;
     const now = Date.now();
     if (this.debounceTimer === undefined) this.firstEventAt = now;
-    else if (now - this.firstEventAt >= this.debounceMs * MAX_DEBOUNCE_FACTOR) return; // let the pending one fire
+    else if (now - this.firstEventAt >= this.debounceMs * MAX_DEBOUNCE_FACTOR)
+      return; // let the pending one fire
     else clearTimeout(this.debounceTimer);
     this.debounceTimer = setTimeout(() => {
       this.debounceTimer = undefined;
@@ -322,7 +323,10 @@ export class ConfigSource {
     this.applied++;
     if (this.opts.onLoad) {
       try {
-        this.opts.onLoad(config, read.texts.map((t) => t.file));
+        this.opts.onLoad(
+          config,
+          read.texts.map((t) => t.file),
+        );
       } catch (err) {
         this.report(err);
       }

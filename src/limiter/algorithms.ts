@@ -46,7 +46,8 @@ export function slidingWindow(input: SlidingWindowInput): Verdict {
   if (used + hits <= limit) {
     const after = current + hits;
     let resetMs = 0;
-    if (after > 0) resetMs = toEnd + w; // current hits drain over the next window
+    if (after > 0)
+      resetMs = toEnd + w; // current hits drain over the next window
     else if (previous > 0) resetMs = toEnd; // previous hits drain by the end of this one
     return { allowed: true, remaining: limit - used - hits, resetMs };
   }

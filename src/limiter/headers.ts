@@ -54,10 +54,7 @@ export function rateLimitHeaders(statuses: readonly DescriptorStatus[], opts: Re
     const policy = policyName(s.currentLimit.name);
     const windowMs = s.currentLimit.windowMs ?? UNIT_MS[s.currentLimit.unit];
     const windowSeconds = Math.max(1, Math.ceil(windowMs / 1000));
-    out.push(
-      { key: 'RateLimit-Policy', value: `${policy};q=${limit};w=${windowSeconds}` },
-      { key: 'RateLimit', value: `${policy};r=${remaining};t=${reset}` },
-    );
+    out.push({ key: 'RateLimit-Policy', value: `${policy};q=${limit};w=${windowSeconds}` }, { key: 'RateLimit', value: `${policy};r=${remaining};t=${reset}` });
   }
   return out;
 }

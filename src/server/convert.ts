@@ -36,9 +36,7 @@ const UNIT_BY_NAME: ReadonlyMap<string, Unit> = new Map<string, Unit>([
   ['WEEK', 'week'],
 ]);
 
-const UNIT_BY_NUMBER: ReadonlyMap<number, Unit> = new Map(
-  (Object.entries(UNIT_NUMBER) as [Unit, number][]).map(([unit, n]) => [n, unit]),
-);
+const UNIT_BY_NUMBER: ReadonlyMap<number, Unit> = new Map((Object.entries(UNIT_NUMBER) as [Unit, number][]).map(([unit, n]) => [n, unit]));
 
 /** The core unit of a wire unit enum (name or number); undefined for UNKNOWN and undefined values. */
 export function unitFromWire(unit: WireEnum<WireUnitName> | null | undefined): Unit | undefined {

@@ -23,7 +23,6 @@ export interface JsonDecider {
   shouldRateLimit(request: RateLimitRequest): Promise<RateLimitResponse>;
 }
 
-
 export interface HttpServerOptions {
   readonly host: string;
   /** 0 picks a free port; start() resolves to the bound one. */

@@ -1,4 +1,14 @@
-import { bucket, bucketDrainMs, chargeBucket, EMPTY_BUCKET, fixedWindow, slidingLog, slidingWindow, subWindowCounter, type Verdict } from '../limiter/algorithms';
+import {
+  bucket,
+  bucketDrainMs,
+  chargeBucket,
+  EMPTY_BUCKET,
+  fixedWindow,
+  slidingLog,
+  slidingWindow,
+  subWindowCounter,
+  type Verdict,
+} from '../limiter/algorithms';
 import { systemClock, type Algorithm, type Clock } from '../limiter/types';
 import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../limiter/store';
 
@@ -178,7 +188,19 @@ export class MemoryStore implements Store {
     let record = this.live(c, now);
     if (record === undefined) {
       const subWindows = c.subWindows ?? 1;
-      record = { algorithm: c.algorithm, windowMs: w, subWindows, index, current: 0, previous: 0, counts: undefined, log: undefined, tatMs: 0, tatRem: 0, expiresAtMs: 0 };
+      record = {
+        algorithm: c.algorithm,
+        windowMs: w,
+        subWindows,
+        index,
+        current: 0,
+        previous: 0,
+        counts: undefined,
+        log: undefined,
+        tatMs: 0,
+        tatRem: 0,
+        expiresAtMs: 0,
+      };
       this.records.set(c.key, record);
       if (this.records.size > this.maxKeys) this.evictLeastRecent();
     }

@@ -4,4 +4,7 @@ import { describeStoreContract } from './store-contract';
 
 // The suite's multi-counter cases use unrelated keys, which land in different slots: they exercise
 // the per-slot decide and the refund of the slots that charged.
-describeStoreContract('redis (cluster)', redisFixture('cluster', () => startCluster()));
+describeStoreContract(
+  'redis (cluster)',
+  redisFixture('cluster', () => startCluster()),
+);

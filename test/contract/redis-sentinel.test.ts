@@ -2,4 +2,7 @@ import { startSentinel } from '../helpers/redis';
 import { redisFixture } from './redis-fixture';
 import { describeStoreContract } from './store-contract';
 
-describeStoreContract('redis (sentinel)', redisFixture('sentinel', () => startSentinel()));
+describeStoreContract(
+  'redis (sentinel)',
+  redisFixture('sentinel', () => startSentinel()),
+);

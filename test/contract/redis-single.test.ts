@@ -2,4 +2,7 @@ import { startRedis } from '../helpers/redis';
 import { redisFixture } from './redis-fixture';
 import { describeStoreContract } from './store-contract';
 
-describeStoreContract('redis (single)', redisFixture('single', () => startRedis()));
+describeStoreContract(
+  'redis (single)',
+  redisFixture('single', () => startRedis()),
+);

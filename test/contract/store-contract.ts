@@ -161,8 +161,7 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
     it('charges the other counters of a denied call when countDenied is set', async () => {
       const a = freshKey('a');
       const b = freshKey('b');
-      const both = (): Promise<CounterDecision[]> =>
-        h.store.decide([counter(a, 'fixed_window', 1), counter(b, 'sliding_window', 10)], { countDenied: true });
+      const both = (): Promise<CounterDecision[]> => h.store.decide([counter(a, 'fixed_window', 1), counter(b, 'sliding_window', 10)], { countDenied: true });
       expect((await both()).map((d) => d.allowed)).toEqual([true, true]);
       expect((await both()).map((d) => d.allowed)).toEqual([false, true]);
       expect(await one(counter(b, 'sliding_window', 10, 0))).toMatchObject({ allowed: true, remaining: 8 });
@@ -183,7 +182,10 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
         const decisions = await Promise.all(calls);
         expect(decisions.filter((d) => d.allowed)).toHaveLength(50);
         // Every admitted call saw a distinct remaining value: 49 down to 0.
-        const remaining = decisions.filter((d) => d.allowed).map((d) => d.remaining).sort((x, y) => x - y);
+        const remaining = decisions
+          .filter((d) => d.allowed)
+          .map((d) => d.remaining)
+          .sort((x, y) => x - y);
         expect(remaining).toEqual(Array.from({ length: 50 }, (_, i) => i));
       }
     });

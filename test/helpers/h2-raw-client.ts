@@ -110,10 +110,10 @@ export const REQUEST = encodeHeaderBlock([
 export const RESPONSE = encodeHeaderBlock([[':status', '200']]);
 export const TRAILERS = encodeHeaderBlock([['grpc-status', '0']]);
 
-export const headersFrame = (streamId: number, flags: number = Flag.END_HEADERS | Flag.END_STREAM, block = REQUEST): Buffer => frame(FrameType.HEADERS, flags, streamId, block);
+export const headersFrame = (streamId: number, flags: number = Flag.END_HEADERS | Flag.END_STREAM, block = REQUEST): Buffer =>
+  frame(FrameType.HEADERS, flags, streamId, block);
 export const dataFrame = (streamId: number, data: Buffer, flags: number = Flag.END_STREAM): Buffer => frame(FrameType.DATA, flags, streamId, data);
 export const isType = (type: FrameType, streamId?: number) => (f: Frame) => f.type === type && (streamId === undefined || f.streamId === streamId);
-
 
 /** One request (the echo server's REQUEST with a body) on a fresh connection; its round-trip time in ms. */
 export async function legitRoundTrip(port: number): Promise<number> {

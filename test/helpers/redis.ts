@@ -235,11 +235,7 @@ export async function startSentinel(options: { sentinels?: number; downAfterMs?:
   const master = new RedisProcess(masterPort, ['--port', String(masterPort), ...BASE_ARGS, '--dir', dir], dir);
   await master.start();
   const replicaPort = await freePort();
-  const replica = new RedisProcess(
-    replicaPort,
-    ['--port', String(replicaPort), ...BASE_ARGS, '--dir', dir, '--replicaof', HOST, String(masterPort)],
-    dir,
-  );
+  const replica = new RedisProcess(replicaPort, ['--port', String(replicaPort), ...BASE_ARGS, '--dir', dir, '--replicaof', HOST, String(masterPort)], dir);
   await replica.start();
   await waitFor('the replica to sync', async () => replica.cli('INFO', 'replication').includes('master_link_status:up'), 10_000);
 

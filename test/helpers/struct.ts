@@ -19,7 +19,9 @@ interface DecodedValue {
 function plainValue(v: unknown): unknown {
   const value = v as DecodedValue;
   // proto-loader with `oneofs` names the member that is set; protobufjs leaves the others out.
-  const kind = value.kind ?? ['numberValue', 'stringValue', 'boolValue', 'structValue', 'listValue'].find((k) => k in value && value[k as keyof DecodedValue] !== undefined);
+  const kind =
+    value.kind ??
+    ['numberValue', 'stringValue', 'boolValue', 'structValue', 'listValue'].find((k) => k in value && value[k as keyof DecodedValue] !== undefined);
   switch (kind) {
     case 'numberValue':
       return value.numberValue === 0 ? 0 : value.numberValue; // -0 reads as 0, as in JSON

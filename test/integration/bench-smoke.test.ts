@@ -63,9 +63,21 @@ describe('benchmark harness in tiny mode', () => {
     const files = readdirSync(out);
     expect(files.some((f) => f.endsWith('.svg'))).toBe(true);
     expect(files.some((f) => f.endsWith('.md'))).toBe(true);
-    const svg = readFileSync(join(out, files.find((f) => f.endsWith('.svg'))!), 'utf8');
+    const svg = readFileSync(
+      join(
+        out,
+        files.find((f) => f.endsWith('.svg'))!,
+      ),
+      'utf8',
+    );
     expect(svg.startsWith('<svg')).toBe(true);
-    const md = readFileSync(join(out, files.find((f) => f.endsWith('.md'))!), 'utf8');
+    const md = readFileSync(
+      join(
+        out,
+        files.find((f) => f.endsWith('.md'))!,
+      ),
+      'utf8',
+    );
     expect(md).toContain('measured separately');
   });
 
@@ -128,7 +140,15 @@ describe('benchmark harness in tiny mode', () => {
       expect(c.summary!.errors).toBe(0);
       expect(c.summary!.overTimeout).toBeLessThanOrEqual(c.runs[0].calls);
     }
-    expect(readFileSync(join(out, readdirSync(out).find((f) => f.endsWith('.md'))!), 'utf8')).toContain('Cold start');
+    expect(
+      readFileSync(
+        join(
+          out,
+          readdirSync(out).find((f) => f.endsWith('.md'))!,
+        ),
+        'utf8',
+      ),
+    ).toContain('Cold start');
   });
 
   it('holds a fixed-rate run near its target rate', () => {
@@ -167,13 +187,22 @@ describe('success counting of the load generators', () => {
     expect(await h2loadAvailable()).toBe(true);
     const body = join(dir, 'bad.body');
     writeFileSync(body, bad);
-    const r = await runH2load({ port: server.port, bodyFile: body, clients: 1, streams: 4, threads: 1, durationS: 0.3, okBytes: { min: 9, max: 9 }, tmpDir: dir });
+    const r = await runH2load({
+      port: server.port,
+      bodyFile: body,
+      clients: 1,
+      streams: 4,
+      threads: 1,
+      durationS: 0.3,
+      okBytes: { min: 9, max: 9 },
+      tmpDir: dir,
+    });
     expect(r.requests).toBeGreaterThan(0);
     expect(r.ok).toBe(0);
     expect(r.errors).toBe(r.requests);
   });
 
-  it('paces the attack mix\'s normal process at its given rate while the attacker runs flat out', async () => {
+  it("paces the attack mix's normal process at its given rate while the attacker runs flat out", async () => {
     expect(await h2loadAvailable()).toBe(true);
     // Domain "b" and one empty descriptor: the no-op server answers it OK.
     const body = join(dir, 'one.body');

@@ -79,15 +79,22 @@ describe('slidegate validate', () => {
       'domain: ref\ndescriptors:\n  - key: path\n    value: files/*\n    share_threshold: true\n    quota_mode: true\n' +
         '    metadata: {team: a}\n    rate_limit: {unit: minute, requests_per_unit: 5, shadow_mode: true}\n',
     );
-    fs.writeFileSync(path.join(ref, 'teams', 'more.conf'), 'domain: ref\ndescriptors:\n  - key: user\n    value_to_metric: true\n    rate_limit: {unit: hour, requests_per_unit: 1}\n');
+    fs.writeFileSync(
+      path.join(ref, 'teams', 'more.conf'),
+      'domain: ref\ndescriptors:\n  - key: user\n    value_to_metric: true\n    rate_limit: {unit: hour, requests_per_unit: 1}\n',
+    );
     const split = capture();
     expect(await runValidate([ref], split, {})).toBe(1);
     expect(split.stderr.join('\n')).toContain('duplicate domain "ref"');
     const io = capture();
     expect(await runValidate(['--merge-domain-config', ref], io, {})).toBe(0);
-    expect(io.stdout).toContain('ref.path_files/*: unit=MINUTE requests_per_unit=5 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: true');
+    expect(io.stdout).toContain(
+      'ref.path_files/*: unit=MINUTE requests_per_unit=5 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: true',
+    );
     expect(io.stdout[io.stdout.length - 1]).toMatch(/OK \(1 domain\)/);
-    expect(io.stderr).toEqual([`warning: ${path.join(ref, 'ratelimit')}: descriptors[0].rate_limit.shadow_mode: ignored (not a setting at this level; expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict)`]);
+    expect(io.stderr).toEqual([
+      `warning: ${path.join(ref, 'ratelimit')}: descriptors[0].rate_limit.shadow_mode: ignored (not a setting at this level; expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict)`,
+    ]);
     // MERGE_DOMAIN_CONFIG from the environment, as the server reads it.
     expect(await runValidate([ref], capture(), { MERGE_DOMAIN_CONFIG: 'true' })).toBe(0);
   });
@@ -144,7 +151,7 @@ describe('slidegate client', () => {
     expect(third.stdout[1]).toMatch(/user=alice: OVER_LIMIT.*reset in \d+\.\d{3}s/);
   });
 
-  it('sends --hits as each descriptor\'s hits_addend', async () => {
+  it("sends --hits as each descriptor's hits_addend", async () => {
     const io = capture();
     expect(await runCli(['client', '--addr', svc.addr, ...debug, '--domain', 'cli', '--descriptor', 'user=bob', '--hits', '3'], io)).toBe(2);
   });
@@ -170,7 +177,9 @@ describe('slidegate client', () => {
   it('says when the debug port cannot tell the window, rather than print the unit as the window', async () => {
     const io = capture();
     const closedPort = await freePort();
-    expect(await runCli(['client', '--addr', svc.addr, '--debug-addr', `127.0.0.1:${closedPort}`, '--domain', 'cli', '--descriptor', 'api_key=k2'], io)).toBe(0);
+    expect(await runCli(['client', '--addr', svc.addr, '--debug-addr', `127.0.0.1:${closedPort}`, '--domain', 'cli', '--descriptor', 'api_key=k2'], io)).toBe(
+      0,
+    );
     expect(io.stdout[1]).toContain('limit 5 per second unit (window unknown');
     expect(io.stdout[1]).not.toContain('5/second');
   });

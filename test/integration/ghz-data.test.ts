@@ -1,15 +1,6 @@
 import * as path from 'node:path';
 import type * as protobuf from 'protobufjs';
-import {
-  REPO_ROOT,
-  callTypes,
-  fromProtoJson,
-  ghzMessages,
-  loadGhzConfig,
-  loadGhzProto,
-  renderCallTemplate,
-  unaryCaller,
-} from '../load/ghz-data';
+import { REPO_ROOT, callTypes, fromProtoJson, ghzMessages, loadGhzConfig, loadGhzProto, renderCallTemplate, unaryCaller } from '../load/ghz-data';
 import { startTestService, type TestService } from '../helpers/service';
 
 /**

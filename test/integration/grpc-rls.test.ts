@@ -90,7 +90,7 @@ describe.each(['http2', 'grpc-js'])('over the %s transport', (transport) => {
       expect(one.statuses[0]).toMatchObject({ code: 'OK', limitRemaining: 0 });
     });
 
-    it('admits a token bucket\'s burst at once, then answers a denial with the wait for the next token', async () => {
+    it("admits a token bucket's burst at once, then answers a denial with the wait for the next token", async () => {
       const d = descriptor([['token', fresh('t')]]);
       const burst = await client.shouldRateLimit(req([d], { hitsAddend: 10 }));
       expect(burst.statuses[0]).toMatchObject({ code: 'OK', limitRemaining: 0, currentLimit: { requestsPerUnit: 5, unit: 'SECOND' } });
@@ -123,8 +123,14 @@ describe.each(['http2', 'grpc-js'])('over the %s transport', (transport) => {
         req([
           descriptor([['nothing', 'matches']]),
           descriptor([['named', fresh('c')]]),
-          descriptor([['tenant', 'acme'], ['path', fresh('/p')]]),
-          descriptor([['tenant', 'other'], ['path', '/p']]),
+          descriptor([
+            ['tenant', 'acme'],
+            ['path', fresh('/p')],
+          ]),
+          descriptor([
+            ['tenant', 'other'],
+            ['path', '/p'],
+          ]),
         ]),
       );
       expect(r.statuses).toHaveLength(4);

@@ -34,22 +34,24 @@ describe('the HTTP/2 layer under attack', () => {
       connectionWindowSize: 1 << 20,
       maxHeaderListSize: 16 * 1024,
       ...options,
-      onStream: options.onStream ?? ((stream, headers) => {
-        const path = headers[headers.indexOf(':path') + 1];
-        if (path.startsWith('/attack')) attackerOpened++;
-        // '/hold', '/attack-hold': the request is kept unanswered (a handler still deciding).
-        if (path.endsWith('hold')) {
-          held.push(stream);
-          return;
-        }
-        const chunks: Buffer[] = [];
-        stream.onData = (c) => chunks.push(Buffer.from(c));
-        stream.onEnd = () => {
-          stream.respond(RESPONSE, false);
-          stream.write(Buffer.concat(chunks));
-          stream.end(TRAILERS);
-        };
-      }),
+      onStream:
+        options.onStream ??
+        ((stream, headers) => {
+          const path = headers[headers.indexOf(':path') + 1];
+          if (path.startsWith('/attack')) attackerOpened++;
+          // '/hold', '/attack-hold': the request is kept unanswered (a handler still deciding).
+          if (path.endsWith('hold')) {
+            held.push(stream);
+            return;
+          }
+          const chunks: Buffer[] = [];
+          stream.onData = (c) => chunks.push(Buffer.from(c));
+          stream.onEnd = () => {
+            stream.respond(RESPONSE, false);
+            stream.write(Buffer.concat(chunks));
+            stream.end(TRAILERS);
+          };
+        }),
     });
     port = await server.listen('127.0.0.1', 0);
   }
@@ -107,7 +109,11 @@ describe('the HTTP/2 layer under attack', () => {
     const attacker = await RawClient.connect(port);
     const heapBefore = process.memoryUsage().heapUsed;
     const started = performance.now();
-    const attack = flood(attacker, (i) => Buffer.concat([headersFrame(2 * i + 1, Flag.END_HEADERS, ATTACK_HOLD), wordFrame(FrameType.RST_STREAM, 2 * i + 1, ErrorCode.CANCEL)]), 100_000);
+    const attack = flood(
+      attacker,
+      (i) => Buffer.concat([headersFrame(2 * i + 1, Flag.END_HEADERS, ATTACK_HOLD), wordFrame(FrameType.RST_STREAM, 2 * i + 1, ErrorCode.CANCEL)]),
+      100_000,
+    );
     const slowest = await slowestBeside(attack);
     await attacker.waitClosed();
     const seconds = (performance.now() - started) / 1000;
@@ -138,11 +144,17 @@ describe('the HTTP/2 layer under attack', () => {
     await new Promise((r) => socket.once('connect', r));
     const attacker = new RawClient(socket);
     attacker.send(Buffer.concat([CONNECTION_PREFACE, settingsFrame([[Setting.INITIAL_WINDOW_SIZE, 0]])]));
-    const attack = flood(attacker, (i) => Buffer.concat([headersFrame(2 * i + 1, Flag.END_HEADERS, ATTACK), dataFrame(2 * i + 1, Buffer.from('answer me'))]), 100_000);
+    const attack = flood(
+      attacker,
+      (i) => Buffer.concat([headersFrame(2 * i + 1, Flag.END_HEADERS, ATTACK), dataFrame(2 * i + 1, Buffer.from('answer me'))]),
+      100_000,
+    );
     const slowest = await slowestBeside(attack);
     await attacker.waitClosed();
     expect(attacker.goaway()?.code).toBe(ErrorCode.ENHANCE_YOUR_CALM);
-    expect(attacker.frames.filter((f) => f.type === FrameType.RST_STREAM && f.payload.readUInt32BE(0) === ErrorCode.REFUSED_STREAM).length).toBeLessThanOrEqual(201);
+    expect(attacker.frames.filter((f) => f.type === FrameType.RST_STREAM && f.payload.readUInt32BE(0) === ErrorCode.REFUSED_STREAM).length).toBeLessThanOrEqual(
+      201,
+    );
     // Streams held: at most the concurrency limit, each with its answer's headers and no DATA.
     expect(attackerOpened).toBeLessThanOrEqual(50);
     expect(attacker.frames.filter((f) => f.type === FrameType.DATA)).toEqual([]);
@@ -175,7 +187,13 @@ describe('the HTTP/2 layer under attack', () => {
     const attacker = await RawClient.connect(port);
     // Stream 1 stores a 4,000-octet value in the dynamic table (literal with incremental indexing, new name).
     const value = Buffer.alloc(4000, 0x62);
-    const insert = Buffer.concat([REQUEST, Buffer.from([0x40, 0x05]), Buffer.from('x-bmb'), Buffer.from([0x7f, 0xa1, 0x1e]) /* 4000 = 127 + 0x21 + 30 * 128 */, value]);
+    const insert = Buffer.concat([
+      REQUEST,
+      Buffer.from([0x40, 0x05]),
+      Buffer.from('x-bmb'),
+      Buffer.from([0x7f, 0xa1, 0x1e]) /* 4000 = 127 + 0x21 + 30 * 128 */,
+      value,
+    ]);
     attacker.send(headersFrame(1, Flag.END_HEADERS | Flag.END_STREAM, insert));
     // Each next block: the request, and the entry (index 62) 4,000 times: 16 MB decoded from 4 kB.
     const bomb = Buffer.concat([ATTACK, Buffer.alloc(4000, 0x80 | 62)]);
@@ -204,7 +222,9 @@ describe('the HTTP/2 layer under attack', () => {
     // beyond the first one that opened the connection window to 256 KiB.
     await attacker.waitClosed();
     expect(attacker.goaway()?.code).toBe(ErrorCode.FLOW_CONTROL_ERROR);
-    expect(attacker.frames.filter((f) => f.type === FrameType.WINDOW_UPDATE).map((f) => [f.streamId, f.payload.readUInt32BE(0)])).toEqual([[0, 256 * 1024 - 65_535]]);
+    expect(attacker.frames.filter((f) => f.type === FrameType.WINDOW_UPDATE).map((f) => [f.streamId, f.payload.readUInt32BE(0)])).toEqual([
+      [0, 256 * 1024 - 65_535],
+    ]);
     expect(await legitRoundTrip(port)).toBeLessThan(LEGIT_MAX_MS);
   });
 
@@ -276,13 +296,16 @@ describe('the HTTP/2 layer under attack', () => {
 
   it.each([
     ['sends nothing at all', (s: net.Socket): void => void s],
-    ['sends its preface one byte at a time', (s: net.Socket): void => {
-      let i = 0;
-      const timer: NodeJS.Timeout = setInterval((): void => {
-        if (i < CONNECTION_PREFACE.length && !s.destroyed) s.write(CONNECTION_PREFACE.subarray(i, ++i));
-        else clearInterval(timer);
-      }, 100);
-    }],
+    [
+      'sends its preface one byte at a time',
+      (s: net.Socket): void => {
+        let i = 0;
+        const timer: NodeJS.Timeout = setInterval((): void => {
+          if (i < CONNECTION_PREFACE.length && !s.destroyed) s.write(CONNECTION_PREFACE.subarray(i, ++i));
+          else clearInterval(timer);
+        }, 100);
+      },
+    ],
     ['sends the preface but no SETTINGS', (s: net.Socket): void => void s.write(CONNECTION_PREFACE)],
   ] as const)('cuts a connection that %s within the handshake timeout', async (_name, behave) => {
     await start({ handshakeTimeoutMs: 300 });

@@ -103,10 +103,21 @@ async function answered(client: RawClient, id: number): Promise<void> {
 const CASES: Case[] = [
   // 3.5 connection preface
   { id: '3.5/1', does: 'a valid preface is answered with SETTINGS first', send: () => undefined, expect: { accepted: true } },
-  { id: '3.5/2', does: 'an invalid preface', raw: Buffer.from('PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n'), send: () => undefined, expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
+  {
+    id: '3.5/2',
+    does: 'an invalid preface',
+    raw: Buffer.from('PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n'),
+    send: () => undefined,
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
   // 4.1 frame format
   { id: '4.1/1', does: 'a frame of unknown type is ignored', send: (c) => c.send(frame(0x16 as FrameType, 0, 0, Buffer.alloc(8))), expect: { accepted: true } },
-  { id: '4.1/2', does: 'undefined flags are ignored', send: (c) => c.send(frame(FrameType.PING, 0x16, 0, Buffer.from('flags!!!'))), expect: { accepted: true } },
+  {
+    id: '4.1/2',
+    does: 'undefined flags are ignored',
+    send: (c) => c.send(frame(FrameType.PING, 0x16, 0, Buffer.from('flags!!!'))),
+    expect: { accepted: true },
+  },
   {
     id: '4.1/3',
     does: 'the reserved bit of the stream id is ignored',
@@ -118,16 +129,51 @@ const CASES: Case[] = [
     expect: { accepted: true },
   },
   // 4.2 frame size
-  { id: '4.2/1', does: 'a DATA frame of 2^14 octets is accepted', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.alloc(16_384, 0x61))), expect: { response: 1 } },
-  { id: '4.2/2', does: 'a DATA frame over SETTINGS_MAX_FRAME_SIZE', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.alloc(16_385))), expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR } },
-  { id: '4.2/3', does: 'a HEADERS frame over SETTINGS_MAX_FRAME_SIZE', send: (c) => c.send(headersFrame(1, END, with_([['x-big', 'a'.repeat(16_400)]]))), expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR } },
+  {
+    id: '4.2/1',
+    does: 'a DATA frame of 2^14 octets is accepted',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.alloc(16_384, 0x61))),
+    expect: { response: 1 },
+  },
+  {
+    id: '4.2/2',
+    does: 'a DATA frame over SETTINGS_MAX_FRAME_SIZE',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.alloc(16_385))),
+    expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR },
+  },
+  {
+    id: '4.2/3',
+    does: 'a HEADERS frame over SETTINGS_MAX_FRAME_SIZE',
+    send: (c) => c.send(headersFrame(1, END, with_([['x-big', 'a'.repeat(16_400)]]))),
+    expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR },
+  },
   // 4.3 header compression
-  { id: '4.3/1', does: 'an undecodable header block', send: (c) => c.send(headersFrame(1, END, Buffer.from([0x40, 0xff, 0xff, 0xff, 0xff, 0xff]))), expect: { connectionError: ErrorCode.COMPRESSION_ERROR } },
-  { id: '4.3/2', does: 'PRIORITY inside a header block', send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST), frame(FrameType.PRIORITY, 0, 1, priority(0))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '4.3/3', does: 'HEADERS of another stream inside a header block', send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST), headersFrame(3)), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
+  {
+    id: '4.3/1',
+    does: 'an undecodable header block',
+    send: (c) => c.send(headersFrame(1, END, Buffer.from([0x40, 0xff, 0xff, 0xff, 0xff, 0xff]))),
+    expect: { connectionError: ErrorCode.COMPRESSION_ERROR },
+  },
+  {
+    id: '4.3/2',
+    does: 'PRIORITY inside a header block',
+    send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST), frame(FrameType.PRIORITY, 0, 1, priority(0))),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
+  {
+    id: '4.3/3',
+    does: 'HEADERS of another stream inside a header block',
+    send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST), headersFrame(3)),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
   // 5.1.1 stream identifiers
   { id: '5.1.1/1', does: 'HEADERS on an even stream id', send: (c) => c.send(headersFrame(2)), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '5.1.1/2', does: 'HEADERS on a stream id below one already used', send: (c) => c.send(headersFrame(5), headersFrame(3)), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
+  {
+    id: '5.1.1/2',
+    does: 'HEADERS on a stream id below one already used',
+    send: (c) => c.send(headersFrame(5), headersFrame(3)),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
   // 5.1.2 stream concurrency (the server advertises 3 here)
   {
     id: '5.1.2/1',
@@ -138,9 +184,24 @@ const CASES: Case[] = [
   },
   // 5.1 stream states
   { id: '5.1/1', does: 'idle: DATA', send: (c) => c.send(dataFrame(1, Buffer.from('x'))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '5.1/2', does: 'idle: RST_STREAM', send: (c) => c.send(wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL)), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '5.1/3', does: 'idle: WINDOW_UPDATE', send: (c) => c.send(wordFrame(FrameType.WINDOW_UPDATE, 1, 100)), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '5.1/4', does: 'idle: CONTINUATION', send: (c) => c.send(frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST)), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
+  {
+    id: '5.1/2',
+    does: 'idle: RST_STREAM',
+    send: (c) => c.send(wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL)),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
+  {
+    id: '5.1/3',
+    does: 'idle: WINDOW_UPDATE',
+    send: (c) => c.send(wordFrame(FrameType.WINDOW_UPDATE, 1, 100)),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
+  {
+    id: '5.1/4',
+    does: 'idle: CONTINUATION',
+    send: (c) => c.send(frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST)),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
   {
     id: '5.1/5',
     does: 'half-closed (remote): DATA',
@@ -174,7 +235,12 @@ const CASES: Case[] = [
   {
     id: '5.1/10',
     does: 'closed by the client: CONTINUATION after its RST_STREAM',
-    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST)),
+    send: (c) =>
+      c.send(
+        headersFrame(1, Flag.END_HEADERS),
+        wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL),
+        frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST),
+      ),
     expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
   },
   {
@@ -208,14 +274,24 @@ const CASES: Case[] = [
     expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
   },
   // 5.3.1 stream dependencies
-  { id: '5.3.1/1', does: 'HEADERS depending on its own stream', send: (c) => c.send(frame(FrameType.HEADERS, END | Flag.PRIORITY, 1, Buffer.concat([priority(1), REQUEST]))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
+  {
+    id: '5.3.1/1',
+    does: 'HEADERS depending on its own stream',
+    send: (c) => c.send(frame(FrameType.HEADERS, END | Flag.PRIORITY, 1, Buffer.concat([priority(1), REQUEST]))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
   {
     id: '5.3.1/2',
     does: 'PRIORITY depending on its own (open) stream',
     send: (c) => c.send(headersFrame(1, END, block(HOLD)), frame(FrameType.PRIORITY, 0, 1, priority(1))),
     expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
   },
-  { id: '5.3.1/2b', does: 'PRIORITY depending on its own idle stream', send: (c) => c.send(frame(FrameType.PRIORITY, 0, 1, priority(1))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
+  {
+    id: '5.3.1/2b',
+    does: 'PRIORITY depending on its own idle stream',
+    send: (c) => c.send(frame(FrameType.PRIORITY, 0, 1, priority(1))),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
   // 5.4.1 connection error handling
   {
     id: '5.4.1/1+2',
@@ -224,7 +300,12 @@ const CASES: Case[] = [
     expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
   },
   // 5.5 extending HTTP/2
-  { id: '5.5/1', does: 'an unknown extension frame is ignored', send: (c) => c.send(frame(0xff as FrameType, 0, 0, Buffer.from('extension'))), expect: { accepted: true } },
+  {
+    id: '5.5/1',
+    does: 'an unknown extension frame is ignored',
+    send: (c) => c.send(frame(0xff as FrameType, 0, 0, Buffer.from('extension'))),
+    expect: { accepted: true },
+  },
   {
     id: '5.5/2',
     does: 'an unknown extension frame inside a header block',
@@ -233,16 +314,32 @@ const CASES: Case[] = [
   },
   // 6.1 DATA
   { id: '6.1/1', does: 'DATA on stream 0', send: (c) => c.send(dataFrame(0, Buffer.from('x'))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '6.1/2', does: 'DATA on a half-closed (remote) stream', send: (c) => c.send(headersFrame(1, END, block(HOLD)), dataFrame(1, Buffer.from('x'))), expect: { streamError: ErrorCode.STREAM_CLOSED, streamId: 1 } },
+  {
+    id: '6.1/2',
+    does: 'DATA on a half-closed (remote) stream',
+    send: (c) => c.send(headersFrame(1, END, block(HOLD)), dataFrame(1, Buffer.from('x'))),
+    expect: { streamError: ErrorCode.STREAM_CLOSED, streamId: 1 },
+  },
   {
     id: '6.1/3',
     does: 'DATA with a pad length beyond the payload',
-    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), frame(FrameType.DATA, Flag.PADDED | Flag.END_STREAM, 1, Buffer.from([6, 0x61, 0x62, 0x63, 0x64, 0x65]))),
+    send: (c) =>
+      c.send(headersFrame(1, Flag.END_HEADERS), frame(FrameType.DATA, Flag.PADDED | Flag.END_STREAM, 1, Buffer.from([6, 0x61, 0x62, 0x63, 0x64, 0x65]))),
     expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
   },
   // 6.2 HEADERS
-  { id: '6.2/1', does: 'PRIORITY after HEADERS without END_HEADERS', send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST), frame(FrameType.PRIORITY, 0, 3, priority(0))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '6.2/2', does: 'HEADERS of another stream after HEADERS without END_HEADERS', send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST), headersFrame(3)), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
+  {
+    id: '6.2/1',
+    does: 'PRIORITY after HEADERS without END_HEADERS',
+    send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST), frame(FrameType.PRIORITY, 0, 3, priority(0))),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
+  {
+    id: '6.2/2',
+    does: 'HEADERS of another stream after HEADERS without END_HEADERS',
+    send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST), headersFrame(3)),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
   { id: '6.2/3', does: 'HEADERS on stream 0', send: (c) => c.send(headersFrame(0)), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
   {
     id: '6.2/4',
@@ -251,7 +348,12 @@ const CASES: Case[] = [
     expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
   },
   // 6.3 PRIORITY
-  { id: '6.3/1', does: 'PRIORITY on stream 0', send: (c) => c.send(frame(FrameType.PRIORITY, 0, 0, priority(1))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
+  {
+    id: '6.3/1',
+    does: 'PRIORITY on stream 0',
+    send: (c) => c.send(frame(FrameType.PRIORITY, 0, 0, priority(1))),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
   {
     id: '6.3/2',
     does: 'PRIORITY of 4 octets on an open stream',
@@ -259,40 +361,140 @@ const CASES: Case[] = [
     expect: { streamError: ErrorCode.FRAME_SIZE_ERROR, streamId: 1 },
   },
   // 6.4 RST_STREAM
-  { id: '6.4/1', does: 'RST_STREAM on stream 0', send: (c) => c.send(wordFrame(FrameType.RST_STREAM, 0, ErrorCode.CANCEL)), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '6.4/2', does: 'RST_STREAM on an idle stream', send: (c) => c.send(wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL)), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '6.4/3', does: 'RST_STREAM of 3 octets', send: (c) => c.send(headersFrame(1, END, block(HOLD)), frame(FrameType.RST_STREAM, 0, 1, Buffer.alloc(3))), expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR } },
+  {
+    id: '6.4/1',
+    does: 'RST_STREAM on stream 0',
+    send: (c) => c.send(wordFrame(FrameType.RST_STREAM, 0, ErrorCode.CANCEL)),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
+  {
+    id: '6.4/2',
+    does: 'RST_STREAM on an idle stream',
+    send: (c) => c.send(wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL)),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
+  {
+    id: '6.4/3',
+    does: 'RST_STREAM of 3 octets',
+    send: (c) => c.send(headersFrame(1, END, block(HOLD)), frame(FrameType.RST_STREAM, 0, 1, Buffer.alloc(3))),
+    expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR },
+  },
   // 6.5 SETTINGS
-  { id: '6.5/1', does: 'SETTINGS ACK with a payload', send: (c) => c.send(frame(FrameType.SETTINGS, Flag.ACK, 0, settingsPayload(Setting.ENABLE_PUSH, 0))), expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR } },
-  { id: '6.5/2', does: 'SETTINGS on a stream', send: (c) => c.send(frame(FrameType.SETTINGS, 0, 1, settingsPayload(Setting.ENABLE_PUSH, 0))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '6.5/3', does: 'SETTINGS of a length not a multiple of 6', send: (c) => c.send(frame(FrameType.SETTINGS, 0, 0, Buffer.alloc(5))), expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR } },
+  {
+    id: '6.5/1',
+    does: 'SETTINGS ACK with a payload',
+    send: (c) => c.send(frame(FrameType.SETTINGS, Flag.ACK, 0, settingsPayload(Setting.ENABLE_PUSH, 0))),
+    expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR },
+  },
+  {
+    id: '6.5/2',
+    does: 'SETTINGS on a stream',
+    send: (c) => c.send(frame(FrameType.SETTINGS, 0, 1, settingsPayload(Setting.ENABLE_PUSH, 0))),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
+  {
+    id: '6.5/3',
+    does: 'SETTINGS of a length not a multiple of 6',
+    send: (c) => c.send(frame(FrameType.SETTINGS, 0, 0, Buffer.alloc(5))),
+    expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR },
+  },
   // 6.5.2 defined SETTINGS parameters
-  { id: '6.5.2/1', does: 'SETTINGS_ENABLE_PUSH of 2', send: (c) => c.send(settingsFrame([[Setting.ENABLE_PUSH, 2]])), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '6.5.2/2', does: 'SETTINGS_INITIAL_WINDOW_SIZE of 2^31', send: (c) => c.send(settingsFrame([[Setting.INITIAL_WINDOW_SIZE, 0x8000_0000]])), expect: { connectionError: ErrorCode.FLOW_CONTROL_ERROR } },
-  { id: '6.5.2/3', does: 'SETTINGS_MAX_FRAME_SIZE below 2^14', send: (c) => c.send(settingsFrame([[Setting.MAX_FRAME_SIZE, 16_383]])), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '6.5.2/4', does: 'SETTINGS_MAX_FRAME_SIZE above 2^24-1', send: (c) => c.send(settingsFrame([[Setting.MAX_FRAME_SIZE, 0x100_0000]])), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
+  {
+    id: '6.5.2/1',
+    does: 'SETTINGS_ENABLE_PUSH of 2',
+    send: (c) => c.send(settingsFrame([[Setting.ENABLE_PUSH, 2]])),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
+  {
+    id: '6.5.2/2',
+    does: 'SETTINGS_INITIAL_WINDOW_SIZE of 2^31',
+    send: (c) => c.send(settingsFrame([[Setting.INITIAL_WINDOW_SIZE, 0x8000_0000]])),
+    expect: { connectionError: ErrorCode.FLOW_CONTROL_ERROR },
+  },
+  {
+    id: '6.5.2/3',
+    does: 'SETTINGS_MAX_FRAME_SIZE below 2^14',
+    send: (c) => c.send(settingsFrame([[Setting.MAX_FRAME_SIZE, 16_383]])),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
+  {
+    id: '6.5.2/4',
+    does: 'SETTINGS_MAX_FRAME_SIZE above 2^24-1',
+    send: (c) => c.send(settingsFrame([[Setting.MAX_FRAME_SIZE, 0x100_0000]])),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
   { id: '6.5.2/5', does: 'an unknown setting is ignored', send: (c) => c.send(settingsFrame([[0xff as Setting, 1]])), expect: { accepted: true } },
   // 6.5.3 SETTINGS synchronization
   {
     id: '6.5.3/1',
     does: 'settings apply in order: the last INITIAL_WINDOW_SIZE (1) wins',
-    send: (c) => c.send(frame(FrameType.SETTINGS, 0, 0, Buffer.concat([settingsPayload(Setting.INITIAL_WINDOW_SIZE, 100), settingsPayload(Setting.INITIAL_WINDOW_SIZE, 1)])), headersFrame(1)),
+    send: (c) =>
+      c.send(
+        frame(FrameType.SETTINGS, 0, 0, Buffer.concat([settingsPayload(Setting.INITIAL_WINDOW_SIZE, 100), settingsPayload(Setting.INITIAL_WINDOW_SIZE, 1)])),
+        headersFrame(1),
+      ),
     expect: { accepted: true },
   },
   { id: '6.5.3/2', does: 'SETTINGS is acknowledged', send: (c) => c.send(settingsFrame([])), expect: { accepted: true } },
   // 6.7 PING
-  { id: '6.7/1', does: 'PING is answered with the same payload', send: (c) => c.send(frame(FrameType.PING, 0, 0, Buffer.from('pingpong'))), expect: { accepted: true } },
-  { id: '6.7/2', does: 'a PING ACK is not answered', send: (c) => c.send(frame(FrameType.PING, Flag.ACK, 0, Buffer.from('unasked!'))), expect: { accepted: true } },
-  { id: '6.7/3', does: 'PING on a stream', send: (c) => c.send(frame(FrameType.PING, 0, 1, Buffer.alloc(8))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '6.7/4', does: 'PING of 6 octets', send: (c) => c.send(frame(FrameType.PING, 0, 0, Buffer.alloc(6))), expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR } },
+  {
+    id: '6.7/1',
+    does: 'PING is answered with the same payload',
+    send: (c) => c.send(frame(FrameType.PING, 0, 0, Buffer.from('pingpong'))),
+    expect: { accepted: true },
+  },
+  {
+    id: '6.7/2',
+    does: 'a PING ACK is not answered',
+    send: (c) => c.send(frame(FrameType.PING, Flag.ACK, 0, Buffer.from('unasked!'))),
+    expect: { accepted: true },
+  },
+  {
+    id: '6.7/3',
+    does: 'PING on a stream',
+    send: (c) => c.send(frame(FrameType.PING, 0, 1, Buffer.alloc(8))),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
+  {
+    id: '6.7/4',
+    does: 'PING of 6 octets',
+    send: (c) => c.send(frame(FrameType.PING, 0, 0, Buffer.alloc(6))),
+    expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR },
+  },
   // 6.8 GOAWAY
-  { id: '6.8/1', does: 'GOAWAY on a stream', send: (c) => c.send(frame(FrameType.GOAWAY, 0, 1, Buffer.alloc(8))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
+  {
+    id: '6.8/1',
+    does: 'GOAWAY on a stream',
+    send: (c) => c.send(frame(FrameType.GOAWAY, 0, 1, Buffer.alloc(8))),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
   // 6.9 WINDOW_UPDATE
-  { id: '6.9/1', does: 'WINDOW_UPDATE of 0 on the connection', send: (c) => c.send(wordFrame(FrameType.WINDOW_UPDATE, 0, 0)), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '6.9/2', does: 'WINDOW_UPDATE of 0 on a stream', send: (c) => c.send(headersFrame(1, END, block(HOLD)), wordFrame(FrameType.WINDOW_UPDATE, 1, 0)), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
-  { id: '6.9/3', does: 'WINDOW_UPDATE of 3 octets', send: (c) => c.send(frame(FrameType.WINDOW_UPDATE, 0, 0, Buffer.alloc(3))), expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR } },
+  {
+    id: '6.9/1',
+    does: 'WINDOW_UPDATE of 0 on the connection',
+    send: (c) => c.send(wordFrame(FrameType.WINDOW_UPDATE, 0, 0)),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
+  {
+    id: '6.9/2',
+    does: 'WINDOW_UPDATE of 0 on a stream',
+    send: (c) => c.send(headersFrame(1, END, block(HOLD)), wordFrame(FrameType.WINDOW_UPDATE, 1, 0)),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '6.9/3',
+    does: 'WINDOW_UPDATE of 3 octets',
+    send: (c) => c.send(frame(FrameType.WINDOW_UPDATE, 0, 0, Buffer.alloc(3))),
+    expect: { connectionError: ErrorCode.FRAME_SIZE_ERROR },
+  },
   // 6.9.1 the flow-control window
-  { id: '6.9.1/1', does: 'with a window of 1, DATA comes 1 octet at a time', settings: [[Setting.INITIAL_WINDOW_SIZE, 1]], send: (c) => c.send(headersFrame(1)), expect: { accepted: true } },
+  {
+    id: '6.9.1/1',
+    does: 'with a window of 1, DATA comes 1 octet at a time',
+    settings: [[Setting.INITIAL_WINDOW_SIZE, 1]],
+    send: (c) => c.send(headersFrame(1)),
+    expect: { accepted: true },
+  },
   {
     id: '6.9.1/2',
     does: 'WINDOW_UPDATEs pushing the connection window past 2^31-1',
@@ -302,7 +504,8 @@ const CASES: Case[] = [
   {
     id: '6.9.1/3',
     does: 'WINDOW_UPDATEs pushing a stream window past 2^31-1',
-    send: (c) => c.send(headersFrame(1, END, block(HOLD)), wordFrame(FrameType.WINDOW_UPDATE, 1, 0x4000_0000), wordFrame(FrameType.WINDOW_UPDATE, 1, 0x4000_0000)),
+    send: (c) =>
+      c.send(headersFrame(1, END, block(HOLD)), wordFrame(FrameType.WINDOW_UPDATE, 1, 0x4000_0000), wordFrame(FrameType.WINDOW_UPDATE, 1, 0x4000_0000)),
     expect: { streamError: ErrorCode.FLOW_CONTROL_ERROR, streamId: 1 },
   },
   // 6.9.2 initial flow-control window size
@@ -332,35 +535,111 @@ const CASES: Case[] = [
     },
     expect: { response: 1 },
   },
-  { id: '6.9.2/3', does: 'SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1', send: (c) => c.send(settingsFrame([[Setting.INITIAL_WINDOW_SIZE, 0x8000_0000]])), expect: { connectionError: ErrorCode.FLOW_CONTROL_ERROR } },
+  {
+    id: '6.9.2/3',
+    does: 'SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1',
+    send: (c) => c.send(settingsFrame([[Setting.INITIAL_WINDOW_SIZE, 0x8000_0000]])),
+    expect: { connectionError: ErrorCode.FLOW_CONTROL_ERROR },
+  },
   // 6.10 CONTINUATION
   {
     id: '6.10/1',
     does: 'a header block over HEADERS and several CONTINUATIONs',
-    send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST.subarray(0, 3)), frame(FrameType.CONTINUATION, 0, 1, REQUEST.subarray(3, 7)), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST.subarray(7))),
+    send: (c) =>
+      c.send(
+        headersFrame(1, Flag.END_STREAM, REQUEST.subarray(0, 3)),
+        frame(FrameType.CONTINUATION, 0, 1, REQUEST.subarray(3, 7)),
+        frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST.subarray(7)),
+      ),
     expect: { response: 1 },
   },
-  { id: '6.10/2', does: 'CONTINUATION followed by DATA', send: (c) => c.send(headersFrame(1, 0, REQUEST.subarray(0, 3)), frame(FrameType.CONTINUATION, 0, 1, REQUEST.subarray(3, 7)), dataFrame(1, Buffer.from('x'))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '6.10/3', does: 'CONTINUATION on stream 0', send: (c) => c.send(headersFrame(1, 0, REQUEST.subarray(0, 3)), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 0, REQUEST.subarray(3))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
-  { id: '6.10/4', does: 'CONTINUATION after HEADERS with END_HEADERS', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, block([['x-more', '1']]))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
+  {
+    id: '6.10/2',
+    does: 'CONTINUATION followed by DATA',
+    send: (c) =>
+      c.send(headersFrame(1, 0, REQUEST.subarray(0, 3)), frame(FrameType.CONTINUATION, 0, 1, REQUEST.subarray(3, 7)), dataFrame(1, Buffer.from('x'))),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
+  {
+    id: '6.10/3',
+    does: 'CONTINUATION on stream 0',
+    send: (c) => c.send(headersFrame(1, 0, REQUEST.subarray(0, 3)), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 0, REQUEST.subarray(3))),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
+  {
+    id: '6.10/4',
+    does: 'CONTINUATION after HEADERS with END_HEADERS',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, block([['x-more', '1']]))),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
   {
     id: '6.10/5',
     does: 'CONTINUATION after a CONTINUATION with END_HEADERS',
-    send: (c) => c.send(headersFrame(1, 0, REQUEST.subarray(0, 3)), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST.subarray(3)), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, block([['x-more', '1']]))),
+    send: (c) =>
+      c.send(
+        headersFrame(1, 0, REQUEST.subarray(0, 3)),
+        frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST.subarray(3)),
+        frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, block([['x-more', '1']])),
+      ),
     expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
   },
-  { id: '6.10/6', does: 'CONTINUATION after DATA', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('x'), 0), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, block([['x-more', '1']]))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
+  {
+    id: '6.10/6',
+    does: 'CONTINUATION after DATA',
+    send: (c) =>
+      c.send(
+        headersFrame(1, Flag.END_HEADERS),
+        dataFrame(1, Buffer.from('x'), 0),
+        frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, block([['x-more', '1']])),
+      ),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
   // 7 error codes
-  { id: '7/1', does: 'GOAWAY with an unknown error code: nothing special', send: (c) => c.send(frame(FrameType.GOAWAY, 0, 0, Buffer.from([0, 0, 0, 0, 0, 0, 0, 0xff]))), expect: { goingAway: true } },
-  { id: '7/2', does: 'RST_STREAM with an unknown error code: nothing special', send: (c) => c.send(headersFrame(1, END, block(HOLD)), wordFrame(FrameType.RST_STREAM, 1, 0xff)), expect: { accepted: true } },
+  {
+    id: '7/1',
+    does: 'GOAWAY with an unknown error code: nothing special',
+    send: (c) => c.send(frame(FrameType.GOAWAY, 0, 0, Buffer.from([0, 0, 0, 0, 0, 0, 0, 0xff]))),
+    expect: { goingAway: true },
+  },
+  {
+    id: '7/2',
+    does: 'RST_STREAM with an unknown error code: nothing special',
+    send: (c) => c.send(headersFrame(1, END, block(HOLD)), wordFrame(FrameType.RST_STREAM, 1, 0xff)),
+    expect: { accepted: true },
+  },
   // 8.1 request/response exchange
-  { id: '8.1/1', does: 'a second HEADERS without END_STREAM', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), headersFrame(1, Flag.END_HEADERS, block([['x-trailer', '1']]))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
+  {
+    id: '8.1/1',
+    does: 'a second HEADERS without END_STREAM',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), headersFrame(1, Flag.END_HEADERS, block([['x-trailer', '1']]))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
   // 8.1.2 header fields
-  { id: '8.1.2/1', does: 'an upper-case field name', send: (c) => c.send(headersFrame(1, END, with_([['X-Upper', 'a']]))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
+  {
+    id: '8.1.2/1',
+    does: 'an upper-case field name',
+    send: (c) => c.send(headersFrame(1, END, with_([['X-Upper', 'a']]))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
   // 8.1.2.1 pseudo-header fields
-  { id: '8.1.2.1/1', does: 'an unknown pseudo-header field', send: (c) => c.send(headersFrame(1, END, with_([[':unknown', 'a']]))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
-  { id: '8.1.2.1/2', does: 'a response pseudo-header field in a request', send: (c) => c.send(headersFrame(1, END, with_([[':status', '200']]))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
-  { id: '8.1.2.1/3', does: 'a pseudo-header field in trailers', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), headersFrame(1, END, block([[':method', 'POST']]))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
+  {
+    id: '8.1.2.1/1',
+    does: 'an unknown pseudo-header field',
+    send: (c) => c.send(headersFrame(1, END, with_([[':unknown', 'a']]))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '8.1.2.1/2',
+    does: 'a response pseudo-header field in a request',
+    send: (c) => c.send(headersFrame(1, END, with_([[':status', '200']]))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '8.1.2.1/3',
+    does: 'a pseudo-header field in trailers',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), headersFrame(1, END, block([[':method', 'POST']]))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
   {
     id: '8.1.2.1/4',
     does: 'a pseudo-header field after a regular field',
@@ -368,46 +647,157 @@ const CASES: Case[] = [
     expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
   },
   // 8.1.2.2 connection-specific header fields
-  { id: '8.1.2.2/1', does: 'a connection-specific field', send: (c) => c.send(headersFrame(1, END, with_([['connection', 'keep-alive']]))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
-  { id: '8.1.2.2/2', does: 'TE other than "trailers"', send: (c) => c.send(headersFrame(1, END, with_([['te', 'trailers, deflate']]))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
+  {
+    id: '8.1.2.2/1',
+    does: 'a connection-specific field',
+    send: (c) => c.send(headersFrame(1, END, with_([['connection', 'keep-alive']]))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '8.1.2.2/2',
+    does: 'TE other than "trailers"',
+    send: (c) => c.send(headersFrame(1, END, with_([['te', 'trailers, deflate']]))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
   // 8.1.2.3 request pseudo-header fields
-  { id: '8.1.2.3/1', does: 'an empty :path', send: (c) => c.send(headersFrame(1, END, block(BASE.map(([n, v]) => [n, n === ':path' ? '' : v])))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
-  { id: '8.1.2.3/2', does: 'no :method', send: (c) => c.send(headersFrame(1, END, without(':method'))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
-  { id: '8.1.2.3/3', does: 'no :scheme', send: (c) => c.send(headersFrame(1, END, without(':scheme'))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
-  { id: '8.1.2.3/4', does: 'no :path', send: (c) => c.send(headersFrame(1, END, without(':path'))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
-  { id: '8.1.2.3/5', does: 'two :method', send: (c) => c.send(headersFrame(1, END, block([BASE[0], ...BASE]))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
-  { id: '8.1.2.3/6', does: 'two :scheme', send: (c) => c.send(headersFrame(1, END, block([BASE[1], ...BASE]))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
-  { id: '8.1.2.3/7', does: 'two :path', send: (c) => c.send(headersFrame(1, END, block([BASE[2], ...BASE]))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
+  {
+    id: '8.1.2.3/1',
+    does: 'an empty :path',
+    send: (c) => c.send(headersFrame(1, END, block(BASE.map(([n, v]) => [n, n === ':path' ? '' : v])))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '8.1.2.3/2',
+    does: 'no :method',
+    send: (c) => c.send(headersFrame(1, END, without(':method'))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '8.1.2.3/3',
+    does: 'no :scheme',
+    send: (c) => c.send(headersFrame(1, END, without(':scheme'))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '8.1.2.3/4',
+    does: 'no :path',
+    send: (c) => c.send(headersFrame(1, END, without(':path'))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '8.1.2.3/5',
+    does: 'two :method',
+    send: (c) => c.send(headersFrame(1, END, block([BASE[0], ...BASE]))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '8.1.2.3/6',
+    does: 'two :scheme',
+    send: (c) => c.send(headersFrame(1, END, block([BASE[1], ...BASE]))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '8.1.2.3/7',
+    does: 'two :path',
+    send: (c) => c.send(headersFrame(1, END, block([BASE[2], ...BASE]))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
   // 8.1.2.6 malformed requests
-  { id: '8.1.2.6/1', does: 'content-length not the DATA length', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS, with_([['content-length', '1']])), dataFrame(1, Buffer.from('test'))), expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 } },
+  {
+    id: '8.1.2.6/1',
+    does: 'content-length not the DATA length',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS, with_([['content-length', '1']])), dataFrame(1, Buffer.from('test'))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
   {
     id: '8.1.2.6/2',
     does: 'content-length not the sum of several DATA',
-    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS, with_([['content-length', '9']])), dataFrame(1, Buffer.from('test'), 0), dataFrame(1, Buffer.from('test'))),
+    send: (c) =>
+      c.send(headersFrame(1, Flag.END_HEADERS, with_([['content-length', '9']])), dataFrame(1, Buffer.from('test'), 0), dataFrame(1, Buffer.from('test'))),
     expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
   },
   // 8.2 server push
-  { id: '8.2/1', does: 'PUSH_PROMISE from a client', send: (c) => c.send(frame(FrameType.PUSH_PROMISE, Flag.END_HEADERS, 1, Buffer.concat([Buffer.from([0, 0, 0, 2]), REQUEST]))), expect: { connectionError: ErrorCode.PROTOCOL_ERROR } },
+  {
+    id: '8.2/1',
+    does: 'PUSH_PROMISE from a client',
+    send: (c) => c.send(frame(FrameType.PUSH_PROMISE, Flag.END_HEADERS, 1, Buffer.concat([Buffer.from([0, 0, 0, 2]), REQUEST]))),
+    expect: { connectionError: ErrorCode.PROTOCOL_ERROR },
+  },
   // RFC 7541 (HPACK)
-  { id: 'hpack/2.3.3/1', does: 'an indexed field beyond the tables', send: (c) => c.send(headersFrame(1, END, Buffer.concat([REQUEST, Buffer.from([0xff, 0x30])]))), expect: { connectionError: ErrorCode.COMPRESSION_ERROR } },
-  { id: 'hpack/2.3.3/2', does: 'a literal field whose name index is beyond the tables', send: (c) => c.send(headersFrame(1, END, Buffer.concat([REQUEST, Buffer.from([0x0f, 0x60, 0x01, 0x61])]))), expect: { connectionError: ErrorCode.COMPRESSION_ERROR } },
-  { id: 'hpack/4.2/1', does: 'a table size update at the end of a block', send: (c) => c.send(headersFrame(1, END, Buffer.concat([REQUEST, Buffer.from([0x3f, 0xe1, 0x1f])]))), expect: { connectionError: ErrorCode.COMPRESSION_ERROR } },
+  {
+    id: 'hpack/2.3.3/1',
+    does: 'an indexed field beyond the tables',
+    send: (c) => c.send(headersFrame(1, END, Buffer.concat([REQUEST, Buffer.from([0xff, 0x30])]))),
+    expect: { connectionError: ErrorCode.COMPRESSION_ERROR },
+  },
+  {
+    id: 'hpack/2.3.3/2',
+    does: 'a literal field whose name index is beyond the tables',
+    send: (c) => c.send(headersFrame(1, END, Buffer.concat([REQUEST, Buffer.from([0x0f, 0x60, 0x01, 0x61])]))),
+    expect: { connectionError: ErrorCode.COMPRESSION_ERROR },
+  },
+  {
+    id: 'hpack/4.2/1',
+    does: 'a table size update at the end of a block',
+    send: (c) => c.send(headersFrame(1, END, Buffer.concat([REQUEST, Buffer.from([0x3f, 0xe1, 0x1f])]))),
+    expect: { connectionError: ErrorCode.COMPRESSION_ERROR },
+  },
   // A literal "x-test" name, then the value "test" Huffman-coded (0x49 0x50 0x9f) spoilt three ways.
-  { id: 'hpack/5.2/1', does: 'Huffman padding longer than 7 bits', send: (c) => c.send(headersFrame(1, END, Buffer.concat([REQUEST, X_TEST, Buffer.from([0x84, 0x49, 0x50, 0x9f, 0xff])]))), expect: { connectionError: ErrorCode.COMPRESSION_ERROR } },
-  { id: 'hpack/5.2/2', does: 'Huffman padding of zeros', send: (c) => c.send(headersFrame(1, END, Buffer.concat([REQUEST, X_TEST, Buffer.from([0x83, 0x49, 0x50, 0x90])]))), expect: { connectionError: ErrorCode.COMPRESSION_ERROR } },
+  {
+    id: 'hpack/5.2/1',
+    does: 'Huffman padding longer than 7 bits',
+    send: (c) => c.send(headersFrame(1, END, Buffer.concat([REQUEST, X_TEST, Buffer.from([0x84, 0x49, 0x50, 0x9f, 0xff])]))),
+    expect: { connectionError: ErrorCode.COMPRESSION_ERROR },
+  },
+  {
+    id: 'hpack/5.2/2',
+    does: 'Huffman padding of zeros',
+    send: (c) => c.send(headersFrame(1, END, Buffer.concat([REQUEST, X_TEST, Buffer.from([0x83, 0x49, 0x50, 0x90])]))),
+    expect: { connectionError: ErrorCode.COMPRESSION_ERROR },
+  },
   {
     id: 'hpack/5.2/3',
     does: 'a Huffman string containing EOS',
     send: (c) => c.send(headersFrame(1, END, Buffer.concat([REQUEST, X_TEST, Buffer.from([0x87, 0x49, 0x51, 0xff, 0xff, 0xff, 0xfa, 0x7f])]))),
     expect: { connectionError: ErrorCode.COMPRESSION_ERROR },
   },
-  { id: 'hpack/6.1/1', does: 'an indexed field of index 0', send: (c) => c.send(headersFrame(1, END, Buffer.concat([REQUEST, Buffer.from([0x80])]))), expect: { connectionError: ErrorCode.COMPRESSION_ERROR } },
-  { id: 'hpack/6.3/1', does: 'a table size update above SETTINGS_HEADER_TABLE_SIZE', send: (c) => c.send(headersFrame(1, END, Buffer.concat([Buffer.from([0x3f, 0xe2, 0x1f]), REQUEST]))), expect: { connectionError: ErrorCode.COMPRESSION_ERROR } },
+  {
+    id: 'hpack/6.1/1',
+    does: 'an indexed field of index 0',
+    send: (c) => c.send(headersFrame(1, END, Buffer.concat([REQUEST, Buffer.from([0x80])]))),
+    expect: { connectionError: ErrorCode.COMPRESSION_ERROR },
+  },
+  {
+    id: 'hpack/6.3/1',
+    does: 'a table size update above SETTINGS_HEADER_TABLE_SIZE',
+    send: (c) => c.send(headersFrame(1, END, Buffer.concat([Buffer.from([0x3f, 0xe2, 0x1f]), REQUEST]))),
+    expect: { connectionError: ErrorCode.COMPRESSION_ERROR },
+  },
   // generic: what a well-behaved client does is accepted
-  { id: 'generic/2/1', does: 'PRIORITY on an idle stream, then HEADERS on a lower one', send: (c) => c.send(frame(FrameType.PRIORITY, 0, 5, priority(0)), headersFrame(3)), expect: { response: 3 } },
-  { id: 'generic/2/2', does: 'WINDOW_UPDATE on a half-closed (remote) stream', send: (c) => c.send(headersFrame(1, END, block(HOLD)), wordFrame(FrameType.WINDOW_UPDATE, 1, 100)), expect: { accepted: true } },
-  { id: 'generic/2/3', does: 'PRIORITY on a half-closed (remote) stream', send: (c) => c.send(headersFrame(1, END, block(HOLD)), frame(FrameType.PRIORITY, 0, 1, priority(0))), expect: { accepted: true } },
-  { id: 'generic/2/4', does: 'RST_STREAM on a half-closed (remote) stream', send: (c) => c.send(headersFrame(1, END, block(HOLD)), wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL)), expect: { accepted: true } },
+  {
+    id: 'generic/2/1',
+    does: 'PRIORITY on an idle stream, then HEADERS on a lower one',
+    send: (c) => c.send(frame(FrameType.PRIORITY, 0, 5, priority(0)), headersFrame(3)),
+    expect: { response: 3 },
+  },
+  {
+    id: 'generic/2/2',
+    does: 'WINDOW_UPDATE on a half-closed (remote) stream',
+    send: (c) => c.send(headersFrame(1, END, block(HOLD)), wordFrame(FrameType.WINDOW_UPDATE, 1, 100)),
+    expect: { accepted: true },
+  },
+  {
+    id: 'generic/2/3',
+    does: 'PRIORITY on a half-closed (remote) stream',
+    send: (c) => c.send(headersFrame(1, END, block(HOLD)), frame(FrameType.PRIORITY, 0, 1, priority(0))),
+    expect: { accepted: true },
+  },
+  {
+    id: 'generic/2/4',
+    does: 'RST_STREAM on a half-closed (remote) stream',
+    send: (c) => c.send(headersFrame(1, END, block(HOLD)), wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL)),
+    expect: { accepted: true },
+  },
   {
     id: 'generic/2/5',
     does: 'PRIORITY on a closed stream',
@@ -418,37 +808,140 @@ const CASES: Case[] = [
     },
     expect: { accepted: true },
   },
-  { id: 'generic/3.1/3', does: 'padded DATA', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), frame(FrameType.DATA, Flag.PADDED | Flag.END_STREAM, 1, padded(4, Buffer.from('body')))), expect: { response: 1 } },
-  { id: 'generic/3.2/2', does: 'padded HEADERS', send: (c) => c.send(frame(FrameType.HEADERS, END | Flag.PADDED, 1, padded(8, REQUEST))), expect: { response: 1 } },
-  { id: 'generic/3.2/3', does: 'HEADERS with priority', send: (c) => c.send(frame(FrameType.HEADERS, END | Flag.PRIORITY, 1, Buffer.concat([priority(0, 255), REQUEST]))), expect: { response: 1 } },
-  { id: 'generic/4/4', does: 'a POST with trailers', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('body'), 0), headersFrame(1, END, block([['x-trailer', 'yes']]))), expect: { response: 1 } },
+  {
+    id: 'generic/3.1/3',
+    does: 'padded DATA',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), frame(FrameType.DATA, Flag.PADDED | Flag.END_STREAM, 1, padded(4, Buffer.from('body')))),
+    expect: { response: 1 },
+  },
+  {
+    id: 'generic/3.2/2',
+    does: 'padded HEADERS',
+    send: (c) => c.send(frame(FrameType.HEADERS, END | Flag.PADDED, 1, padded(8, REQUEST))),
+    expect: { response: 1 },
+  },
+  {
+    id: 'generic/3.2/3',
+    does: 'HEADERS with priority',
+    send: (c) => c.send(frame(FrameType.HEADERS, END | Flag.PRIORITY, 1, Buffer.concat([priority(0, 255), REQUEST]))),
+    expect: { response: 1 },
+  },
+  {
+    id: 'generic/4/4',
+    does: 'a POST with trailers',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('body'), 0), headersFrame(1, END, block([['x-trailer', 'yes']]))),
+    expect: { response: 1 },
+  },
   { id: 'generic/1/1', does: 'the preface and SETTINGS of a client', send: () => undefined, expect: { accepted: true } },
-  { id: 'generic/3.10/1', does: 'HEADERS and one CONTINUATION', send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST.subarray(0, 5)), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST.subarray(5))), expect: { response: 1 } },
+  {
+    id: 'generic/3.10/1',
+    does: 'HEADERS and one CONTINUATION',
+    send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST.subarray(0, 5)), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST.subarray(5))),
+    expect: { response: 1 },
+  },
   {
     id: 'generic/3.10/2',
     does: 'HEADERS and several CONTINUATIONs, one empty',
-    send: (c) => c.send(headersFrame(1, Flag.END_STREAM, REQUEST.subarray(0, 5)), frame(FrameType.CONTINUATION, 0, 1), frame(FrameType.CONTINUATION, 0, 1, REQUEST.subarray(5, 9)), frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST.subarray(9))),
+    send: (c) =>
+      c.send(
+        headersFrame(1, Flag.END_STREAM, REQUEST.subarray(0, 5)),
+        frame(FrameType.CONTINUATION, 0, 1),
+        frame(FrameType.CONTINUATION, 0, 1, REQUEST.subarray(5, 9)),
+        frame(FrameType.CONTINUATION, Flag.END_HEADERS, 1, REQUEST.subarray(9)),
+      ),
     expect: { response: 1 },
   },
   { id: 'generic/3.1/1', does: 'one DATA', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('body'))), expect: { response: 1 } },
-  { id: 'generic/3.1/2', does: 'several DATA', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('bo'), 0), dataFrame(1, Buffer.alloc(0), 0), dataFrame(1, Buffer.from('dy'))), expect: { response: 1 } },
+  {
+    id: 'generic/3.1/2',
+    does: 'several DATA',
+    send: (c) =>
+      c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('bo'), 0), dataFrame(1, Buffer.alloc(0), 0), dataFrame(1, Buffer.from('dy'))),
+    expect: { response: 1 },
+  },
   { id: 'generic/3.2/1', does: 'one HEADERS', send: (c) => c.send(headersFrame(1)), expect: { response: 1 } },
-  { id: 'generic/3.3/1', does: 'PRIORITY of weight 1, then the request', send: (c) => c.send(frame(FrameType.PRIORITY, 0, 1, priority(0, 0)), headersFrame(1)), expect: { response: 1 } },
-  { id: 'generic/3.3/2', does: 'PRIORITY of weight 256, then the request', send: (c) => c.send(frame(FrameType.PRIORITY, 0, 1, priority(0, 255)), headersFrame(1)), expect: { response: 1 } },
-  { id: 'generic/3.3/3', does: 'PRIORITY with a dependency, then the request', send: (c) => c.send(frame(FrameType.PRIORITY, 0, 3, priority(1)), headersFrame(1)), expect: { response: 1 } },
-  { id: 'generic/3.3/4', does: 'PRIORITY exclusive, then the request', send: (c) => c.send(frame(FrameType.PRIORITY, 0, 1, priority(0x8000_0000)), headersFrame(1)), expect: { response: 1 } },
-  { id: 'generic/3.3/5', does: 'PRIORITY on an idle stream, then the request on a lower one', send: (c) => c.send(frame(FrameType.PRIORITY, 0, 3, priority(0)), headersFrame(1)), expect: { response: 1 } },
-  { id: 'generic/3.4/1', does: 'RST_STREAM of an open stream', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL)), expect: { accepted: true } },
-  { id: 'generic/3.5/1', does: 'SETTINGS with values', send: (c) => c.send(settingsFrame([[Setting.HEADER_TABLE_SIZE, 4096], [Setting.MAX_FRAME_SIZE, 32_768]])), expect: { accepted: true } },
+  {
+    id: 'generic/3.3/1',
+    does: 'PRIORITY of weight 1, then the request',
+    send: (c) => c.send(frame(FrameType.PRIORITY, 0, 1, priority(0, 0)), headersFrame(1)),
+    expect: { response: 1 },
+  },
+  {
+    id: 'generic/3.3/2',
+    does: 'PRIORITY of weight 256, then the request',
+    send: (c) => c.send(frame(FrameType.PRIORITY, 0, 1, priority(0, 255)), headersFrame(1)),
+    expect: { response: 1 },
+  },
+  {
+    id: 'generic/3.3/3',
+    does: 'PRIORITY with a dependency, then the request',
+    send: (c) => c.send(frame(FrameType.PRIORITY, 0, 3, priority(1)), headersFrame(1)),
+    expect: { response: 1 },
+  },
+  {
+    id: 'generic/3.3/4',
+    does: 'PRIORITY exclusive, then the request',
+    send: (c) => c.send(frame(FrameType.PRIORITY, 0, 1, priority(0x8000_0000)), headersFrame(1)),
+    expect: { response: 1 },
+  },
+  {
+    id: 'generic/3.3/5',
+    does: 'PRIORITY on an idle stream, then the request on a lower one',
+    send: (c) => c.send(frame(FrameType.PRIORITY, 0, 3, priority(0)), headersFrame(1)),
+    expect: { response: 1 },
+  },
+  {
+    id: 'generic/3.4/1',
+    does: 'RST_STREAM of an open stream',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL)),
+    expect: { accepted: true },
+  },
+  {
+    id: 'generic/3.5/1',
+    does: 'SETTINGS with values',
+    send: (c) =>
+      c.send(
+        settingsFrame([
+          [Setting.HEADER_TABLE_SIZE, 4096],
+          [Setting.MAX_FRAME_SIZE, 32_768],
+        ]),
+      ),
+    expect: { accepted: true },
+  },
   { id: 'generic/3.7/1', does: 'PING', send: (c) => c.send(frame(FrameType.PING, 0, 0, Buffer.from('generic!'))), expect: { accepted: true } },
-  { id: 'generic/3.8/1', does: 'GOAWAY NO_ERROR', send: (c) => c.send(frame(FrameType.GOAWAY, 0, 0, Buffer.concat([Buffer.alloc(8), Buffer.from('bye')]))), expect: { goingAway: true } },
+  {
+    id: 'generic/3.8/1',
+    does: 'GOAWAY NO_ERROR',
+    send: (c) => c.send(frame(FrameType.GOAWAY, 0, 0, Buffer.concat([Buffer.alloc(8), Buffer.from('bye')]))),
+    expect: { goingAway: true },
+  },
   { id: 'generic/3.9/1', does: 'WINDOW_UPDATE on the connection', send: (c) => c.send(wordFrame(FrameType.WINDOW_UPDATE, 0, 1)), expect: { accepted: true } },
-  { id: 'generic/3.9/2', does: 'WINDOW_UPDATE on a stream', send: (c) => c.send(headersFrame(1), wordFrame(FrameType.WINDOW_UPDATE, 1, 1)), expect: { response: 1 } },
-  { id: 'generic/4/1', does: 'a GET', send: (c) => c.send(headersFrame(1, END, block(BASE.map(([n, v]) => [n, n === ':method' ? 'GET' : v])))), expect: { response: 1 } },
-  { id: 'generic/4/2', does: 'a HEAD', send: (c) => c.send(headersFrame(1, END, block(BASE.map(([n, v]) => [n, n === ':method' ? 'HEAD' : v])))), expect: { response: 1 } },
+  {
+    id: 'generic/3.9/2',
+    does: 'WINDOW_UPDATE on a stream',
+    send: (c) => c.send(headersFrame(1), wordFrame(FrameType.WINDOW_UPDATE, 1, 1)),
+    expect: { response: 1 },
+  },
+  {
+    id: 'generic/4/1',
+    does: 'a GET',
+    send: (c) => c.send(headersFrame(1, END, block(BASE.map(([n, v]) => [n, n === ':method' ? 'GET' : v])))),
+    expect: { response: 1 },
+  },
+  {
+    id: 'generic/4/2',
+    does: 'a HEAD',
+    send: (c) => c.send(headersFrame(1, END, block(BASE.map(([n, v]) => [n, n === ':method' ? 'HEAD' : v])))),
+    expect: { response: 1 },
+  },
   { id: 'generic/4/3', does: 'a POST', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS), dataFrame(1, Buffer.from('posted'))), expect: { response: 1 } },
   ...HPACK_REPRESENTATIONS.map(([id, does, fields]): Case => ({ id, does, send: (c) => c.send(headersFrame(1, END, fields)), expect: { response: 1 } })),
-  { id: 'generic/4/x', does: 'a request with a matching content-length', send: (c) => c.send(headersFrame(1, Flag.END_HEADERS, with_([['content-length', '4']])), dataFrame(1, Buffer.from('body'))), expect: { response: 1 } },
+  {
+    id: 'generic/4/x',
+    does: 'a request with a matching content-length',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS, with_([['content-length', '4']])), dataFrame(1, Buffer.from('body'))),
+    expect: { response: 1 },
+  },
 ];
 
 describe('RFC 9113 / RFC 7541 conformance of the HTTP/2 layer (after h2spec)', () => {
@@ -525,7 +1018,8 @@ describe('RFC 9113 / RFC 7541 conformance of the HTTP/2 layer (after h2spec)', (
         expect(client.frames.filter(isType(FrameType.DATA, 1)).map((f) => f.payload.length)).toEqual([1]);
       }
       if (c.id === '6.7/2') expect(client.frames.filter((f) => f.type === FrameType.PING)).toHaveLength(1);
-      if (c.id === '6.5.3/2' || c.id === '3.5/1') expect(client.frames.filter((f) => f.type === FrameType.SETTINGS && f.flags === Flag.ACK).length).toBeGreaterThanOrEqual(1);
+      if (c.id === '6.5.3/2' || c.id === '3.5/1')
+        expect(client.frames.filter((f) => f.type === FrameType.SETTINGS && f.flags === Flag.ACK).length).toBeGreaterThanOrEqual(1);
       if ('streamError' in e) expect(client.frames.filter(isType(FrameType.RST_STREAM, e.streamId))).toHaveLength(1);
     } finally {
       client.close();

@@ -167,11 +167,26 @@ describe('the HTTP/2 connection layer', () => {
 
   it.each([
     ['a bad connection preface', (c: RawClient) => c.send(Buffer.from('GET / HTTP/1.1\r\n\r\n')), ErrorCode.PROTOCOL_ERROR, false],
-    ['a DATA frame in the middle of a header block', (c: RawClient) => c.send(headersFrame(1, 0), dataFrame(1, Buffer.from('x'))), ErrorCode.PROTOCOL_ERROR, true],
-    ['a header block HPACK cannot decode', (c: RawClient) => c.send(headersFrame(1, Flag.END_HEADERS, Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]))), ErrorCode.COMPRESSION_ERROR, true],
+    [
+      'a DATA frame in the middle of a header block',
+      (c: RawClient) => c.send(headersFrame(1, 0), dataFrame(1, Buffer.from('x'))),
+      ErrorCode.PROTOCOL_ERROR,
+      true,
+    ],
+    [
+      'a header block HPACK cannot decode',
+      (c: RawClient) => c.send(headersFrame(1, Flag.END_HEADERS, Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]))),
+      ErrorCode.COMPRESSION_ERROR,
+      true,
+    ],
     ['DATA on a stream never opened', (c: RawClient) => c.send(dataFrame(7, Buffer.from('x'))), ErrorCode.PROTOCOL_ERROR, true],
     ['a PING of the wrong size', (c: RawClient) => c.send(frame(FrameType.PING, 0, 0, Buffer.alloc(4))), ErrorCode.FRAME_SIZE_ERROR, true],
-    ['a window update that overflows the connection window', (c: RawClient) => c.send(wordFrame(FrameType.WINDOW_UPDATE, 0, 0x7fffffff)), ErrorCode.FLOW_CONTROL_ERROR, true],
+    [
+      'a window update that overflows the connection window',
+      (c: RawClient) => c.send(wordFrame(FrameType.WINDOW_UPDATE, 0, 0x7fffffff)),
+      ErrorCode.FLOW_CONTROL_ERROR,
+      true,
+    ],
   ] as const)('ends the connection with GOAWAY on %s', async (_name, misbehave, code, withPreface) => {
     reply = () => undefined;
     await start();
@@ -278,7 +293,14 @@ describe('the HTTP/2 connection layer', () => {
     ]);
     const trailers = encodeHeaderBlock([['x-trailer', '1']]);
     const action = fc.oneof(
-      fc.record({ kind: fc.constant('headers' as const), id: streamId, end: fc.boolean(), block: fc.constantFrom(REQUEST, malformed, trailers), split: fc.boolean(), priority: fc.constantFrom(-1, 0, 1, 3) }),
+      fc.record({
+        kind: fc.constant('headers' as const),
+        id: streamId,
+        end: fc.boolean(),
+        block: fc.constantFrom(REQUEST, malformed, trailers),
+        split: fc.boolean(),
+        priority: fc.constantFrom(-1, 0, 1, 3),
+      }),
       fc.record({ kind: fc.constant('data' as const), id: streamId, end: fc.boolean(), size: fc.constantFrom(0, 1, 100, 16_384), padded: fc.boolean() }),
       fc.record({ kind: fc.constant('rst' as const), id: streamId, code: fc.constantFrom(ErrorCode.CANCEL, ErrorCode.NO_ERROR, 0xff) }),
       fc.record({ kind: fc.constant('window' as const), id: fc.constantFrom(0, 1, 3, 5), increment: fc.constantFrom(0, 1, 1000, 0x7fff_ffff) }),
@@ -293,7 +315,11 @@ describe('the HTTP/2 connection layer', () => {
           const head = a.priority >= 0 ? Buffer.concat([Buffer.from([0, 0, 0, a.priority === 1 ? a.id : a.priority, 16]), a.block]) : a.block;
           if (!a.split) return [frame(FrameType.HEADERS, flags | Flag.END_HEADERS, a.id, head)];
           const cut = head.length - 2;
-          return [frame(FrameType.HEADERS, flags, a.id, head.subarray(0, cut)), frame(FrameType.CONTINUATION, 0, a.id), frame(FrameType.CONTINUATION, Flag.END_HEADERS, a.id, head.subarray(cut))];
+          return [
+            frame(FrameType.HEADERS, flags, a.id, head.subarray(0, cut)),
+            frame(FrameType.CONTINUATION, 0, a.id),
+            frame(FrameType.CONTINUATION, Flag.END_HEADERS, a.id, head.subarray(cut)),
+          ];
         }
         case 'data': {
           const data = Buffer.alloc(a.size, 0x61);

@@ -92,12 +92,22 @@ describe('GET /livez and GET /readyz', () => {
   it('readiness follows the store only when the failure policy cannot answer without it', async () => {
     const store = { up: false };
     const serverFor = (ready: boolean) =>
-      new HttpServer({ host: '127.0.0.1', port: 0, isServing: () => store.up, isReady: () => ready, limiter: { shouldRateLimit: () => Promise.reject(new Error('unused')) } });
+      new HttpServer({
+        host: '127.0.0.1',
+        port: 0,
+        isServing: () => store.up,
+        isReady: () => ready,
+        limiter: { shouldRateLimit: () => Promise.reject(new Error('unused')) },
+      });
     const servers = [serverFor(false), serverFor(true)];
     try {
       const [notReady, ready] = await Promise.all(servers.map((s) => s.start()));
-      expect([(await http(notReady, '/healthcheck')).status, (await http(notReady, '/readyz')).status, (await http(notReady, '/livez')).status]).toEqual([500, 503, 200]);
-      expect([(await http(ready, '/healthcheck')).status, (await http(ready, '/readyz')).status, (await http(ready, '/livez')).status]).toEqual([500, 200, 200]);
+      expect([(await http(notReady, '/healthcheck')).status, (await http(notReady, '/readyz')).status, (await http(notReady, '/livez')).status]).toEqual([
+        500, 503, 200,
+      ]);
+      expect([(await http(ready, '/healthcheck')).status, (await http(ready, '/readyz')).status, (await http(ready, '/livez')).status]).toEqual([
+        500, 200, 200,
+      ]);
       expect((await http(ready, '/livez', { method: 'POST' })).status).toBe(405);
     } finally {
       await Promise.all(servers.map((s) => s.close(0)));

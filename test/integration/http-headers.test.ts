@@ -19,8 +19,7 @@ descriptors:
 let unique = 0;
 const fresh = (label: string): string => `${label}-${++unique}-${Date.now()}`;
 const req = (...descriptors: RlsRequestInput['descriptors']): RlsRequestInput => ({ domain: 'edge', descriptors });
-const asMap = (headers: { key: string; value: string }[]): Record<string, string> =>
-  Object.fromEntries(headers.map((h) => [h.key, h.value]));
+const asMap = (headers: { key: string; value: string }[]): Record<string, string> => Object.fromEntries(headers.map((h) => [h.key, h.value]));
 
 describe('with LIMIT_RESPONSE_HEADERS_ENABLED', () => {
   let svc: TestService;

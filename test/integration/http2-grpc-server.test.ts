@@ -133,7 +133,10 @@ describe('the http2 transport, from a raw HTTP/2 client', () => {
       for (let i = 0; i < 3; i++) {
         const reply = await post(frame(validRequest));
         expect(grpcStatus(reply).code).toBe(0);
-        expect(decode(reply)).toMatchObject({ overallCode: 'OVER_LIMIT', statuses: [{ code: 'OVER_LIMIT', durationUntilReset: { seconds: 1, nanos: 500_000_000 } }] });
+        expect(decode(reply)).toMatchObject({
+          overallCode: 'OVER_LIMIT',
+          statuses: [{ code: 'OVER_LIMIT', durationUntilReset: { seconds: 1, nanos: 500_000_000 } }],
+        });
       }
       expect(keys).toHaveLength(1);
       // A message too large to be named by its bytes is always decided.

@@ -34,7 +34,15 @@ const req = (...descriptors: RlsRequestInput['descriptors']): RlsRequestInput =>
 /** Sends the same traffic to any service: 5 user hits (3 allowed, 2 denied), 2 shadow hits, 2 detailed, 1 bad call. */
 async function traffic(svc: TestService): Promise<void> {
   for (let i = 0; i < 5; i++) await svc.client.shouldRateLimit(req(descriptor([['user', 'alice']])));
-  for (let i = 0; i < 2; i++) await svc.client.shouldRateLimit(req(descriptor([['tenant', 'acme'], ['path', '/a']])));
+  for (let i = 0; i < 2; i++)
+    await svc.client.shouldRateLimit(
+      req(
+        descriptor([
+          ['tenant', 'acme'],
+          ['path', '/a'],
+        ]),
+      ),
+    );
   await svc.client.shouldRateLimit(req(descriptor([['client', 'web']])));
   await svc.client.shouldRateLimit(req(descriptor([['client', 'ios']])));
   expect(await grpcCode(svc.client.shouldRateLimit({ domain: '', descriptors: [] }))).toBeDefined();
@@ -273,7 +281,10 @@ describe('USE_PROMETHEUS: the reference names and labels on PROMETHEUS_ADDR', ()
         '',
       ].join('\n'),
     );
-    const svc = await startTestService({ config: { 'edge.yaml': EDGE }, env: { USE_PROMETHEUS: 'true', PROMETHEUS_ADDR: '127.0.0.1:0', PROMETHEUS_MAPPER_YAML: file } });
+    const svc = await startTestService({
+      config: { 'edge.yaml': EDGE },
+      env: { USE_PROMETHEUS: 'true', PROMETHEUS_ADDR: '127.0.0.1:0', PROMETHEUS_MAPPER_YAML: file },
+    });
     try {
       await traffic(svc);
       const text = await (await scrape(svc, '/metrics')).text();
@@ -290,7 +301,10 @@ describe('USE_PROMETHEUS: the reference names and labels on PROMETHEUS_ADDR', ()
 
   it('stops the start on a mapping file it cannot use, naming PROMETHEUS_MAPPER_YAML', async () => {
     await expect(
-      startTestService({ config: { 'edge.yaml': EDGE }, env: { USE_PROMETHEUS: 'true', PROMETHEUS_ADDR: '127.0.0.1:0', PROMETHEUS_MAPPER_YAML: '/nonexistent/mapper.yaml' } }),
+      startTestService({
+        config: { 'edge.yaml': EDGE },
+        env: { USE_PROMETHEUS: 'true', PROMETHEUS_ADDR: '127.0.0.1:0', PROMETHEUS_MAPPER_YAML: '/nonexistent/mapper.yaml' },
+      }),
     ).rejects.toThrow(/PROMETHEUS_MAPPER_YAML: cannot read/);
   });
 });

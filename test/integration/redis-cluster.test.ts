@@ -46,7 +46,10 @@ describe('the redis store on a cluster', () => {
   it('coalesces concurrent calls into one script call per hash slot, each call still exact', async () => {
     const [a, b] = keysInDifferentSlots('coalesce');
     const scriptCalls = (): number =>
-      cluster.nodes.reduce((sum, n) => sum + [...n.cli('INFO', 'commandstats').matchAll(/cmdstat_eval(?:sha)?:calls=(\d+)/g)].reduce((x, m) => x + Number(m[1]), 0), 0);
+      cluster.nodes.reduce(
+        (sum, n) => sum + [...n.cli('INFO', 'commandstats').matchAll(/cmdstat_eval(?:sha)?:calls=(\d+)/g)].reduce((x, m) => x + Number(m[1]), 0),
+        0,
+      );
     // Loads the script on every node's connection first.
     await Promise.all([a, b].map((key) => store.decide([{ key, limit: 100, windowMs: 60_000, algorithm: 'fixed_window', hits: 0 }])));
     const before = scriptCalls();

@@ -137,18 +137,27 @@ describe('service instances sharing one redis cluster', () => {
     expect(result).toEqual({ ok: 100, over: 200, failed: 0 });
   });
 
-  it('take back a bucket\'s tokens when another slot denies the call', async () => {
+  it("take back a bucket's tokens when another slot denies the call", async () => {
     // The window rule denies 200 calls; their charge on the bucket (another slot) is refunded.
     const result = await burst(instances, 300, { domain: 'mesh', descriptors: [descriptor([['route', '/refund']]), descriptor([['big_bucket', 'refund']])] });
     expect(result).toEqual({ ok: 100, over: 200, failed: 0 });
-    const check = await instances[0].client.shouldRateLimit({ domain: 'mesh', descriptors: [descriptor([['big_bucket', 'refund']], { hitsAddend: { value: 0 } })] });
+    const check = await instances[0].client.shouldRateLimit({
+      domain: 'mesh',
+      descriptors: [descriptor([['big_bucket', 'refund']], { hitsAddend: { value: 0 } })],
+    });
     expect(check.statuses[0]).toMatchObject({ code: 'OK', limitRemaining: 900 });
   });
 
   it('admit exactly 100 when every call also carries a descriptor in another slot', async () => {
     const result = await burst(instances, 300, {
       domain: 'mesh',
-      descriptors: [descriptor([['route', '/pay']]), descriptor([['tenant', 'acme'], ['route', '/pay']])],
+      descriptors: [
+        descriptor([['route', '/pay']]),
+        descriptor([
+          ['tenant', 'acme'],
+          ['route', '/pay'],
+        ]),
+      ],
     });
     expect(result).toEqual({ ok: 100, over: 200, failed: 0 });
   });

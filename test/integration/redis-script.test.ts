@@ -40,7 +40,15 @@ describe('the decide script', () => {
   type Code = 'sw' | 'ss' | 'fw' | 'sl' | 'tb' | 'lb';
 
   /** One counter decided alone; `shape` is the sub-window count (sw, ss) or the burst (tb, lb). */
-  async function decide(nowMs: number, key: string, alg: Code, windowMs: number, limit: number, hits: number, shape = alg === 'sw' || alg === 'ss' ? 1 : alg === 'tb' || alg === 'lb' ? limit : 0): Promise<{ verdict: Verdict; token: string }> {
+  async function decide(
+    nowMs: number,
+    key: string,
+    alg: Code,
+    windowMs: number,
+    limit: number,
+    hits: number,
+    shape = alg === 'sw' || alg === 'ss' ? 1 : alg === 'tb' || alg === 'lb' ? limit : 0,
+  ): Promise<{ verdict: Verdict; token: string }> {
     const [out] = read((await r.eval(pinned(nowMs), 1, key, '0', 1, alg, windowMs, limit, hits, shape)) as string, 1);
     return out;
   }
@@ -195,26 +203,41 @@ describe('the decide script', () => {
       { algorithm: 'token_bucket', windowMs: 1_000, burst: 7 },
       { algorithm: 'leaky_bucket', windowMs: 3_000, burst: 2 },
     ];
-    const counterArb = fc.record({ key: fc.constantFrom('a', 'b'), shape: fc.integer({ min: 0, max: shapes.length - 1 }), limit: fc.integer({ min: 0, max: 5 }), hits: fc.integer({ min: 0, max: 3 }) });
-    const stepArb = fc.record({ dt: fc.integer({ min: 0, max: 400 }), countDenied: fc.boolean(), counters: fc.array(counterArb, { minLength: 1, maxLength: 3 }) });
+    const counterArb = fc.record({
+      key: fc.constantFrom('a', 'b'),
+      shape: fc.integer({ min: 0, max: shapes.length - 1 }),
+      limit: fc.integer({ min: 0, max: 5 }),
+      hits: fc.integer({ min: 0, max: 3 }),
+    });
+    const stepArb = fc.record({
+      dt: fc.integer({ min: 0, max: 400 }),
+      countDenied: fc.boolean(),
+      counters: fc.array(counterArb, { minLength: 1, maxLength: 3 }),
+    });
     await fc.assert(
-      fc.asyncProperty(fc.integer({ min: 1_600_000_000_000, max: 1_900_000_000_000 }), fc.array(stepArb, { minLength: 1, maxLength: 25 }), async (start, steps) => {
-        await r.flushall();
-        const clock = new FakeClock(start);
-        const memory = new MemoryStore({ maxKeys: 1_000, clock, sweepIntervalMs: 0 });
-        for (const step of steps) {
-          clock.advance(step.dt);
-          const counters: CounterRequest[] = step.counters.map((c) => {
-            const shape = shapes[c.shape];
-            // The key names its algorithm, window and sub-windows, as a real counter key does.
-            const key = `${c.key}|${shape.algorithm as Algorithm}${shape.windowMs}/${shape.subWindows ?? 1}`;
-            return { key, limit: c.limit, hits: c.hits, ...shape, burst: shape.burst === undefined ? undefined : Math.max(shape.burst, c.limit) };
-          });
-          const fromMemory = await memory.decide(counters, { countDenied: step.countDenied });
-          expect(await scriptDecide(clock.nowMs(), counters, step.countDenied)).toEqual(fromMemory.map((d) => ({ allowed: d.allowed, remaining: d.remaining, resetMs: d.resetMs })));
-        }
-        await memory.close();
-      }),
+      fc.asyncProperty(
+        fc.integer({ min: 1_600_000_000_000, max: 1_900_000_000_000 }),
+        fc.array(stepArb, { minLength: 1, maxLength: 25 }),
+        async (start, steps) => {
+          await r.flushall();
+          const clock = new FakeClock(start);
+          const memory = new MemoryStore({ maxKeys: 1_000, clock, sweepIntervalMs: 0 });
+          for (const step of steps) {
+            clock.advance(step.dt);
+            const counters: CounterRequest[] = step.counters.map((c) => {
+              const shape = shapes[c.shape];
+              // The key names its algorithm, window and sub-windows, as a real counter key does.
+              const key = `${c.key}|${shape.algorithm as Algorithm}${shape.windowMs}/${shape.subWindows ?? 1}`;
+              return { key, limit: c.limit, hits: c.hits, ...shape, burst: shape.burst === undefined ? undefined : Math.max(shape.burst, c.limit) };
+            });
+            const fromMemory = await memory.decide(counters, { countDenied: step.countDenied });
+            expect(await scriptDecide(clock.nowMs(), counters, step.countDenied)).toEqual(
+              fromMemory.map((d) => ({ allowed: d.allowed, remaining: d.remaining, resetMs: d.resetMs })),
+            );
+          }
+          await memory.close();
+        },
+      ),
       { numRuns: 150 },
     );
   });
@@ -255,20 +278,27 @@ describe('the decide script', () => {
     );
     const request = fc.record({ countDenied: fc.boolean(), counters: fc.array(counter, { minLength: 1, maxLength: 4 }) });
     await fc.assert(
-      fc.asyncProperty(fc.integer({ min: 1_600_000_000_000, max: 1_900_000_000_000 }), fc.array(request, { minLength: 1, maxLength: 8 }), async (nowMs, raw) => {
-        // The algorithm and window are part of a real counter key.
-        const reqs: Req[] = raw.map((q) => ({ countDenied: q.countDenied, counters: q.counters.map(([k, alg, w, l, h]) => [`${k}|${alg}${w}${alg === 'ss' ? '/2' : ''}`, alg, w, l, h]) }));
-        await r.flushall();
-        const batched = await decideBatch(nowMs, reqs);
-        const batchedState = await state();
-        await r.flushall();
-        const single: { verdict: Verdict; token: string }[] = [];
-        for (const q of reqs) single.push(...(await decideBatch(nowMs, [q])));
-        expect(await state()).toEqual(batchedState);
-        // Log tokens name the counter's place in its call; everything else is identical.
-        const comparable = (out: { verdict: Verdict; token: string }[]): unknown[] => out.map((d) => ({ ...d, token: d.token.split(':')[0] }));
-        expect(comparable(batched)).toEqual(comparable(single));
-      }),
+      fc.asyncProperty(
+        fc.integer({ min: 1_600_000_000_000, max: 1_900_000_000_000 }),
+        fc.array(request, { minLength: 1, maxLength: 8 }),
+        async (nowMs, raw) => {
+          // The algorithm and window are part of a real counter key.
+          const reqs: Req[] = raw.map((q) => ({
+            countDenied: q.countDenied,
+            counters: q.counters.map(([k, alg, w, l, h]) => [`${k}|${alg}${w}${alg === 'ss' ? '/2' : ''}`, alg, w, l, h]),
+          }));
+          await r.flushall();
+          const batched = await decideBatch(nowMs, reqs);
+          const batchedState = await state();
+          await r.flushall();
+          const single: { verdict: Verdict; token: string }[] = [];
+          for (const q of reqs) single.push(...(await decideBatch(nowMs, [q])));
+          expect(await state()).toEqual(batchedState);
+          // Log tokens name the counter's place in its call; everything else is identical.
+          const comparable = (out: { verdict: Verdict; token: string }[]): unknown[] => out.map((d) => ({ ...d, token: d.token.split(':')[0] }));
+          expect(comparable(batched)).toEqual(comparable(single));
+        },
+      ),
       { numRuns: 120 },
     );
   });
@@ -277,9 +307,21 @@ describe('the decide script', () => {
     await r.flushall();
     const now = 1_700_000_000_500;
     const out = await decideBatch(now, [
-      { countDenied: false, counters: [['shared', 'sw', 1_000, 10, 2], ['gate', 'fw', 1_000, 0, 1]] },
+      {
+        countDenied: false,
+        counters: [
+          ['shared', 'sw', 1_000, 10, 2],
+          ['gate', 'fw', 1_000, 0, 1],
+        ],
+      },
       { countDenied: false, counters: [['shared', 'sw', 1_000, 10, 3]] },
-      { countDenied: true, counters: [['shared', 'sw', 1_000, 10, 1], ['gate', 'fw', 1_000, 0, 1]] },
+      {
+        countDenied: true,
+        counters: [
+          ['shared', 'sw', 1_000, 10, 1],
+          ['gate', 'fw', 1_000, 0, 1],
+        ],
+      },
     ]);
     expect(out.map((d) => d.verdict.allowed)).toEqual([true, false, true, true, false]);
     // The denied request charged nothing; the next one and the countDenied one did.
@@ -288,15 +330,31 @@ describe('the decide script', () => {
     expect(await r.get('gate:1700000000')).toBe('1');
   });
 
-  it('sets a counter\'s TTL when it creates the key and never extends it', async () => {
+  it("sets a counter's TTL when it creates the key and never extends it", async () => {
     await r.flushall();
     const now = 1_700_000_000_500;
-    await decideBatch(now, [{ countDenied: false, counters: [['sw', 'sw', 60_000, 10, 1], ['fw', 'fw', 60_000, 10, 1]] }]);
+    await decideBatch(now, [
+      {
+        countDenied: false,
+        counters: [
+          ['sw', 'sw', 60_000, 10, 1],
+          ['fw', 'fw', 60_000, 10, 1],
+        ],
+      },
+    ]);
     expect(await r.pttl('sw:28333333')).toBeGreaterThan(2 * 60_000 - 1_000);
     expect(await r.pttl('fw:28333333')).toBeGreaterThan(60_000 - 1_000);
     await r.pexpire('sw:28333333', 5_000);
     await r.pexpire('fw:28333333', 5_000);
-    await decideBatch(now, [{ countDenied: false, counters: [['sw', 'sw', 60_000, 10, 1], ['fw', 'fw', 60_000, 10, 1]] }]);
+    await decideBatch(now, [
+      {
+        countDenied: false,
+        counters: [
+          ['sw', 'sw', 60_000, 10, 1],
+          ['fw', 'fw', 60_000, 10, 1],
+        ],
+      },
+    ]);
     expect(await r.pttl('sw:28333333')).toBeLessThanOrEqual(5_000);
     expect(await r.pttl('fw:28333333')).toBeLessThanOrEqual(5_000);
     expect(await r.get('sw:28333333')).toBe('2');

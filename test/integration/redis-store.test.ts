@@ -48,7 +48,18 @@ describe('the redis store on a single redis', () => {
     const late = await connectStore({ type: 'single', url: redis.url, keyPrefix: PREFIX });
     const real = Date.now();
     jest.useFakeTimers({
-      doNotFake: ['hrtime', 'nextTick', 'performance', 'queueMicrotask', 'setImmediate', 'clearImmediate', 'setInterval', 'clearInterval', 'setTimeout', 'clearTimeout'],
+      doNotFake: [
+        'hrtime',
+        'nextTick',
+        'performance',
+        'queueMicrotask',
+        'setImmediate',
+        'clearImmediate',
+        'setInterval',
+        'clearInterval',
+        'setTimeout',
+        'clearTimeout',
+      ],
     });
     const on = <T>(localMs: number, call: () => Promise<T>): Promise<T> => {
       jest.setSystemTime(localMs);
@@ -133,8 +144,14 @@ describe('the redis store on a single redis', () => {
       [{ key: 'a', value: '{b}' }],
       [{ key: 'a', value: 'b}' }],
       [{ key: 'a', value: 'b|c=d' }],
-      [{ key: 'a', value: 'b' }, { key: 'c', value: 'd' }],
-      [{ key: 'a', value: 'b|c=d' }, { key: 'e', value: '' }],
+      [
+        { key: 'a', value: 'b' },
+        { key: 'c', value: 'd' },
+      ],
+      [
+        { key: 'a', value: 'b|c=d' },
+        { key: 'e', value: '' },
+      ],
       [{ key: 'a', value: '%7C' }],
       [{ key: 'a', value: 'ü\n\u0000' }],
       [{ key: 'a', value: '' }],
@@ -156,7 +173,13 @@ describe('the redis store on a single redis', () => {
 
   it('makes at most one script call per decide, and exactly one for a lone call whatever the number of counters', async () => {
     const counters = (n: number): CounterRequest[] =>
-      Array.from({ length: n }, (_, i) => ({ key: `rt|${n}|${i}`, limit: 100, windowMs: 60_000, algorithm: (['sliding_window', 'fixed_window', 'sliding_log'] as const)[i % 3], hits: 1 }));
+      Array.from({ length: n }, (_, i) => ({
+        key: `rt|${n}|${i}`,
+        limit: 100,
+        windowMs: 60_000,
+        algorithm: (['sliding_window', 'fixed_window', 'sliding_log'] as const)[i % 3],
+        hits: 1,
+      }));
     await store.decide(counters(1)); // loads the script on this connection
     await admin.config('RESETSTAT');
     await store.decide(counters(5));

@@ -27,11 +27,16 @@ describe('the redis store over TLS', () => {
     certs = makeTestCerts();
     tlsPort = await freePort();
     redis = await startRedis([
-      '--tls-port', String(tlsPort),
-      '--tls-cert-file', certs.serverCert,
-      '--tls-key-file', certs.serverKey,
-      '--tls-ca-cert-file', certs.caCert,
-      '--tls-auth-clients', 'yes',
+      '--tls-port',
+      String(tlsPort),
+      '--tls-cert-file',
+      certs.serverCert,
+      '--tls-key-file',
+      certs.serverKey,
+      '--tls-ca-cert-file',
+      certs.caCert,
+      '--tls-auth-clients',
+      'yes',
     ]);
   });
 

@@ -78,7 +78,10 @@ describe('the files the reference reads', () => {
     publish('2026_01', rules(2));
     fs.symlinkSync('..data/ratelimit', path.join(mount, 'ratelimit'));
     fs.mkdirSync(path.join(mount, 'teams'));
-    fs.writeFileSync(path.join(mount, 'teams', 'payments.conf'), 'domain: payments\ndescriptors:\n  - key: card\n    rate_limit: {unit: hour, requests_per_unit: 1}\n');
+    fs.writeFileSync(
+      path.join(mount, 'teams', 'payments.conf'),
+      'domain: payments\ndescriptors:\n  - key: card\n    rate_limit: {unit: hour, requests_per_unit: 1}\n',
+    );
     const svc = await startOnRedis({
       env: { CONFIG_PATH: '', RUNTIME_ROOT: root, RUNTIME_SUBDIRECTORY: 'ratelimit', RUNTIME_WATCH_ROOT: 'false' },
     });
@@ -108,7 +111,10 @@ describe('the files the reference reads', () => {
       expect(lines.join('')).toContain('every request is allowed');
       const before = lines.length;
       svc.writeConfig('notes.yaml', 'domain: quiet\ndescriptors: []\n');
-      await eventually(async () => lines.length, (n) => n > before);
+      await eventually(
+        async () => lines.length,
+        (n) => n > before,
+      );
       expect(lines.slice(before).join('')).toContain('every request is allowed');
     } finally {
       await svc.stop();
@@ -147,9 +153,15 @@ describe("the reference's integration layout and expectations (windows of an hou
         '  - key: key3\n    rate_limit: {unit: hour, requests_per_unit: 10}\n' +
         '  - key: key4\n    rate_limit: {unit: day, requests_per_unit: 20}\n',
     );
-    fs.writeFileSync(path.join(root, 'ratelimit', 'outside.yaml'), 'domain: outside\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 0}\n');
+    fs.writeFileSync(
+      path.join(root, 'ratelimit', 'outside.yaml'),
+      'domain: outside\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 0}\n',
+    );
     // ...but one whose name starts with "config." is read, as the reference's watched root reads it.
-    fs.writeFileSync(path.join(root, 'ratelimit', 'config.extra.yaml'), 'domain: beside\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 0}\n');
+    fs.writeFileSync(
+      path.join(root, 'ratelimit', 'config.extra.yaml'),
+      'domain: beside\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 0}\n',
+    );
     svc = await startOnRedis({ env: { CONFIG_PATH: '', RUNTIME_ROOT: root, RUNTIME_SUBDIRECTORY: 'ratelimit' } });
   });
   afterAll(async () => {
@@ -336,7 +348,12 @@ describe('settings of the reference', () => {
     try {
       expect(await strict.client.healthCheck('')).toBe('NOT_SERVING');
       strict.writeConfig('edge.yaml', 'domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n');
-      expect(await eventually(() => strict.client.healthCheck(''), (s) => s === 'SERVING')).toBe('SERVING');
+      expect(
+        await eventually(
+          () => strict.client.healthCheck(''),
+          (s) => s === 'SERVING',
+        ),
+      ).toBe('SERVING');
     } finally {
       await strict.stop();
     }

@@ -189,10 +189,12 @@ function connected(socket: net.Socket): Promise<net.Socket> {
 /** One HTTP/1.1 request on a keep-alive agent, whose connection then stays open and idle. */
 function keepAliveRequest(port: number, agent: http.Agent, path: string): Promise<number> {
   return new Promise((resolve, reject) => {
-    http.get({ host: '127.0.0.1', port, path, agent }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode ?? 0));
-    }).on('error', reject);
+    http
+      .get({ host: '127.0.0.1', port, path, agent }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      })
+      .on('error', reject);
   });
 }
 

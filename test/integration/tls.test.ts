@@ -139,14 +139,12 @@ describe('loadTlsMaterial', () => {
   });
 
   it('names the variable whose file is not PEM', () => {
-    expect(() =>
-      credentialsOf({ enabled: true, certPath: certs.serverCert, keyPath: certs.serverKey, clientCaPath: certs.dir }),
-    ).toThrow(/GRPC_CLIENT_TLS_CACERT/);
+    expect(() => credentialsOf({ enabled: true, certPath: certs.serverCert, keyPath: certs.serverKey, clientCaPath: certs.dir })).toThrow(
+      /GRPC_CLIENT_TLS_CACERT/,
+    );
     const notPem = `${certs.dir}/not-pem.txt`;
     fs.writeFileSync(notPem, 'hello');
-    expect(() => credentialsOf({ enabled: true, certPath: notPem, keyPath: certs.serverKey })).toThrow(
-      /GRPC_SERVER_TLS_CERT: .* is not a PEM file/,
-    );
+    expect(() => credentialsOf({ enabled: true, certPath: notPem, keyPath: certs.serverKey })).toThrow(/GRPC_SERVER_TLS_CERT: .* is not a PEM file/);
   });
 
   it('stops the service start when a file is missing', async () => {

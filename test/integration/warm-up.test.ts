@@ -51,13 +51,23 @@ describe('warmUp', () => {
   });
 
   it('counts the calls the store fails, and still returns', async () => {
-    const result = await warmUp(options(brokenStore(() => Promise.reject(new StoreUnavailableError('down'))), { calls: 300 }));
+    const result = await warmUp(
+      options(
+        brokenStore(() => Promise.reject(new StoreUnavailableError('down'))),
+        { calls: 300 },
+      ),
+    );
     expect(result).toMatchObject({ answered: 0, failed: 300 });
   });
 
   it('gives up on a store that never answers once its time is up', async () => {
     const t0 = Date.now();
-    const result = await warmUp(options(brokenStore(() => new Promise<CounterDecision[]>(() => undefined)), { calls: 1_000_000, maxMs: 300 }));
+    const result = await warmUp(
+      options(
+        brokenStore(() => new Promise<CounterDecision[]>(() => undefined)),
+        { calls: 1_000_000, maxMs: 300 },
+      ),
+    );
     expect(result.answered).toBe(0);
     // maxMs plus the margin for calls in flight (500 ms), plus slack for a busy machine.
     expect(Date.now() - t0).toBeLessThan(3_000);
@@ -107,7 +117,10 @@ describe('a service that warms up on Redis', () => {
     const text = await (await fetch(`http://127.0.0.1:${svc.service.httpPort}/metrics`)).text();
     expect(text).not.toContain(WARM_UP_DOMAIN);
     for (const series of ['ratelimit_service_total_requests', 'ratelimit_service_local_cache_hits', 'ratelimit_service_store_errors_total']) {
-      const values = text.split('\n').filter((l) => l.startsWith(series)).map((l) => Number(l.split(' ').pop()));
+      const values = text
+        .split('\n')
+        .filter((l) => l.startsWith(series))
+        .map((l) => Number(l.split(' ').pop()));
       expect(values.every((v) => v === 0)).toBe(true);
     }
   });

@@ -132,9 +132,7 @@ describe('WORKERS=2 with the Redis backend', () => {
     // Separate connections, so the primary hands them to both workers.
     const sessions = await Promise.all(Array.from({ length: 6 }, () => connect(grpcPort)));
     try {
-      const replies = await Promise.all(
-        Array.from({ length: 300 }, (_, i) => unary(sessions[i % sessions.length], RLS_PATH, body)),
-      );
+      const replies = await Promise.all(Array.from({ length: 300 }, (_, i) => unary(sessions[i % sessions.length], RLS_PATH, body)));
       const codes = replies.map((r) => (ResponseType.decode(r) as unknown as { overallCode: number }).overallCode);
       expect(codes.filter((c) => c === 1)).toHaveLength(100);
       expect(codes.filter((c) => c === 2)).toHaveLength(200);
@@ -174,7 +172,11 @@ describe('WORKERS=2 with the Redis backend', () => {
   it('replaces a worker that crashes, and keeps answering meanwhile', async () => {
     const workerPids = (): number[] => {
       try {
-        return execFileSync('pgrep', ['-P', String(child.pid)], { encoding: 'utf8' }).trim().split('\n').filter(Boolean).map(Number);
+        return execFileSync('pgrep', ['-P', String(child.pid)], { encoding: 'utf8' })
+          .trim()
+          .split('\n')
+          .filter(Boolean)
+          .map(Number);
       } catch {
         return [];
       }

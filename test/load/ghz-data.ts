@@ -110,9 +110,7 @@ export function callTypes(root: protobuf.Root, call: string): { request: protobu
   };
 }
 
-const WRAPPERS = new Set(
-  ['Double', 'Float', 'Int64', 'UInt64', 'Int32', 'UInt32', 'Bool', 'String', 'Bytes'].map((t) => `.google.protobuf.${t}Value`),
-);
+const WRAPPERS = new Set(['Double', 'Float', 'Int64', 'UInt64', 'Int32', 'UInt32', 'Bool', 'String', 'Bytes'].map((t) => `.google.protobuf.${t}Value`));
 
 /**
  * Converts one protobuf-JSON message to a protobufjs message, strictly: an unknown field, an
@@ -177,8 +175,7 @@ export function unaryCaller(
       requestSerialize: (m: protobuf.Message) => Buffer.from(types.request.encode(m).finish()),
       requestDeserialize: (b: Buffer) => types.request.decode(b),
       responseSerialize: (m: protobuf.Message) => Buffer.from(types.response.encode(m).finish()),
-      responseDeserialize: (b: Buffer) =>
-        types.response.toObject(types.response.decode(b), { enums: String, longs: Number, defaults: true, arrays: true }),
+      responseDeserialize: (b: Buffer) => types.response.toObject(types.response.decode(b), { enums: String, longs: Number, defaults: true, arrays: true }),
     },
   };
   const Client = grpc.makeGenericClientConstructor(definition, 'LoadTarget');

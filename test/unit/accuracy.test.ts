@@ -13,7 +13,14 @@ describe('algorithm accuracy instrument', () => {
   });
 
   it('runs every scenario through every algorithm at tiny scale', () => {
-    expect(result.scenarios.map((s) => s.name)).toEqual(['spec-example', 'steady-over', 'boundary-burst', 'pareto-sources', 'retry-storm', 'burst-then-steady']);
+    expect(result.scenarios.map((s) => s.name)).toEqual([
+      'spec-example',
+      'steady-over',
+      'boundary-burst',
+      'pareto-sources',
+      'retry-storm',
+      'burst-then-steady',
+    ]);
     for (const s of result.scenarios) expect(Object.keys(s.algorithms)).toEqual(MODES.map((m) => m.name));
     for (const s of result.scenarios) {
       for (const r of Object.values(s.algorithms)) {

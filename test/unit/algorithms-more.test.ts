@@ -14,9 +14,6 @@ import { arrivalsOf, maxInAnyWindow, type Arrival } from '../helpers/arrivals';
 // Sub-window sliding windows (plain and strict) and the GCRA buckets, each driven by a small state
 // machine written for the tests, and checked against exact definitions and brute force.
 
-
-
-
 // ---- Sub-window sliding window ----
 
 /** The k + 1 counts (oldest first) that a store holds at t for this admitted history. */

@@ -85,7 +85,10 @@ describe('slidingLog', () => {
   });
 
   it('reports when the newest record leaves as the drain time of a check', () => {
-    const entries: LogEntry[] = [{ atMs: 4_000, hits: 1 }, { atMs: 9_000, hits: 2 }];
+    const entries: LogEntry[] = [
+      { atMs: 4_000, hits: 1 },
+      { atMs: 9_000, hits: 2 },
+    ];
     expect(slidingLog({ entries, nowMs: 11_000, windowMs: W, limit: 5, hits: 0 })).toEqual({ allowed: true, remaining: 2, resetMs: 8_000 });
   });
 
@@ -105,7 +108,6 @@ describe('slidingLog', () => {
 // ---- Small state machines over the pure functions ----
 
 type Algo = 'sliding_window' | 'fixed_window' | 'sliding_log';
-
 
 /** Feeds arrivals (time-ordered) to one counter; denied arrivals add nothing. */
 function run(algo: Algo, arrivals: readonly Arrival[], windowMs: number, limit: number): Verdict[] {
@@ -166,51 +168,61 @@ function weightAt(algo: Algo, history: readonly Arrival[], t: number): number {
   return inWindow(index) * BW + inWindow(index - 1) * toEnd;
 }
 
-const historyArb = fc
-  .array(fc.record({ dt: fc.integer({ min: 0, max: 12 }), hits: fc.integer({ min: 1, max: 3 }) }), { maxLength: 8 })
-  .map((steps) => {
-    let t = 1_000;
-    return steps.map((s) => ({ t: (t += s.dt), hits: s.hits }));
-  });
+const historyArb = fc.array(fc.record({ dt: fc.integer({ min: 0, max: 12 }), hits: fc.integer({ min: 1, max: 3 }) }), { maxLength: 8 }).map((steps) => {
+  let t = 1_000;
+  return steps.map((s) => ({ t: (t += s.dt), hits: s.hits }));
+});
 
 describe.each(ALGOS)('%s reset prediction, checked by stepping time 1 ms at a time', (algo) => {
   it('predicts, for a denied request, exactly the first instant it would be allowed', () => {
     fc.assert(
-      fc.property(historyArb, fc.integer({ min: 1, max: 6 }), fc.integer({ min: 1, max: 3 }), fc.integer({ min: 0, max: 2 * BW }), (arrivals, limit, hits, gap) => {
-        // Keep only what the algorithm itself would have admitted, so the history is reachable.
-        const verdicts = run(algo, arrivals, BW, limit);
-        const history = arrivals.filter((_, i) => verdicts[i].allowed);
-        const last = arrivals.length > 0 ? arrivals[arrivals.length - 1].t : 1_000;
-        const now = last + gap;
-        const v = verdictAt(algo, history, now, limit, hits);
-        if (v.allowed || hits > limit) return;
-        let first = 1;
-        while (!verdictAt(algo, history, now + first, limit, hits).allowed) first++;
-        expect(v.resetMs).toBe(first);
-      }),
+      fc.property(
+        historyArb,
+        fc.integer({ min: 1, max: 6 }),
+        fc.integer({ min: 1, max: 3 }),
+        fc.integer({ min: 0, max: 2 * BW }),
+        (arrivals, limit, hits, gap) => {
+          // Keep only what the algorithm itself would have admitted, so the history is reachable.
+          const verdicts = run(algo, arrivals, BW, limit);
+          const history = arrivals.filter((_, i) => verdicts[i].allowed);
+          const last = arrivals.length > 0 ? arrivals[arrivals.length - 1].t : 1_000;
+          const now = last + gap;
+          const v = verdictAt(algo, history, now, limit, hits);
+          if (v.allowed || hits > limit) return;
+          let first = 1;
+          while (!verdictAt(algo, history, now + first, limit, hits).allowed) first++;
+          expect(v.resetMs).toBe(first);
+        },
+      ),
       { numRuns: 3_000 },
     );
   });
 
   it('predicts, for an admitted request, exactly the instant its counter has fully drained', () => {
     fc.assert(
-      fc.property(historyArb, fc.integer({ min: 1, max: 6 }), fc.integer({ min: 0, max: 3 }), fc.integer({ min: 0, max: 2 * BW }), (arrivals, limit, hits, gap) => {
-        const verdicts = run(algo, arrivals, BW, limit);
-        const history = arrivals.filter((_, i) => verdicts[i].allowed);
-        const last = arrivals.length > 0 ? arrivals[arrivals.length - 1].t : 1_000;
-        const now = last + gap;
-        const v = verdictAt(algo, history, now, limit, hits);
-        if (!v.allowed) return;
-        const after = hits > 0 ? [...history, { t: now, hits }] : history;
-        let drained = 0;
-        while (weightAt(algo, after, now + drained) > 0) drained++;
-        if (algo === 'fixed_window') {
-          // The reference's fixed window always names the end of the window, drained or not.
-          expect(v.resetMs).toBe(windowStart(now, BW) + BW - now);
-        } else {
-          expect(v.resetMs).toBe(drained);
-        }
-      }),
+      fc.property(
+        historyArb,
+        fc.integer({ min: 1, max: 6 }),
+        fc.integer({ min: 0, max: 3 }),
+        fc.integer({ min: 0, max: 2 * BW }),
+        (arrivals, limit, hits, gap) => {
+          const verdicts = run(algo, arrivals, BW, limit);
+          const history = arrivals.filter((_, i) => verdicts[i].allowed);
+          const last = arrivals.length > 0 ? arrivals[arrivals.length - 1].t : 1_000;
+          const now = last + gap;
+          const v = verdictAt(algo, history, now, limit, hits);
+          if (!v.allowed) return;
+          const after = hits > 0 ? [...history, { t: now, hits }] : history;
+          let drained = 0;
+          while (weightAt(algo, after, now + drained) > 0) drained++;
+          if (algo === 'fixed_window') {
+            // The reference's fixed window always names the end of the window, drained or not.
+            expect(v.resetMs).toBe(windowStart(now, BW) + BW - now);
+          } else {
+            expect(v.resetMs).toBe(drained);
+          }
+        },
+      ),
       { numRuns: 3_000 },
     );
   });
@@ -223,8 +235,6 @@ const trafficArb = fc.record({
   windowMs: fc.integer({ min: 5, max: 50 }),
   steps: fc.array(fc.record({ dt: fc.integer({ min: 0, max: 30 }), hits: fc.integer({ min: 0, max: 4 }) }), { minLength: 1, maxLength: 80 }),
 });
-
-
 
 describe('properties over random traffic', () => {
   it('sliding_log never admits more than L hits in any window of length W', () => {

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { LatencyHistogram, summarize, TIMEOUT_MS } from '../../bench/latency';
 
 describe('bench latency summaries', () => {
-  it('count the calls slower than Envoy\'s 20 ms timeout, exactly, in both summaries', () => {
+  it("count the calls slower than Envoy's 20 ms timeout, exactly, in both summaries", () => {
     const samples = [0.2, 5, 19.99, 20, 20.01, 35, 120];
     const h = new LatencyHistogram();
     for (const ms of samples) h.record(ms);

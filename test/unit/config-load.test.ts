@@ -30,8 +30,7 @@ const INVALID: Record<string, string> = {
   'descriptor-not-mapping.yaml': 'descriptors[1]: expected a mapping, got "just a string"',
   'descriptors-not-list.yaml': 'descriptors: expected a list, got a mapping',
   'domain-not-string.yaml': 'domain: expected a string, got a list',
-  'duplicate-key-only.yaml':
-    'descriptors[0].descriptors[1]: duplicate rule for key "path" without a value (first at descriptors[0].descriptors[0])',
+  'duplicate-key-only.yaml': 'descriptors[0].descriptors[1]: duplicate rule for key "path" without a value (first at descriptors[0].descriptors[0])',
   'duplicate-value.yaml': 'descriptors[2]: duplicate rule for key "tenant" and value "acme" (first at descriptors[0])',
   'duplicate-wildcard.yaml': 'descriptors[1]: duplicate rule for key "ip" and value "10.*" (first at descriptors[0])',
   'duplicate-yaml-key.yaml': 'line 4, column 5: invalid YAML: Map keys must be unique',
@@ -49,8 +48,7 @@ const INVALID: Record<string, string> = {
   'replaces-not-list.yaml': 'descriptors[0].rate_limit.replaces: expected a list, got "other"',
   'replaces-self.yaml': 'descriptors[0].rate_limit.replaces[0].name: a rule cannot replace its own name "mine"',
   'shadow-mode-not-bool.yaml': 'descriptors[0].shadow_mode: expected true or false, got "yes"',
-  'syntax-error.yaml':
-    'line 5, column 3: invalid YAML: Flow map in block collection must be sufficiently indented and end with a }',
+  'syntax-error.yaml': 'line 5, column 3: invalid YAML: Flow map in block collection must be sufficiently indented and end with a }',
   'too-many-requests.yaml': 'descriptors[0].rate_limit.requests_per_unit: expected an integer from 0 to 4294967295, got 4294967296',
   'unknown-algorithm.yaml':
     'descriptors[0].rate_limit.algorithm: unknown algorithm "gcra" (expected one of: sliding_window, sliding_log, fixed_window, token_bucket, leaky_bucket)',
@@ -103,7 +101,11 @@ describe('invalid config files', () => {
   test('two files with the same domain are rejected naming the second file', async () => {
     const dir = join(FIXTURES, 'duplicate-domain');
     await expect(loadConfigPath(dir, opts)).rejects.toThrow(
-      new ConfigError(join(dir, 'b.yaml'), 'domain', `duplicate domain "edge" (already defined in ${join(dir, 'a.yaml')}; MERGE_DOMAIN_CONFIG=true merges them)`),
+      new ConfigError(
+        join(dir, 'b.yaml'),
+        'domain',
+        `duplicate domain "edge" (already defined in ${join(dir, 'a.yaml')}; MERGE_DOMAIN_CONFIG=true merges them)`,
+      ),
     );
     const a = parseConfigText('a.yaml', 'domain: edge\n', opts);
     const b = parseConfigText('b.yaml', 'domain: edge\n', opts);
@@ -262,9 +264,7 @@ describe('loading a path', () => {
     const dir = mkdtempSync(join(tmpdir(), 'slidegate-dangling-'));
     try {
       symlinkSync(join(dir, 'gone.yaml'), join(dir, 'edge.yaml'));
-      await expect(loadConfigPath(dir, opts)).rejects.toThrow(
-        new ConfigError(join(dir, 'edge.yaml'), '', 'cannot read: ENOENT: no such file or directory'),
-      );
+      await expect(loadConfigPath(dir, opts)).rejects.toThrow(new ConfigError(join(dir, 'edge.yaml'), '', 'cannot read: ENOENT: no such file or directory'));
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -310,7 +310,12 @@ describe('algorithm options', () => {
   };
 
   test('token and leaky buckets take a burst, by default requests_per_unit', () => {
-    expect(limitOf('requests_per_unit: 5, algorithm: token_bucket, burst: 10')).toMatchObject({ algorithm: 'token_bucket', burst: 10, subWindows: 1, strict: false });
+    expect(limitOf('requests_per_unit: 5, algorithm: token_bucket, burst: 10')).toMatchObject({
+      algorithm: 'token_bucket',
+      burst: 10,
+      subWindows: 1,
+      strict: false,
+    });
     expect(limitOf('requests_per_unit: 5, algorithm: leaky_bucket')).toMatchObject({ algorithm: 'leaky_bucket', burst: 5 });
     // The default algorithm decides which options a rule that names none may take.
     expect(limitOf('requests_per_unit: 5, burst: 7', 'token_bucket')).toMatchObject({ algorithm: 'token_bucket', burst: 7 });
@@ -325,21 +330,36 @@ describe('algorithm options', () => {
   });
 
   test('each option is refused with an algorithm that does not read it, naming the file and path', () => {
-    expect(errorOf('requests_per_unit: 5, burst: 10')).toBe('algos.yaml: descriptors[0].rate_limit.burst: only with algorithm token_bucket or leaky_bucket (this rule uses sliding_window)');
-    expect(errorOf('requests_per_unit: 5, algorithm: token_bucket, strict: true')).toBe('algos.yaml: descriptors[0].rate_limit.strict: only with algorithm sliding_window (this rule uses token_bucket)');
-    expect(errorOf('requests_per_unit: 5, algorithm: fixed_window, sub_windows: 2')).toBe('algos.yaml: descriptors[0].rate_limit.sub_windows: only with algorithm sliding_window (this rule uses fixed_window)');
+    expect(errorOf('requests_per_unit: 5, burst: 10')).toBe(
+      'algos.yaml: descriptors[0].rate_limit.burst: only with algorithm token_bucket or leaky_bucket (this rule uses sliding_window)',
+    );
+    expect(errorOf('requests_per_unit: 5, algorithm: token_bucket, strict: true')).toBe(
+      'algos.yaml: descriptors[0].rate_limit.strict: only with algorithm sliding_window (this rule uses token_bucket)',
+    );
+    expect(errorOf('requests_per_unit: 5, algorithm: fixed_window, sub_windows: 2')).toBe(
+      'algos.yaml: descriptors[0].rate_limit.sub_windows: only with algorithm sliding_window (this rule uses fixed_window)',
+    );
   });
 
   test('bad values are refused, naming the file and path', () => {
-    expect(errorOf('requests_per_unit: 5, sub_windows: 7')).toBe('algos.yaml: descriptors[0].rate_limit.sub_windows: 7 does not divide the window of 1000 ms into whole milliseconds');
+    expect(errorOf('requests_per_unit: 5, sub_windows: 7')).toBe(
+      'algos.yaml: descriptors[0].rate_limit.sub_windows: 7 does not divide the window of 1000 ms into whole milliseconds',
+    );
     expect(errorOf('requests_per_unit: 5, sub_windows: 0')).toBe('algos.yaml: descriptors[0].rate_limit.sub_windows: expected an integer from 1 to 100, got 0');
-    expect(errorOf('requests_per_unit: 5, algorithm: token_bucket, burst: 0')).toBe('algos.yaml: descriptors[0].rate_limit.burst: expected an integer from 1 to 4294967295, got 0');
+    expect(errorOf('requests_per_unit: 5, algorithm: token_bucket, burst: 0')).toBe(
+      'algos.yaml: descriptors[0].rate_limit.burst: expected an integer from 1 to 4294967295, got 0',
+    );
     expect(errorOf('requests_per_unit: 5, strict: maybe')).toMatch(/^algos\.yaml: descriptors\[0\]\.rate_limit\.strict: expected true or false/);
   });
 
   test('/rlconfig names each option where it differs from the plain algorithm', () => {
     const config = configFromTexts(
-      [{ file: 'a.yaml', text: 'domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 10}}\n  - {key: b, rate_limit: {unit: second, requests_per_unit: 5, sub_windows: 4, strict: true}}\n' }],
+      [
+        {
+          file: 'a.yaml',
+          text: 'domain: d\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 10}}\n  - {key: b, rate_limit: {unit: second, requests_per_unit: 5, sub_windows: 4, strict: true}}\n',
+        },
+      ],
       opts,
     );
     expect(describeConfig(config)).toEqual([

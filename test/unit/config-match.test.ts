@@ -181,7 +181,13 @@ describe('wildcard patterns', () => {
     const value = fc.array(fc.constantFrom('a', 'b', '.', '*', '+', '(', '\\', 'c'), { maxLength: 12 }).map((cs) => cs.join(''));
     fc.assert(
       fc.property(pattern, value, (p, v) => {
-        const reference = new RegExp(`^${p.split('*').map((s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`, 's');
+        const reference = new RegExp(
+          `^${p
+            .split('*')
+            .map((s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))
+            .join('.*')}$`,
+          's',
+        );
         return compileWildcard(p)(v) === reference.test(v);
       }),
       { numRuns: 2_000 },

@@ -134,7 +134,9 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 5}
 `);
     expect(matchDescriptor(config, 'meta', entries(['b', 'x']))!.metadata).toEqual({ team: 'edge', routing: { pool: 'primary' } });
-    expect(rejection('domain: d\ndescriptors:\n  - key: k\n    metadata: {<<: [1]}\n')).toContain('descriptors[0].metadata: a merge key (<<) must name a mapping');
+    expect(rejection('domain: d\ndescriptors:\n  - key: k\n    metadata: {<<: [1]}\n')).toContain(
+      'descriptors[0].metadata: a merge key (<<) must name a mapping',
+    );
   });
 
   test('wildcards: trailing, middle and several stars, nested under an exact value', () => {
@@ -175,7 +177,11 @@ descriptors:
 
 describe('what the reference rejects stays rejected, naming file and path', () => {
   test.each<[string, string, string]>([
-    ['an unknown unit', 'domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n', 'case.yaml: descriptors[0].rate_limit.unit: unknown unit "fortnight"'],
+    [
+      'an unknown unit',
+      'domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n',
+      'case.yaml: descriptors[0].rate_limit.unit: unknown unit "fortnight"',
+    ],
     ['text that is not YAML', "'''\n", "case.yaml: line 2, column 1: invalid YAML: Missing closing 'quote"],
     ['a missing domain', 'descriptors:\n', 'case.yaml: domain: required'],
     ['a rule without a key', 'domain: d\ndescriptors:\n  - value: v\n', 'case.yaml: descriptors[0].key: required'],
@@ -221,8 +227,16 @@ describe('what the reference rejects stays rejected, naming file and path', () =
       'domain: d\ndescriptors:\n  - key: k\n    share_threshold: true\n    rate_limit: {unit: minute, requests_per_unit: 5}\n',
       "case.yaml: descriptors[0].share_threshold: only allowed on a rule whose value is a wildcard (contains '*')",
     ],
-    ['an unquoted float where a string belongs', 'domain: d\ndescriptors:\n  - key: version\n    value: 1.5\n', 'case.yaml: descriptors[0].value: expected a string, got 1.5 (quote it)'],
-    ['metadata that is not a mapping', 'domain: d\ndescriptors:\n  - key: k\n    metadata: [a]\n', 'case.yaml: descriptors[0].metadata: expected a mapping, got a list'],
+    [
+      'an unquoted float where a string belongs',
+      'domain: d\ndescriptors:\n  - key: version\n    value: 1.5\n',
+      'case.yaml: descriptors[0].value: expected a string, got 1.5 (quote it)',
+    ],
+    [
+      'metadata that is not a mapping',
+      'domain: d\ndescriptors:\n  - key: k\n    metadata: [a]\n',
+      'case.yaml: descriptors[0].metadata: expected a mapping, got a list',
+    ],
     [
       'an unknown key inside a key the reference ignores',
       'domain: d\ndescriptors:\n  - key: k\n    domain: {colour: red}\n',
@@ -430,19 +444,63 @@ describe('share_threshold: values matching the pattern share one counter', () =>
   const config = load(SHARED);
   test.each<[string, [string, string][], string[], string]>([
     ['a trailing wildcard', [['files', 'files/a.txt']], ['files/*'], 'files_files/*'],
-    ['a nested one under an exact value', [['nested', 'parent'], ['files', 'nested/x']], ['parent', 'nested/*'], 'nested_parent.files_nested/*'],
-    ['two levels with the same key', [['files', 'top/1'], ['files', 'nested/2']], ['top/*', 'nested/*'], 'files_top/*.files_nested/*'],
-    ['over value_to_metric on the same rule', [['route', 'api/v1'], ['method', 'GET']], ['api/*', 'GET'], 'route_api/*.method'],
-    ['with detailed_metric below it', [['service', 'svc/a'], ['endpoint', 'get']], ['svc/*', 'get'], 'service_svc/*.endpoint_get'],
+    [
+      'a nested one under an exact value',
+      [
+        ['nested', 'parent'],
+        ['files', 'nested/x'],
+      ],
+      ['parent', 'nested/*'],
+      'nested_parent.files_nested/*',
+    ],
+    [
+      'two levels with the same key',
+      [
+        ['files', 'top/1'],
+        ['files', 'nested/2'],
+      ],
+      ['top/*', 'nested/*'],
+      'files_top/*.files_nested/*',
+    ],
+    [
+      'over value_to_metric on the same rule',
+      [
+        ['route', 'api/v1'],
+        ['method', 'GET'],
+      ],
+      ['api/*', 'GET'],
+      'route_api/*.method',
+    ],
+    [
+      'with detailed_metric below it',
+      [
+        ['service', 'svc/a'],
+        ['endpoint', 'get'],
+      ],
+      ['svc/*', 'get'],
+      'service_svc/*.endpoint_get',
+    ],
     [
       'only where set, a wildcard without it below',
-      [['path', 'path/p'], ['file', 'file/f'], ['type', 't']],
+      [
+        ['path', 'path/p'],
+        ['file', 'file/f'],
+        ['type', 't'],
+      ],
       ['path/*', 'file/f', 't'],
       'path_path/*.file_file/*.type',
     ],
     ['a middle wildcard', [['midpath', '/api/users/v1']], ['/api*v1'], 'midpath_/api*v1'],
     ['several stars', [['multiroute', 'svc-a-ep-b-rpc']], ['svc*ep*rpc'], 'multiroute_svc*ep*rpc'],
-    ['middle wildcards at two levels', [['tenant', 'team-prod'], ['resource', 'res-1-v2']], ['t*prod', 'res*v2'], 'tenant_t*prod.resource_res*v2'],
+    [
+      'middle wildcards at two levels',
+      [
+        ['tenant', 'team-prod'],
+        ['resource', 'res-1-v2'],
+      ],
+      ['t*prod', 'res*v2'],
+      'tenant_t*prod.resource_res*v2',
+    ],
     ['not an exact value beside the wildcard', [['file', 'test1']], ['test1'], 'file_test1'],
     ['the wildcard beside an exact value', [['file', 'test2']], ['test*'], 'file_test*'],
   ])('%s', (_, pairs, counted, statKey) => {
@@ -458,23 +516,89 @@ describe('share_threshold: values matching the pattern share one counter', () =>
 describe('value_to_metric: the request value names the level in metrics', () => {
   const config = load(VALUE_TO_METRIC);
   test.each<[string, [string, string][], string]>([
-    ['on key-only levels', [['route', 'draw'], ['http_method', 'GET'], ['subject_id', '123']], 'route_draw.http_method_GET.subject_id'],
-    ['an empty value names the key alone', [['route', ''], ['http_method', 'GET'], ['subject_id', '1']], 'route.http_method_GET.subject_id'],
-    ['both empty', [['route', ''], ['http_method', ''], ['subject_id', '1']], 'route.http_method.subject_id'],
-    ['at one level only, an exact value above it', [['k1', 'X'], ['k2', 'Y'], ['k3', 'Z']], 'k1.k2_Y.k3_Z'],
-    ['on a wildcard level, the value instead of the pattern', [['user', 'alice'], ['action', 'readfile'], ['resource', 'docs']], 'user_alice.action_readfile.resource'],
-    ['elsewhere on the path, the wildcard keeps its pattern', [['wild', 'foo1'], ['other', 'bar'], ['limit', 'x']], 'wild_foo*.other_bar.limit'],
-    ['detailed_metric wins', [['detailed', 'a'], ['leaf', 'b']], 'detailed_a.leaf_b'],
+    [
+      'on key-only levels',
+      [
+        ['route', 'draw'],
+        ['http_method', 'GET'],
+        ['subject_id', '123'],
+      ],
+      'route_draw.http_method_GET.subject_id',
+    ],
+    [
+      'an empty value names the key alone',
+      [
+        ['route', ''],
+        ['http_method', 'GET'],
+        ['subject_id', '1'],
+      ],
+      'route.http_method_GET.subject_id',
+    ],
+    [
+      'both empty',
+      [
+        ['route', ''],
+        ['http_method', ''],
+        ['subject_id', '1'],
+      ],
+      'route.http_method.subject_id',
+    ],
+    [
+      'at one level only, an exact value above it',
+      [
+        ['k1', 'X'],
+        ['k2', 'Y'],
+        ['k3', 'Z'],
+      ],
+      'k1.k2_Y.k3_Z',
+    ],
+    [
+      'on a wildcard level, the value instead of the pattern',
+      [
+        ['user', 'alice'],
+        ['action', 'readfile'],
+        ['resource', 'docs'],
+      ],
+      'user_alice.action_readfile.resource',
+    ],
+    [
+      'elsewhere on the path, the wildcard keeps its pattern',
+      [
+        ['wild', 'foo1'],
+        ['other', 'bar'],
+        ['limit', 'x'],
+      ],
+      'wild_foo*.other_bar.limit',
+    ],
+    [
+      'detailed_metric wins',
+      [
+        ['detailed', 'a'],
+        ['leaf', 'b'],
+      ],
+      'detailed_a.leaf_b',
+    ],
   ])('%s', (_, pairs, statKey) => {
     expect(keysOf(config, 'd', pairs).statKey).toBe(statKey);
   });
 
   test('without it, the configured names stay', () => {
-    expect(keysOf(config, 'd', [['plain', 'A'], ['k2', 'B']]).statKey).toBe('plain.k2');
+    expect(
+      keysOf(config, 'd', [
+        ['plain', 'A'],
+        ['k2', 'B'],
+      ]).statKey,
+    ).toBe('plain.k2');
   });
 
   test('it never changes the counter', () => {
-    expect(keysOf(config, 'd', [['route', 'draw'], ['http_method', 'GET'], ['subject_id', '123']]).counted).toEqual(['draw', 'GET', '123']);
+    expect(
+      keysOf(config, 'd', [
+        ['route', 'draw'],
+        ['http_method', 'GET'],
+        ['subject_id', '123'],
+      ]).counted,
+    ).toEqual(['draw', 'GET', '123']);
   });
 });
 
@@ -545,6 +669,8 @@ describe('which files are read', () => {
   test('a file that is not a config is an error naming it, not a silent skip', async () => {
     writeFileSync(join(dir, 'a.yaml'), rules('a'));
     writeFileSync(join(dir, 'NOTES'), 'remember to raise the limits\n');
-    await expect(loadConfigPath(dir, opts)).rejects.toThrow(`${join(dir, 'NOTES')}: expected a mapping with "domain" and "descriptors", got "remember to raise the limits"`);
+    await expect(loadConfigPath(dir, opts)).rejects.toThrow(
+      `${join(dir, 'NOTES')}: expected a mapping with "domain" and "descriptors", got "remember to raise the limits"`,
+    );
   });
 });

@@ -25,9 +25,7 @@ async function eventually(check: () => boolean, timeoutMs = 3_000): Promise<void
 
 describe('where the config lives', () => {
   test('CONFIG_PATH wins over the runtime directories', () => {
-    expect(configLocation(loadSettings({ CONFIG_PATH: '/etc/slidegate/edge.yaml', RUNTIME_ROOT: '/data' }))).toBe(
-      '/etc/slidegate/edge.yaml',
-    );
+    expect(configLocation(loadSettings({ CONFIG_PATH: '/etc/slidegate/edge.yaml', RUNTIME_ROOT: '/data' }))).toBe('/etc/slidegate/edge.yaml');
   });
 
   test('otherwise it is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY', () => {
@@ -38,7 +36,14 @@ describe('where the config lives', () => {
 
   test('source options carry the dotfile policy and watch the runtime root only for the runtime layout', () => {
     const runtime = configSourceOptions(loadSettings({ RUNTIME_ROOT: '/data', RUNTIME_IGNOREDOTFILES: 'true', DEFAULT_ALGORITHM: 'fixed_window' }));
-    expect(runtime).toEqual({ path: '/data/config', defaultAlgorithm: 'fixed_window', ignoreDotFiles: true, mergeDomains: false, watchRoot: '/data', beside: { dir: '/data', prefix: 'config.' } });
+    expect(runtime).toEqual({
+      path: '/data/config',
+      defaultAlgorithm: 'fixed_window',
+      ignoreDotFiles: true,
+      mergeDomains: false,
+      watchRoot: '/data',
+      beside: { dir: '/data', prefix: 'config.' },
+    });
     expect(configSourceOptions(loadSettings({ CONFIG_PATH: '/etc/x.yaml' })).watchRoot).toBe(false);
     expect(configSourceOptions(loadSettings({ RUNTIME_WATCH_ROOT: 'false' })).watchRoot).toBe(false);
   });
@@ -208,7 +213,9 @@ describe('reloading the config', () => {
     s.start();
     writeFileSync(join(dir, 'b.yaml'), limitFile('edge', 6));
     await eventually(() => errors.length > 0);
-    expect(errors[0].message).toBe(`${join(dir, 'b.yaml')}: domain: duplicate domain "edge" (already defined in ${join(dir, 'a.yaml')}; MERGE_DOMAIN_CONFIG=true merges them)`);
+    expect(errors[0].message).toBe(
+      `${join(dir, 'b.yaml')}: domain: duplicate domain "edge" (already defined in ${join(dir, 'a.yaml')}; MERGE_DOMAIN_CONFIG=true merges them)`,
+    );
     expect(s.current()).toBe(first);
   });
 

@@ -1,14 +1,6 @@
 import { InvalidRequestError } from '../../src/errors';
 import type { RateLimitResponse } from '../../src/limiter/types';
-import {
-  CODE_NUMBER,
-  UINT32_MAX,
-  UNIT_NUMBER,
-  durationFromMs,
-  requestFromWire,
-  unitFromWire,
-  wireCount,
-} from '../../src/server/convert';
+import { CODE_NUMBER, UINT32_MAX, UNIT_NUMBER, durationFromMs, requestFromWire, unitFromWire, wireCount } from '../../src/server/convert';
 import { responseToWire } from '../helpers/response-oracle';
 import { protoRoot } from '../../src/server/proto';
 import type { WireRateLimitRequest } from '../../src/server/proto';
@@ -72,9 +64,9 @@ describe('requestFromWire', () => {
 
   it('rejects an override whose unit is UNKNOWN or not defined by the protocol', () => {
     for (const unit of ['UNKNOWN', 0, 99] as const) {
-      expect(() =>
-        requestFromWire({ domain: 'd', descriptors: [{ entries: [entry('k', 'v')], limit: { requestsPerUnit: 1, unit } }], hitsAddend: 0 }),
-      ).toThrow(InvalidRequestError);
+      expect(() => requestFromWire({ domain: 'd', descriptors: [{ entries: [entry('k', 'v')], limit: { requestsPerUnit: 1, unit } }], hitsAddend: 0 })).toThrow(
+        InvalidRequestError,
+      );
     }
   });
 

@@ -181,7 +181,10 @@ describe('DenialCache', () => {
             if (s.advance === 'reset') fake.advance(lastReset);
             else if (s.advance === 'before-reset') fake.advance(Math.max(0, lastReset - 1));
             else fake.advance(s.advance);
-            const request = s.repeat && previous.length > 0 ? previous : s.counters.map((c) => ({ key: `${c.key}/${c.algorithm}`, ...modes[c.algorithm], hits: c.hits, limit, windowMs }));
+            const request =
+              s.repeat && previous.length > 0
+                ? previous
+                : s.counters.map((c) => ({ key: `${c.key}/${c.algorithm}`, ...modes[c.algorithm], hits: c.hits, limit, windowMs }));
             previous = request;
             const got = await cached.decide(request);
             const want = await alone.decide(request);

@@ -353,7 +353,8 @@ describe('docker', () => {
     expect(published.sort()).toEqual(listenPorts(settings).sort());
     // Local use: every published port binds to the loopback address only.
     for (const service of ['ratelimit', 'envoy']) {
-      for (const p of compose.services[service].ports as string[]) expect({ service, p, local: p.startsWith('127.0.0.1:') }).toEqual({ service, p, local: true });
+      for (const p of compose.services[service].ports as string[])
+        expect({ service, p, local: p.startsWith('127.0.0.1:') }).toEqual({ service, p, local: true });
     }
     expect(env.REDIS_URL.split(':')[0]).toBe('redis');
     expect(compose.services.redis).toBeDefined();
@@ -370,12 +371,12 @@ describe('docker', () => {
     expect(endpoint('ratelimit')).toEqual({ address: 'ratelimit', port_value: settings.grpcPort });
     expect(compose.services[endpoint('echo').address]).toBeDefined();
     const ratelimitCluster = envoy.static_resources.clusters.find((c: Obj) => c.name === 'ratelimit');
-    expect(
-      ratelimitCluster.typed_extension_protocol_options['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'].explicit_http_config,
-    ).toEqual({ http2_protocol_options: {} });
+    expect(ratelimitCluster.typed_extension_protocol_options['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'].explicit_http_config).toEqual({
+      http2_protocol_options: {},
+    });
   });
 
-  test("envoy.yaml runs the ratelimit filter before the router, on v3, with draft-03 rate-limit headers", () => {
+  test('envoy.yaml runs the ratelimit filter before the router, on v3, with draft-03 rate-limit headers', () => {
     const envoy = readDocs('envoy.yaml')[0];
     const hcm = envoy.static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
     expect(envoy.static_resources.listeners[0].address.socket_address.port_value).toBe(10000);

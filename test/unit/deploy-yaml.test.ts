@@ -99,7 +99,7 @@ function maskedAddress(req: SampleRequest, spec: Obj): string {
   const len = v6 ? (spec.v6_prefix_mask_len ?? 128) : (spec.v4_prefix_mask_len ?? 32);
   if (v6) throw new Error('no IPv6 sample here');
   const bits = req.remoteAddress.split('.').reduce((n, o) => n * 256 + Number(o), 0);
-  const masked = len === 0 ? 0 : (bits - (bits % 2 ** (32 - len)));
+  const masked = len === 0 ? 0 : bits - (bits % 2 ** (32 - len));
   const octets = [24, 16, 8, 0].map((shift) => Math.floor(masked / 2 ** shift) % 256);
   return `${octets.join('.')}/${len}`;
 }
@@ -387,9 +387,7 @@ describe('limits served by each deployment', () => {
 
 describe('descriptors sent by the shipped proxy configs', () => {
   test('envoy.yaml sends descriptors of every action kind the examples rely on', () => {
-    const kinds = new Set(
-      envoyDescriptors().flatMap((d) => d.entries.map((e) => e.key)),
-    );
+    const kinds = new Set(envoyDescriptors().flatMap((d) => d.entries.map((e) => e.key)));
     for (const key of ['api_key', 'remote_address', 'generic_key', 'path', 'method', 'route']) expect(kinds).toContain(key);
   });
 
@@ -436,7 +434,12 @@ describe('descriptors sent by the shipped proxy configs', () => {
 
   test('the example limits show the sliding window default, unit_multiplier, a wildcard, nesting, shadow mode and unlimited', async () => {
     const config = await loadConfigPath(EXAMPLES, LOAD);
-    const edge = (entries: [string, string][]) => matchDescriptor(config, 'edge', entries.map(([key, value]) => ({ key, value })));
+    const edge = (entries: [string, string][]) =>
+      matchDescriptor(
+        config,
+        'edge',
+        entries.map(([key, value]) => ({ key, value })),
+      );
     expect(edge([['api_key', 'demo-key']])?.limit).toMatchObject({
       algorithm: 'sliding_window',
       unit: 'second',
@@ -447,12 +450,22 @@ describe('descriptors sent by the shipped proxy configs', () => {
     expect(edge([['api_key', 'internal-batch']])?.limit.unlimited).toBe(true);
     expect(edge([['path', '/api/reports/daily']])?.limit.name).toBe('reports');
     expect(edge([['path', '/api/orders']])?.limit.requestsPerUnit).toBe(50);
-    expect(edge([['route', 'login'], ['remote_address', SAMPLE_REMOTE_ADDRESS]])?.limit).toMatchObject({
+    expect(
+      edge([
+        ['route', 'login'],
+        ['remote_address', SAMPLE_REMOTE_ADDRESS],
+      ])?.limit,
+    ).toMatchObject({
       algorithm: 'sliding_log',
       requestsPerUnit: 5,
     });
     expect(edge([['route', 'login']])).toBeUndefined();
-    expect(edge([['remote_address', SAMPLE_REMOTE_ADDRESS], ['method', 'write']])?.limit.requestsPerUnit).toBe(60);
+    expect(
+      edge([
+        ['remote_address', SAMPLE_REMOTE_ADDRESS],
+        ['method', 'write'],
+      ])?.limit.requestsPerUnit,
+    ).toBe(60);
     expect(edge([['generic_key', 'all']])?.shadowMode).toBe(true);
   });
 });
@@ -479,7 +492,12 @@ describe('envoy.yaml, the example every user copies', () => {
       for (const entry of plain.flat()) expect(entry.value).not.toContain('?');
     }
     const api = envoySends(sampleRequest('/api/reports/daily', { query: '?n=7' }));
-    expect(api.flat().filter((e) => e.key === 'path').map((e) => e.value)).toEqual(['/api/reports/daily', '/api/reports/daily']);
+    expect(
+      api
+        .flat()
+        .filter((e) => e.key === 'path')
+        .map((e) => e.value),
+    ).toEqual(['/api/reports/daily', '/api/reports/daily']);
   });
 
   test('one client changing the query string on every call is denied, and another client still gets through', async () => {
@@ -516,7 +534,11 @@ describe('envoy.yaml, the example every user copies', () => {
         while (j >= 0 && /^\s*#/.test(lines[j])) comment.unshift(lines[j--]);
         const text = comment.join(' ');
         const statuses = [...text.matchAll(/\b([45]\d\d)\b/g)].map((m) => m[1]);
-        expect({ file, line: i + 1, statuses: statuses.filter((c) => c !== '500' && !/status_on_error/.test(text)) }).toEqual({ file, line: i + 1, statuses: [] });
+        expect({ file, line: i + 1, statuses: statuses.filter((c) => c !== '500' && !/status_on_error/.test(text)) }).toEqual({
+          file,
+          line: i + 1,
+          statuses: [],
+        });
         expect({ file, line: i + 1, names500: statuses.includes('500') }).toEqual({ file, line: i + 1, names500: true });
         checked++;
       });

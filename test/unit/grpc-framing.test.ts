@@ -1,12 +1,4 @@
-import {
-  checkPrefix,
-  decodeGrpcMessage,
-  encodeGrpcMessage,
-  frameMessage,
-  GrpcStatus,
-  parseGrpcTimeout,
-  unaryMessage,
-} from '../../src/server/grpc-framing';
+import { checkPrefix, decodeGrpcMessage, encodeGrpcMessage, frameMessage, GrpcStatus, parseGrpcTimeout, unaryMessage } from '../../src/server/grpc-framing';
 
 const prefix = (flag: number, length: number): Buffer => {
   const b = Buffer.alloc(5);

@@ -1,6 +1,21 @@
 import { checkRequestHeaders, checkTrailers, MALFORMED, NO_CONTENT_LENGTH } from '../../src/server/h2/request-headers';
 
-const GRPC = [':method', 'POST', ':scheme', 'http', ':path', '/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit', ':authority', 'rls', 'content-type', 'application/grpc', 'te', 'trailers', 'grpc-timeout', '20m'];
+const GRPC = [
+  ':method',
+  'POST',
+  ':scheme',
+  'http',
+  ':path',
+  '/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit',
+  ':authority',
+  'rls',
+  'content-type',
+  'application/grpc',
+  'te',
+  'trailers',
+  'grpc-timeout',
+  '20m',
+];
 
 describe('checkRequestHeaders', () => {
   it('accepts what gRPC clients and Envoy send', () => {

@@ -195,7 +195,10 @@ function randomRequests(seed: number): SentRequest[] {
   const [sampled] = fc.sample(fc.array(requestFields, { minLength: 300, maxLength: 300 }), { seed: seed + 1, numRuns: 1 });
   const lists: Field[][] = sampled;
   // Two blocks larger than a 16 KiB frame, so they arrive as HEADERS + CONTINUATION.
-  const [huge] = fc.sample(fc.array(fc.string({ unit: valueChar, minLength: 5000, maxLength: 5000 }), { minLength: 8, maxLength: 8 }), { seed: seed + 2, numRuns: 1 });
+  const [huge] = fc.sample(fc.array(fc.string({ unit: valueChar, minLength: 5000, maxLength: 5000 }), { minLength: 8, maxLength: 8 }), {
+    seed: seed + 2,
+    numRuns: 1,
+  });
   lists[100] = huge.slice(0, 4).map((value, i): Field => [`x-huge-${i}`, value]);
   lists[200] = huge.slice(4).map((value, i): Field => [`x-huge-${i}`, value]);
   return lists.map((fields, i) => toRequest(fields, i % 7 === 3));
@@ -331,15 +334,33 @@ describe('HpackDecoder on hand-built blocks', () => {
   it.each([
     [
       'without Huffman (C.3)',
-      ['8286 8441 0f77 7777 2e65 7861 6d70 6c65 2e63 6f6d', '8286 84be 5808 6e6f 2d63 6163 6865', '8287 85bf 400a 6375 7374 6f6d 2d6b 6579 0c63 7573 746f 6d2d 7661 6c75 65'],
+      [
+        '8286 8441 0f77 7777 2e65 7861 6d70 6c65 2e63 6f6d',
+        '8286 84be 5808 6e6f 2d63 6163 6865',
+        '8287 85bf 400a 6375 7374 6f6d 2d6b 6579 0c63 7573 746f 6d2d 7661 6c75 65',
+      ],
     ],
-    ['with Huffman (C.4)', ['8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff', '8286 84be 5886 a8eb 1064 9cbf', '8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf']],
+    [
+      'with Huffman (C.4)',
+      ['8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff', '8286 84be 5886 a8eb 1064 9cbf', '8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf'],
+    ],
   ])('decodes the three requests of RFC 7541 %s on one connection', (_, blocks) => {
     const decoder = decoderOf();
     const base = [':method', 'GET', ':scheme', 'http', ':path', '/', ':authority', 'www.example.com'];
     expect(decoder.decode(hex(blocks[0]))).toEqual(base);
     expect(decoder.decode(hex(blocks[1]))).toEqual([...base, 'cache-control', 'no-cache']);
-    expect(decoder.decode(hex(blocks[2]))).toEqual([':method', 'GET', ':scheme', 'https', ':path', '/index.html', ':authority', 'www.example.com', 'custom-key', 'custom-value']);
+    expect(decoder.decode(hex(blocks[2]))).toEqual([
+      ':method',
+      'GET',
+      ':scheme',
+      'https',
+      ':path',
+      '/index.html',
+      ':authority',
+      'www.example.com',
+      'custom-key',
+      'custom-value',
+    ]);
   });
 
   it('evicts the oldest entries when the table is full', () => {
@@ -459,7 +480,10 @@ describe('encodeHeaderBlock', () => {
   it('produces blocks that decode back to the same fields and leave the dynamic table empty', () => {
     const staticNames = [':status', ':path', 'content-type', 'accept-encoding', 'www-authenticate', 'allow', 'date'];
     const name = fc.oneof(fc.constantFrom(...staticNames), fc.stringMatching(/^[a-z0-9-]{1,300}$/));
-    const value = fc.oneof(fc.constantFrom('', '200', '404', '/', 'gzip, deflate'), fc.string({ unit: fc.integer({ min: 0, max: 255 }).map((c) => String.fromCharCode(c)), maxLength: 400 }));
+    const value = fc.oneof(
+      fc.constantFrom('', '200', '404', '/', 'gzip, deflate'),
+      fc.string({ unit: fc.integer({ min: 0, max: 255 }).map((c) => String.fromCharCode(c)), maxLength: 400 }),
+    );
     fc.assert(
       fc.property(fc.array(fc.tuple(name, value), { maxLength: 20 }), (fields) => {
         const decoder = decoderOf(4096);
@@ -485,7 +509,10 @@ describe('Huffman code', () => {
   it('decodes what it encodes for any latin1 string', () => {
     const anyOctet = fc.integer({ min: 0, max: 255 }).map((c) => String.fromCharCode(c));
     // Mostly short codes with the odd long one, as in real values, and uniformly random octets.
-    const mostlyAscii = fc.oneof({ weight: 10, arbitrary: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)) }, { weight: 1, arbitrary: anyOctet });
+    const mostlyAscii = fc.oneof(
+      { weight: 10, arbitrary: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)) },
+      { weight: 1, arbitrary: anyOctet },
+    );
     const latin1 = fc.oneof(fc.string({ unit: anyOctet, maxLength: 200 }), fc.string({ unit: mostlyAscii, maxLength: 300 }));
     fc.assert(
       fc.property(latin1, (s) => {

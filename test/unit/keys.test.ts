@@ -8,7 +8,12 @@ const key = (domain: string, entries: readonly Entry[], algorithm: Algorithm = '
 describe('counter keys', () => {
   it('keep (a_b, c) and (a, b_c) apart', () => {
     expect(key('d', [{ key: 'a_b', value: 'c' }])).not.toBe(key('d', [{ key: 'a', value: 'b_c' }]));
-    expect(key('d', [{ key: 'a', value: 'b' }, { key: 'c', value: 'd' }])).not.toBe(key('d', [{ key: 'a', value: 'b|c=d' }]));
+    expect(
+      key('d', [
+        { key: 'a', value: 'b' },
+        { key: 'c', value: 'd' },
+      ]),
+    ).not.toBe(key('d', [{ key: 'a', value: 'b|c=d' }]));
   });
 
   it('leave plain text untouched and escape separators, braces and the escape character', () => {
@@ -18,13 +23,18 @@ describe('counter keys', () => {
 
   it('differ by algorithm and by window', () => {
     const entries = [{ key: 'k', value: 'v' }];
-    const keys = new Set([key('d', entries, 'sliding_window', 1_000), key('d', entries, 'sliding_log', 1_000), key('d', entries, 'fixed_window', 1_000), key('d', entries, 'sliding_window', 10_000)]);
+    const keys = new Set([
+      key('d', entries, 'sliding_window', 1_000),
+      key('d', entries, 'sliding_log', 1_000),
+      key('d', entries, 'fixed_window', 1_000),
+      key('d', entries, 'sliding_window', 10_000),
+    ]);
     expect(keys.size).toBe(4);
   });
 
   // Components drawn from an alphabet rich in separators and escape-like text, plus arbitrary code points.
   const tricky = fc.oneof(
-    fc.string({ unit: fc.constantFrom('a', 'b', '_', ':', '{', '}', '|', '=', '%', '7', 'C', '.', ' ', '\u0000', '\n', 'é', '😀') , maxLength: 6 }),
+    fc.string({ unit: fc.constantFrom('a', 'b', '_', ':', '{', '}', '|', '=', '%', '7', 'C', '.', ' ', '\u0000', '\n', 'é', '😀'), maxLength: 6 }),
     fc.string({ unit: 'binary', maxLength: 6 }),
     fc.string({ maxLength: 6 }),
   );
@@ -60,7 +70,10 @@ describe('counter keys', () => {
       fc.property(text, fc.nat(), fc.nat(), (s, i, j) => {
         const cut = (n: number): Entry[] => {
           const p = 1 + (n % (s.length - 1));
-          return [{ key: s.slice(0, p), value: '' }, { key: s.slice(p), value: '' }];
+          return [
+            { key: s.slice(0, p), value: '' },
+            { key: s.slice(p), value: '' },
+          ];
         };
         const a = cut(i);
         const b = cut(j);

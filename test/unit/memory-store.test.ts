@@ -60,7 +60,15 @@ describe('MemoryStore', () => {
   });
 
   it('moves sub-window counts forward as time passes, and reads a strict window from the same counts', async () => {
-    const sub = (hits: number, strict = false): CounterRequest => ({ key: 's', limit: 4, hits, algorithm: 'sliding_window', windowMs: W, subWindows: 2, strict });
+    const sub = (hits: number, strict = false): CounterRequest => ({
+      key: 's',
+      limit: 4,
+      hits,
+      algorithm: 'sliding_window',
+      windowMs: W,
+      subWindows: 2,
+      strict,
+    });
     clock.set(10 * W + 100); // sub-window 20 of 500 ms
     expect((await store.decide([sub(3)]))[0].allowed).toBe(true);
     clock.set(11 * W + 400); // sub-window 22: sub-window 20 is the oldest, 100 ms of it left to weigh

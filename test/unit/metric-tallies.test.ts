@@ -5,7 +5,14 @@ import { TalliedCounter, TalliedHistogram } from '../../src/metric-tallies';
 const BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05];
 
 /** A tallied metric and prom-client's own, fed the same updates, must expose the same text. */
-function pair(): { tallied: Registry; plain: Registry; counter: TalliedCounter<'domain' | 'descriptor'>; reference: Counter<'domain' | 'descriptor'>; histogram: TalliedHistogram<'grpc_method'>; referenceHistogram: Histogram<'grpc_method'> } {
+function pair(): {
+  tallied: Registry;
+  plain: Registry;
+  counter: TalliedCounter<'domain' | 'descriptor'>;
+  reference: Counter<'domain' | 'descriptor'>;
+  histogram: TalliedHistogram<'grpc_method'>;
+  referenceHistogram: Histogram<'grpc_method'>;
+} {
   const tallied = new Registry();
   const plain = new Registry();
   const counterConfig = { name: 'hits', help: 'Hits.', labelNames: ['domain', 'descriptor'] as const };

@@ -133,11 +133,22 @@ describe('RateLimiter', () => {
     const res = await limiter().shouldRateLimit(req([d(['api_key', 'k1'])]));
     expect(res).toEqual({
       overallCode: 'OK',
-      statuses: [{ code: 'OK', currentLimit: { requestsPerUnit: 5, unit: 'second', windowMs: 10_000 }, limitRemaining: 4, durationUntilResetMs: 7_500 + 10_000 }],
+      statuses: [
+        { code: 'OK', currentLimit: { requestsPerUnit: 5, unit: 'second', windowMs: 10_000 }, limitRemaining: 4, durationUntilResetMs: 7_500 + 10_000 },
+      ],
       responseHeaders: [],
     });
     expect(store.calls[0].counters).toEqual([
-      { key: counterKey(counterKeyPrefix('edge', 'sliding_window', 10_000), [{ key: 'api_key', value: 'k1' }]), limit: 5, windowMs: 10_000, algorithm: 'sliding_window', hits: 1, burst: 5, subWindows: 1, strict: false },
+      {
+        key: counterKey(counterKeyPrefix('edge', 'sliding_window', 10_000), [{ key: 'api_key', value: 'k1' }]),
+        limit: 5,
+        windowMs: 10_000,
+        algorithm: 'sliding_window',
+        hits: 1,
+        burst: 5,
+        subWindows: 1,
+        strict: false,
+      },
     ]);
   });
 
@@ -157,7 +168,14 @@ describe('RateLimiter', () => {
 
   it('answers OK without a current limit for a descriptor that matches no rule, and for an unknown domain', async () => {
     const res = await limiter().shouldRateLimit(req([d(['nope', 'x']), d(['nested', 'a'])]));
-    expect(res).toEqual({ overallCode: 'OK', statuses: [{ code: 'OK', limitRemaining: 0 }, { code: 'OK', limitRemaining: 0 }], responseHeaders: [] });
+    expect(res).toEqual({
+      overallCode: 'OK',
+      statuses: [
+        { code: 'OK', limitRemaining: 0 },
+        { code: 'OK', limitRemaining: 0 },
+      ],
+      responseHeaders: [],
+    });
     const other = await limiter().shouldRateLimit(req([d(['api_key', 'a'])], 0, 'elsewhere'));
     expect(other.statuses).toEqual([{ code: 'OK', limitRemaining: 0 }]);
     expect(store.calls).toHaveLength(0);
@@ -231,7 +249,12 @@ describe('RateLimiter', () => {
       const rl = limiter({ defaultAlgorithm: 'fixed_window' });
       const over: Descriptor = { ...d(['nope', 'x'], ['user', 'u1']), limit: { requestsPerUnit: 1, unit: 'minute' } };
       const first = await rl.shouldRateLimit(req([over]));
-      expect(first.statuses[0]).toEqual({ code: 'OK', currentLimit: { requestsPerUnit: 1, unit: 'minute', windowMs: 60_000 }, limitRemaining: 0, durationUntilResetMs: 60_000 });
+      expect(first.statuses[0]).toEqual({
+        code: 'OK',
+        currentLimit: { requestsPerUnit: 1, unit: 'minute', windowMs: 60_000 },
+        limitRemaining: 0,
+        durationUntilResetMs: 60_000,
+      });
       expect(store.calls[0].counters[0]).toEqual({
         key: counterKey(counterKeyPrefix('edge', 'fixed_window', 60_000), over.entries),
         limit: 1,
@@ -316,7 +339,7 @@ describe('RateLimiter', () => {
       ]);
     });
 
-    it('measures a bucket\'s near-limit hits against its burst', async () => {
+    it("measures a bucket's near-limit hits against its burst", async () => {
       const rl = limiter();
       // Burst 10, ratio 0.8: a level above 8 is near the limit, as for a window of 10.
       await rl.shouldRateLimit(req([{ ...d(['bucket', 'b']), hitsAddend: 7 }]));
@@ -354,7 +377,13 @@ describe('RateLimiter', () => {
 
     it('builds the RateLimit-* headers from the header settings', async () => {
       const rl = limiter({
-        responseHeaders: { enabled: true, limitHeader: 'RateLimit-Limit', remainingHeader: 'RateLimit-Remaining', resetHeader: 'RateLimit-Reset', draftEnabled: false },
+        responseHeaders: {
+          enabled: true,
+          limitHeader: 'RateLimit-Limit',
+          remainingHeader: 'RateLimit-Remaining',
+          resetHeader: 'RateLimit-Reset',
+          draftEnabled: false,
+        },
       });
       const res = await rl.shouldRateLimit(req([d(['big', 'a'])]));
       expect(res.responseHeaders.map((h) => h.key)).toEqual(['RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset']);

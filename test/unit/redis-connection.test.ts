@@ -60,7 +60,15 @@ describe('parseRedisTarget', () => {
     expect(t).toMatchObject({
       type: 'sentinel',
       masterName: 'mymaster',
-      options: { name: 'mymaster', sentinels: [{ host: 's1', port: 26379 }, { host: 's2', port: 26380 }], password: 'pw', failoverDetector: true },
+      options: {
+        name: 'mymaster',
+        sentinels: [
+          { host: 's1', port: 26379 },
+          { host: 's2', port: 26380 },
+        ],
+        password: 'pw',
+        failoverDetector: true,
+      },
     });
   });
 
@@ -124,9 +132,7 @@ describe('parseRedisTarget', () => {
   });
 
   it('names the variable of an unreadable TLS file', () => {
-    expect(() => parseRedisTarget(redisSettings({ REDIS_URL: 'h:1', REDIS_TLS: 'true', REDIS_TLS_CACERT: '/nope' }), { readFile })).toThrow(
-      /REDIS_TLS_CACERT/,
-    );
+    expect(() => parseRedisTarget(redisSettings({ REDIS_URL: 'h:1', REDIS_TLS: 'true', REDIS_TLS_CACERT: '/nope' }), { readFile })).toThrow(/REDIS_TLS_CACERT/);
   });
 
   it('uses TLS for sentinels and the master they name when REDIS_TLS is set', () => {
@@ -138,7 +144,9 @@ describe('parseRedisTarget', () => {
 
 describe('describeRedisTarget', () => {
   it('never shows credentials', () => {
-    const d = describeRedisTarget(redisSettings({ REDIS_URL: 'redis://alice:hunter2@h:1,rediss://:hunter3@g:2', REDIS_TYPE: 'cluster', REDIS_AUTH: 'bob:hunter4' }));
+    const d = describeRedisTarget(
+      redisSettings({ REDIS_URL: 'redis://alice:hunter2@h:1,rediss://:hunter3@g:2', REDIS_TYPE: 'cluster', REDIS_AUTH: 'bob:hunter4' }),
+    );
     expect(d).not.toMatch(/hunter|alice|bob/);
     expect(d).toContain('h:1');
     expect(d).toContain('g:2');

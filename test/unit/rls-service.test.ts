@@ -11,7 +11,11 @@ import { RlsService } from '../../src/server/rls-service';
 const RequestType = protoRoot().lookupType('envoy.service.ratelimit.v3.RateLimitRequest');
 const ResponseType = protoRoot().lookupType('envoy.service.ratelimit.v3.RateLimitResponse');
 const REQUEST = Buffer.from(RequestType.encode(RequestType.fromObject({ domain: 'edge', descriptors: [{ entries: [{ key: 'k', value: 'v' }] }] })).finish());
-const DENIED: RateLimitResponse = { overallCode: 'OVER_LIMIT', statuses: [{ code: 'OVER_LIMIT', limitRemaining: 0, durationUntilResetMs: 1500 }], responseHeaders: [] };
+const DENIED: RateLimitResponse = {
+  overallCode: 'OVER_LIMIT',
+  statuses: [{ code: 'OVER_LIMIT', limitRemaining: 0, durationUntilResetMs: 1500 }],
+  responseHeaders: [],
+};
 
 function decodeFrame(frame: Buffer): { overallCode: string } {
   return ResponseType.toObject(ResponseType.decode(frame.subarray(MESSAGE_PREFIX_BYTES)), { enums: String }) as { overallCode: string };

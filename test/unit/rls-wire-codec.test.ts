@@ -17,7 +17,10 @@ const ResponseType = protoRoot().lookupType('envoy.service.ratelimit.v3.RateLimi
 
 const text = fc.string({ maxLength: 12, unit: 'binary' });
 const uint32 = fc.integer({ min: 0, max: 4_294_967_295 });
-const uint64 = fc.oneof(uint32, fc.bigInt({ min: 0n, max: (1n << 64n) - 1n }).map((b) => b.toString()));
+const uint64 = fc.oneof(
+  uint32,
+  fc.bigInt({ min: 0n, max: (1n << 64n) - 1n }).map((b) => b.toString()),
+);
 
 const wireRequest = fc.record(
   {

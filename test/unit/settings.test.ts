@@ -7,14 +7,7 @@ describe('loadSettings defaults', () => {
   const s = loadSettings({});
 
   it('listens where the reference server listens', () => {
-    expect([s.grpcHost, s.grpcPort, s.httpHost, s.httpPort, s.debugHost, s.debugPort]).toEqual([
-      '0.0.0.0',
-      8081,
-      '0.0.0.0',
-      8080,
-      '0.0.0.0',
-      6070,
-    ]);
+    expect([s.grpcHost, s.grpcPort, s.httpHost, s.httpPort, s.debugHost, s.debugPort]).toEqual(['0.0.0.0', 8081, '0.0.0.0', 8080, '0.0.0.0', 6070]);
   });
 
   it('uses the memory store when no REDIS_URL is given', () => {
@@ -111,14 +104,7 @@ describe('loadSettings with the reference server variable names', () => {
       NEAR_LIMIT_RATIO: '0.9',
       CONFIG_PATH: '/etc/slidegate',
     });
-    expect([s.grpcHost, s.grpcPort, s.httpHost, s.httpPort, s.debugHost, s.debugPort]).toEqual([
-      '127.0.0.1',
-      9081,
-      '::',
-      9080,
-      'localhost',
-      9070,
-    ]);
+    expect([s.grpcHost, s.grpcPort, s.httpHost, s.httpPort, s.debugHost, s.debugPort]).toEqual(['127.0.0.1', 9081, '::', 9080, 'localhost', 9070]);
     expect(s.redis).toMatchObject({ type: 'sentinel', url: 'mymaster,10.0.0.1:26379', auth: 'secret', tls: true });
     expect(s.cacheKeyPrefix).toBe('rl:');
     expect(s.responseHeaders).toMatchObject({ enabled: true, limitHeader: 'X-RateLimit-Limit', resetHeader: 'X-RateLimit-Reset' });

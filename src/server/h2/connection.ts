@@ -168,9 +168,8 @@ export class H2Connection {
   private lastStreamId = 0;
   private readonly decoder: HpackDecoder;
   // A header block being continued: its stream, flags and fragments.
-  private continuing:
-    | { streamId: number; endStream: boolean; selfDependent: boolean; fragments: Buffer[]; bytes: number; frames: number }
-    | undefined = undefined;
+  private continuing: { streamId: number; endStream: boolean; selfDependent: boolean; fragments: Buffer[]; bytes: number; frames: number } | undefined =
+    undefined;
   // Armed while a header block is open: a peer may not hold the connection's HPACK state hostage.
   private headerBlockTimer: NodeJS.Timeout | undefined = undefined;
 

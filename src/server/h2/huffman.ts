@@ -68,9 +68,7 @@ let scratch = Buffer.allocUnsafe(1024);
 
 function trailingBitsError(bits: number, count: number): HpackError {
   const ones = count >= 31 ? -1 : (1 << count) - 1;
-  return (bits & ones) === ones
-    ? new HpackError('Huffman padding longer than 7 bits')
-    : new HpackError('Huffman padding is not all ones (truncated code)');
+  return (bits & ones) === ones ? new HpackError('Huffman padding longer than 7 bits') : new HpackError('Huffman padding is not all ones (truncated code)');
 }
 
 /**

@@ -108,10 +108,7 @@ function splitList(url: string): string[] {
 }
 
 /** Parses the REDIS_* settings. Throws SettingsError naming the variable. Reads TLS files (start-up only). */
-export function parseRedisTarget(
-  settings: RedisSettings,
-  options: { readFile?: (path: string) => Buffer } = {},
-): RedisTarget {
+export function parseRedisTarget(settings: RedisSettings, options: { readFile?: (path: string) => Buffer } = {}): RedisTarget {
   const readFile = options.readFile ?? ((p: string) => readFileSync(p));
   const url = settings.url?.trim();
   if (!url) throw new SettingsError('REDIS_URL', 'required for the redis backend');
@@ -179,7 +176,10 @@ export function parseRedisTarget(
   };
 }
 
-function credentials(ep: { username?: string; password?: string }, auth: { username?: string; password?: string }): {
+function credentials(
+  ep: { username?: string; password?: string },
+  auth: { username?: string; password?: string },
+): {
   username?: string;
   password?: string;
 } {
@@ -232,25 +232,28 @@ export function createRedisClient(target: RedisTarget, tuning: ClientTuning = {}
     connectionName: 'slidegate',
   };
   if (target.type === 'cluster') {
-    return new Cluster(target.nodes.map((n) => ({ host: n.host, port: n.port })), {
-      ...target.options,
-      enableAutoPipelining: true,
-      enableOfflineQueue: false,
-      clusterRetryStrategy: (times: number) => reconnectDelayMs(times, cap),
-      slotsRefreshTimeout: 1_000,
-      retryDelayOnFailover: 50,
-      retryDelayOnClusterDown: 50,
-      retryDelayOnTryAgain: 20,
-      redisOptions: {
-        ...target.options.redisOptions,
-        maxRetriesPerRequest: 0,
-        autoResendUnfulfilledCommands: false,
-        connectTimeout: common.connectTimeout,
-        protocol: 2,
-        disableClientInfo: true,
-        connectionName: 'slidegate',
+    return new Cluster(
+      target.nodes.map((n) => ({ host: n.host, port: n.port })),
+      {
+        ...target.options,
+        enableAutoPipelining: true,
+        enableOfflineQueue: false,
+        clusterRetryStrategy: (times: number) => reconnectDelayMs(times, cap),
+        slotsRefreshTimeout: 1_000,
+        retryDelayOnFailover: 50,
+        retryDelayOnClusterDown: 50,
+        retryDelayOnTryAgain: 20,
+        redisOptions: {
+          ...target.options.redisOptions,
+          maxRetriesPerRequest: 0,
+          autoResendUnfulfilledCommands: false,
+          connectTimeout: common.connectTimeout,
+          protocol: 2,
+          disableClientInfo: true,
+          connectionName: 'slidegate',
+        },
       },
-    });
+    );
   }
   return new Redis({
     ...target.options,
