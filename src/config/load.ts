@@ -1,6 +1,6 @@
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { Document, isAlias, isMap, isScalar, isSeq, parseDocument, type YAMLError, type YAMLMap } from 'yaml';
+import { Document, isAlias, isMap, isScalar, isSeq, parseDocument, type Scalar, type YAMLError, type YAMLMap } from 'yaml';
 import { counterKeyPrefix } from '../limiter/keys';
 import { ALGORITHMS, isBucket, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
 import { ConfigError } from './config-error';
@@ -224,8 +224,7 @@ function checkIgnored(ctx: Context, node: unknown, path: string, name: string): 
       checkIgnored(ctx, element, `${path}[${i}]`, '');
     });
   } else if (isScalar(n)) {
-    const v = n.value;
-    if (typeof v === 'number' && !Number.isInteger(v)) fail(ctx, path, `expected a string, an integer or true/false, got ${describe(n)}`);
+    if (isFloat(n)) fail(ctx, path, `expected a string, an integer or true/false, got ${describe(n)}`);
   }
 }
 
@@ -269,13 +268,26 @@ function metadataValue(ctx: Context, node: unknown, path: string, depth: number)
   fail(ctx, path, `unsupported value ${describe(n)}`);
 }
 
+// The reference's YAML 1.1 parser reads a plain number written with a point or an exponent (1.0, 1e3,
+// .5) as a float, and its key check rejects a float anywhere outside `metadata`; YAML 1.2 reads 1.0 and
+// 1e3 as integers, so the scalar's source decides.
+const FLOAT_SOURCE = /^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$/;
+const INTEGER_SOURCE = /^[-+]?\d+$/;
+
+/** True for a plain scalar the reference reads as a float. */
+function isFloat(n: Scalar): boolean {
+  if (typeof n.value !== 'number') return false;
+  if (!Number.isInteger(n.value)) return true;
+  return n.type === 'PLAIN' && n.source !== undefined && FLOAT_SOURCE.test(n.source) && !INTEGER_SOURCE.test(n.source);
+}
+
 /** A string field: its source text for any scalar, as the reference reads strings; undefined when absent. */
 function text(ctx: Context, node: unknown, path: string): string | undefined {
   const n = resolve(ctx, node);
   if (n === undefined) return undefined;
   if (!isScalar(n)) fail(ctx, path, `expected a string, got ${describe(n)}`);
   // The reference rejects a float anywhere outside `metadata` (its key check knows strings, integers and booleans).
-  if (typeof n.value === 'number' && !Number.isInteger(n.value)) fail(ctx, path, `expected a string, got ${describe(n)} (quote it)`);
+  if (isFloat(n)) fail(ctx, path, `expected a string, got ${describe(n)} (quote it)`);
   return typeof n.value === 'string' ? n.value : String(n.source ?? n.value);
 }
 
@@ -289,7 +301,7 @@ function bool(ctx: Context, node: unknown, path: string): boolean {
 function integer(ctx: Context, node: unknown, path: string, min: number, max: number, fallback: number): number {
   const n = resolve(ctx, node);
   if (n === undefined) return fallback;
-  const v = isScalar(n) ? n.value : undefined;
+  const v = isScalar(n) && !isFloat(n) ? n.value : undefined;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
     fail(ctx, path, `expected an integer from ${min} to ${max}, got ${describe(n)}`);
   }

@@ -233,6 +233,16 @@ describe('what the reference rejects stays rejected, naming file and path', () =
       'case.yaml: descriptors[0].value: expected a string, got 1.5 (quote it)',
     ],
     [
+      'a float written with an exponent where a string belongs',
+      'domain: d\ndescriptors:\n  - key: version\n    value: 1e3\n',
+      'case.yaml: descriptors[0].value: expected a string, got 1e3 (quote it)',
+    ],
+    [
+      'a float written with a point where an integer belongs',
+      'domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10.0}\n',
+      'case.yaml: descriptors[0].rate_limit.requests_per_unit: expected an integer from 0 to 4294967295, got 10.0',
+    ],
+    [
       'metadata that is not a mapping',
       'domain: d\ndescriptors:\n  - key: k\n    metadata: [a]\n',
       'case.yaml: descriptors[0].metadata: expected a mapping, got a list',
