@@ -4,7 +4,19 @@ import { Document, isAlias, isMap, isScalar, isSeq, parseDocument, type Scalar, 
 import { counterKeyPrefix } from '../limiter/keys';
 import { ALGORITHMS, isBucket, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
 import { ConfigError } from './config-error';
-import { type DomainConfig, type KeyRules, type Metadata, type MetadataValue, type RateLimitConfig, type RuleLevel, type RuleNode } from '../limiter/rules';
+import {
+  RULE_SETTINGS,
+  type DomainConfig,
+  type KeyRules,
+  type Metadata,
+  type MetadataValue,
+  type RateLimitConfig,
+  type RuleIdentity,
+  type RuleLevel,
+  type RuleNode,
+  type RuleSetting,
+  type RuleSettings,
+} from '../limiter/rules';
 import { compileWildcard, isWildcard } from './wildcard';
 
 /**
@@ -49,19 +61,20 @@ const MAX_UNIT_MULTIPLIER = 1_000_000;
 // Each sub-window is one counter read per decision: a bound keeps one decision O(1).
 const MAX_SUB_WINDOWS = 100;
 
+/** The core's table of per-rule flags and numbers (RULE_SETTINGS), as [field, setting] pairs in table order. */
+const SETTINGS = Object.entries(RULE_SETTINGS) as [keyof RuleSettings, RuleSetting][];
+
 const ROOT_KEYS = ['domain', 'descriptors'] as const;
-const RULE_KEYS = [
+const RULE_KEYS: readonly string[] = [
   'key',
   'value',
   'rate_limit',
   'descriptors',
-  'shadow_mode',
-  'quota_mode',
-  'detailed_metric',
+  ...SETTINGS.map(([, s]) => s.yaml),
   'value_to_metric',
   'share_threshold',
   'metadata',
-] as const;
+];
 const LIMIT_KEYS = ['unit', 'requests_per_unit', 'unlimited', 'name', 'replaces', 'unit_multiplier', 'algorithm', 'burst', 'sub_windows', 'strict'] as const;
 const REPLACES_KEYS = ['name'] as const;
 
@@ -79,14 +92,12 @@ const REFERENCE_KEYS: ReadonlySet<string> = new Set([
   'unit',
   'requests_per_unit',
   'unlimited',
-  'shadow_mode',
-  'quota_mode',
   'name',
   'replaces',
-  'detailed_metric',
   'value_to_metric',
   'share_threshold',
   'metadata',
+  ...SETTINGS.filter(([, s]) => s.reference === true).map(([, s]) => s.yaml),
 ]);
 
 /**
@@ -409,14 +420,49 @@ function readReplaces(ctx: Context, node: unknown, path: string, ownName: string
   return Object.freeze(names);
 }
 
+/**
+ * The RULE_SETTINGS fields of the rule at `path`, each read by its setting's type: absent, its
+ * default, or for an inherited setting the value `above`; set to other than the default, checked.
+ */
+function readSettings(ctx: Context, f: Map<string, unknown>, path: string, rule: RuleIdentity, above: RuleSettings): RuleSettings {
+  const out: Record<string, boolean | number> = {};
+  for (const [field, setting] of SETTINGS) {
+    const at = child(path, setting.yaml);
+    const node = f.get(setting.yaml);
+    if (setting.type === 'boolean') {
+      const own = bool(ctx, node, at);
+      checkSetting(ctx, setting, own, at, rule);
+      out[field] = own || (setting.inherited && above[field] === true);
+    } else {
+      const own = resolve(ctx, node) === undefined ? undefined : integer(ctx, node, at, setting.min, setting.max, setting.default);
+      checkSetting(ctx, setting, own, at, rule);
+      out[field] = own ?? (setting.inherited ? above[field] : setting.default);
+    }
+  }
+  return out as RuleSettings;
+}
+
+function checkSetting<V>(
+  ctx: Context,
+  setting: { readonly default: V; readonly check?: (value: V, rule: RuleIdentity) => string | undefined },
+  own: V | undefined,
+  at: string,
+  rule: RuleIdentity,
+): void {
+  if (own === undefined || own === setting.default || setting.check === undefined) return;
+  const problem = setting.check(own, rule);
+  if (problem !== undefined) fail(ctx, at, problem);
+}
+
 /** What a rule inherits from the rules above it. */
 interface Parent {
   readonly statKey: string;
-  readonly shadowMode: boolean;
   readonly requestKeyed: boolean;
+  /** The parent's settings; a child reads the `inherited` ones. */
+  readonly settings: RuleSettings;
 }
 
-const ROOT: Parent = { statKey: '', shadowMode: false, requestKeyed: false };
+const ROOT: Parent = { statKey: '', requestKeyed: false, settings: Object.fromEntries(SETTINGS.map(([field, s]) => [field, s.default])) as RuleSettings };
 
 function readRule(ctx: Context, node: unknown, path: string, domain: string, parent: Parent): RuleNode {
   const f = fields(ctx, resolve(ctx, node), path, RULE_KEYS);
@@ -426,11 +472,7 @@ function readRule(ctx: Context, node: unknown, path: string, domain: string, par
   const own = value === undefined ? key : `${key}_${value}`;
   const statKey = parent.statKey === '' ? own : `${parent.statKey}.${own}`;
   const parsed = readLimit(ctx, f.get('rate_limit'), child(path, 'rate_limit'));
-  // shadow_mode covers the rule's subtree, so `tenant: acme, shadow_mode: true` dry-runs every
-  // limit nested under it; the reference applies it to the rule's own limit only, which this includes.
-  const shadowMode = bool(ctx, f.get('shadow_mode'), child(path, 'shadow_mode')) || parent.shadowMode;
-  const detailedMetric = bool(ctx, f.get('detailed_metric'), child(path, 'detailed_metric'));
-  const quotaMode = bool(ctx, f.get('quota_mode'), child(path, 'quota_mode'));
+  const settings = readSettings(ctx, f, path, { key, value }, parent.settings);
   const valueToMetric = bool(ctx, f.get('value_to_metric'), child(path, 'value_to_metric'));
   const shareThreshold = bool(ctx, f.get('share_threshold'), child(path, 'share_threshold'));
   if (shareThreshold && (value === undefined || !isWildcard(value))) {
@@ -438,16 +480,13 @@ function readRule(ctx: Context, node: unknown, path: string, domain: string, par
   }
   const metadata = readMetadata(ctx, f.get('metadata'), child(path, 'metadata'));
   const requestKeyed = parent.requestKeyed || valueToMetric || shareThreshold;
-  const children = readLevel(ctx, f.get('descriptors'), child(path, 'descriptors'), domain, { statKey, shadowMode, requestKeyed });
+  const children = readLevel(ctx, f.get('descriptors'), child(path, 'descriptors'), domain, { statKey, requestKeyed, settings });
   const limit = parsed?.limit;
-  return Object.freeze({
+  const fixed: FixedFields = {
     key,
     path,
     value,
     limit,
-    shadowMode,
-    detailedMetric,
-    quotaMode,
     shareThreshold,
     valueToMetric,
     requestKeyed,
@@ -456,7 +495,49 @@ function readRule(ctx: Context, node: unknown, path: string, domain: string, par
     statKey,
     keyPrefix: limit === undefined ? undefined : counterKeyPrefix(domain, limit.algorithm, limit.windowMs, limit.subWindows),
     children,
-  });
+  };
+  return new BuiltRule(fixed, settings) as unknown as RuleNode;
+}
+
+/** A RuleNode's fields other than its RULE_SETTINGS ones. */
+type FixedFields = Omit<RuleNode, keyof RuleSettings>;
+
+/**
+ * A frozen RuleNode. Built by a constructor rather than an object literal so that V8 keeps every
+ * field inside the object, the table's ones included: matching and the decision read them on every
+ * request, and a literal with `...settings` in it keeps fields after the spread in a separate array.
+ */
+class BuiltRule implements FixedFields {
+  declare readonly key: string;
+  declare readonly path: string;
+  declare readonly value?: string;
+  declare readonly limit?: Limit;
+  declare readonly shareThreshold: boolean;
+  declare readonly valueToMetric: boolean;
+  declare readonly requestKeyed: boolean;
+  declare readonly metadata?: Metadata;
+  declare readonly replaces: readonly string[];
+  declare readonly statKey: string;
+  declare readonly keyPrefix?: string;
+  declare readonly children: RuleLevel;
+
+  constructor(fixed: FixedFields, settings: RuleSettings) {
+    // Plain `this.x =` assignments: V8 sizes the object by counting them (plus slack the settings fill).
+    this.key = fixed.key;
+    this.path = fixed.path;
+    this.value = fixed.value;
+    this.limit = fixed.limit;
+    for (const [field] of SETTINGS) (this as unknown as Record<string, unknown>)[field] = settings[field];
+    this.shareThreshold = fixed.shareThreshold;
+    this.valueToMetric = fixed.valueToMetric;
+    this.requestKeyed = fixed.requestKeyed;
+    this.metadata = fixed.metadata;
+    this.replaces = fixed.replaces;
+    this.statKey = fixed.statKey;
+    this.keyPrefix = fixed.keyPrefix;
+    this.children = fixed.children;
+    Object.freeze(this);
+  }
 }
 
 interface LevelBuilder {

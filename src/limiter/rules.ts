@@ -11,18 +11,75 @@ export type { StructValue as MetadataValue } from './types';
 /** A rule's `metadata` mapping, deeply frozen. */
 export type Metadata = StructFields;
 
+/** The rule a setting's `check` looks at: its entry key, and its value (undefined for a key-only rule). */
+export interface RuleIdentity {
+  readonly key: string;
+  readonly value: string | undefined;
+}
+
+interface RuleSettingOf<V> {
+  /** The key in a config file's rule (`quota_mode`); an xDS RateLimitDescriptor carries it as the field of that name, if it has one. */
+  readonly yaml: string;
+  /** The value of a rule that does not set it. */
+  readonly default: V;
+  /**
+   * A rule below one that sets it has it too: a boolean is true when the rule or any rule above it
+   * says true (`shadow_mode: true` covers a subtree); a number is the rule's own when set, else the nearest one above's.
+   */
+  readonly inherited: boolean;
+  /** The reference format knows the key: written where it means nothing (under `rate_limit`), it loads with a warning there, as in the reference. */
+  readonly reference?: boolean;
+  /** Validation beyond the type, of a value other than the default set on the rule itself: an error detail ("only allowed on ..."), or undefined. */
+  readonly check?: (value: V, rule: RuleIdentity) => string | undefined;
+}
+
+export interface BooleanRuleSetting extends RuleSettingOf<boolean> {
+  readonly type: 'boolean';
+}
+
+export interface IntegerRuleSetting extends RuleSettingOf<number> {
+  readonly type: 'integer';
+  readonly min: number;
+  readonly max: number;
+}
+
+export type RuleSetting = BooleanRuleSetting | IntegerRuleSetting;
+
+/**
+ * The per-rule keys that change a decision and are a plain flag or number, by the field they get on
+ * RuleNode and MatchedRule. This table is their one declaration: the loader (src/config/load.ts)
+ * reads, validates and inherits each one from it, the xDS translation copies each from its proto
+ * field, and the two types below get one field each. A new key is an entry here and its use in the
+ * decision (./rate-limiter.ts, where the rule of a request's own limit, overrideRule, gets the field
+ * too: the compiler points there). Keys with a structure or rules of their own (rate_limit,
+ * descriptors, metadata, value_to_metric, share_threshold) are read by the loader by name.
+ */
+export const RULE_SETTINGS = {
+  /**
+   * `shadow_mode`: over its limit, the rule answers OK (and counts a shadow_mode hit). It covers the
+   * rule's subtree, so `tenant: acme, shadow_mode: true` dry-runs every limit nested under it; the
+   * reference applies it to the rule's own limit only, which this includes.
+   */
+  shadowMode: { yaml: 'shadow_mode', type: 'boolean', default: false, inherited: true, reference: true },
+  /** `quota_mode`: over its limit, this rule alone does not make the overall code OVER_LIMIT. */
+  quotaMode: { yaml: 'quota_mode', type: 'boolean', default: false, inherited: false, reference: true },
+  /** `detailed_metric`: metrics name the rule by the request's entries, values included (see detailedStatKey). */
+  detailedMetric: { yaml: 'detailed_metric', type: 'boolean', default: false, inherited: false, reference: true },
+} as const satisfies Readonly<Record<string, RuleSetting>>;
+
+type SettingValue<S> = S extends { readonly type: 'integer' } ? number : boolean;
+
+/** One field per RULE_SETTINGS entry, as every RuleNode and MatchedRule carries them. */
+export type RuleSettings = { readonly [F in keyof typeof RULE_SETTINGS]: SettingValue<(typeof RULE_SETTINGS)[F]> };
+
 /** One rule (`descriptors[i]` in the YAML), with its children indexed for O(1) lookup. */
-export interface RuleNode {
+export interface RuleNode extends RuleSettings {
   readonly key: string;
   /** Where the rule is in its file ("descriptors[2].descriptors[0]"), for errors. */
   readonly path: string;
   /** Exact value or wildcard pattern; undefined for a key-only rule. */
   readonly value?: string;
   readonly limit?: Limit;
-  readonly shadowMode: boolean;
-  readonly detailedMetric: boolean;
-  /** `quota_mode`: over its limit, this rule alone does not make the overall code OVER_LIMIT. */
-  readonly quotaMode: boolean;
   /** `share_threshold` (wildcard rules only): every value matching the pattern counts on one counter. */
   readonly shareThreshold: boolean;
   /** `value_to_metric`: the request's value, not the pattern or nothing, names this level in metrics. */
@@ -77,11 +134,8 @@ export interface RateLimitConfig {
 }
 
 /** What a descriptor matched: the rule at the node reached by its last entry. */
-export interface MatchedRule {
+export interface MatchedRule extends RuleSettings {
   readonly limit: Limit;
-  readonly shadowMode: boolean;
-  readonly detailedMetric: boolean;
-  readonly quotaMode: boolean;
   readonly requestKeyed: boolean;
   readonly metadata?: Metadata;
   readonly replaces: readonly string[];

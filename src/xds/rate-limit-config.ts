@@ -1,7 +1,7 @@
 import type { Type } from 'protobufjs';
 import { buildConfig, parseConfigValue, type BuildOptions, type ParseOptions } from '../config/load';
 import { ConfigError } from '../config/config-error';
-import type { RateLimitConfig } from '../limiter/rules';
+import { RULE_SETTINGS, type RateLimitConfig } from '../limiter/rules';
 import { loadProtoFiles } from '../server/proto';
 
 /**
@@ -35,10 +35,9 @@ interface DescriptorMessage {
   value?: string;
   rateLimit?: PolicyMessage;
   descriptors?: DescriptorMessage[];
-  shadowMode?: boolean;
-  detailedMetric?: boolean;
-  quotaMode?: boolean;
   metadata?: StructMessage;
+  /** The RULE_SETTINGS fields the proto has (shadowMode, quotaMode, ...). */
+  readonly [setting: string]: unknown;
 }
 interface ConfigMessage {
   name?: string;
@@ -56,6 +55,15 @@ interface ValueMessage {
   structValue?: StructMessage;
   listValue?: { values?: ValueMessage[] };
 }
+
+/**
+ * The per-rule flags and numbers of the core's table, as [proto field, file key] pairs: protobufjs
+ * names a field in camelCase (`quota_mode` -> `quotaMode`). A key the proto does not have is never set.
+ */
+const SETTING_FIELDS: readonly (readonly [string, string])[] = Object.values(RULE_SETTINGS).map((s) => [
+  s.yaml.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase()),
+  s.yaml,
+]);
 
 let configType: Type | undefined;
 
@@ -102,9 +110,10 @@ function descriptorShape(d: DescriptorMessage): Record<string, unknown> {
   if (d.value !== undefined && d.value !== '') out.value = d.value;
   if (d.rateLimit !== undefined) out.rate_limit = policyShape(d.rateLimit);
   if (d.descriptors !== undefined && d.descriptors.length > 0) out.descriptors = d.descriptors.map(descriptorShape);
-  if (d.shadowMode === true) out.shadow_mode = true;
-  if (d.detailedMetric === true) out.detailed_metric = true;
-  if (d.quotaMode === true) out.quota_mode = true;
+  for (const [field, key] of SETTING_FIELDS) {
+    const v = d[field];
+    if (v !== undefined && v !== false && v !== 0) out[key] = v;
+  }
   if (d.metadata !== undefined) out.metadata = structToPlain(d.metadata);
   return out;
 }

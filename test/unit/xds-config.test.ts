@@ -1,7 +1,15 @@
 import { parseConfigText } from '../../src/config/load';
 import { loadSettings, SettingsError } from '../../src/settings';
 import { backoffDelayMs } from '../../src/xds/ads-client';
-import { configFromResources, encodeRateLimitConfig, RATE_LIMIT_CONFIG_TYPE_URL, type AnyResource } from '../../src/xds/rate-limit-config';
+import { RULE_SETTINGS, type RuleSetting } from '../../src/limiter/rules';
+import { loadProtoFiles } from '../../src/server/proto';
+import {
+  configFromResources,
+  encodeRateLimitConfig,
+  RATE_LIMIT_CONFIG_PROTO,
+  RATE_LIMIT_CONFIG_TYPE_URL,
+  type AnyResource,
+} from '../../src/xds/rate-limit-config';
 
 /**
  * xDS resources are validated by the file loader: a RateLimitConfig message yields the same rule
@@ -71,6 +79,24 @@ descriptors:
     expect(() => configFromResources(twice, OPTS)).toThrow('RateLimitConfig "b": domain: duplicate domain "edge"');
     expect(() => configFromResources([{ typeUrl: 'type.googleapis.com/other', value: new Uint8Array() }], OPTS)).toThrow('resources[0]: unexpected type');
     expect(() => configFromResources([{ typeUrl: RATE_LIMIT_CONFIG_TYPE_URL, value: Uint8Array.of(0x0a, 0x05) }], OPTS)).toThrow('resources[0]: cannot decode');
+  });
+
+  test('carry every per-rule setting of the core table that the proto has, as the file key does', () => {
+    const descriptor = loadProtoFiles([RATE_LIMIT_CONFIG_PROTO]).lookupType('ratelimit.config.ratelimit.v3.RateLimitDescriptor');
+    // protobufjs's name for a proto field: camelCase.
+    const fieldOf = (yaml: string) => descriptor.fields[yaml.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase())];
+    const carried = (Object.values(RULE_SETTINGS) as RuleSetting[]).filter((s) => fieldOf(s.yaml) !== undefined);
+    expect(carried.map((s) => s.yaml)).toEqual(expect.arrayContaining(['shadow_mode', 'quota_mode', 'detailed_metric']));
+    const limit = 'rate_limit: {unit: second, requests_per_unit: 5}';
+    const plain = parseConfigText('RateLimitConfig "r"', `domain: d\ndescriptors:\n  - key: a\n    ${limit}\n`, OPTS);
+    for (const s of carried) {
+      const set = s.type === 'boolean' ? !s.default : s.max;
+      const rule = { key: 'a', [fieldOf(s.yaml).name]: set, rateLimit: { unit: 'SECOND', requestsPerUnit: 5 } };
+      const fromXds = configFromResources([resource({ name: 'r', domain: 'd', descriptors: [rule] })], OPTS);
+      const fromFile = parseConfigText('RateLimitConfig "r"', `domain: d\ndescriptors:\n  - key: a\n    ${s.yaml}: ${set}\n    ${limit}\n`, OPTS);
+      expect(fromFile).not.toEqual(plain);
+      expect(fromXds.domains.get('d')).toEqual(fromFile);
+    }
   });
 
   test('no resources: a config with no domains', () => {
