@@ -6,10 +6,12 @@ import type { ConfigProvider } from './config/config-provider';
 import { cpuQuotaCores } from './cpu-quota';
 import { matchDescriptor } from './limiter/match';
 import { RateLimiter } from './limiter/rate-limiter';
+import { Replays } from './limiter/replay';
 import type { RateLimitConfig } from './limiter/rules';
 import type { Entry } from './limiter/types';
 import { createLogger, type Logger } from './log';
-import { createMetrics, instrumentDecider, type Metrics } from './metrics';
+import { createMetrics, instrumentDecider, instrumentReplays, type Metrics } from './metrics';
+import { frameResponse } from './server/rls-wire-codec';
 import { createMetricSinks, registryExposition } from './metric-sinks';
 import { DebugServer, type RuleMatch } from './server/debug-server';
 import { PrometheusServer } from './server/prometheus-server';
@@ -22,7 +24,7 @@ import { warmUp } from './warm-up';
 import { clusterMetrics, isSupervisor, reportReady, superviseWorkers } from './workers';
 import type { Store } from './limiter/store';
 
-/** Most request answers the limiter keeps for replay: the requests under attack at one time, not every client. */
+/** Most requests kept for replay: the requests under attack at one time, not every client. */
 const REPLAY_MAX_KEYS = 10_000;
 /** The warm-up stops after this long whatever it has done (a store that is down makes every call fail fast anyway). */
 const WARM_UP_MAX_MS = 2_000;
@@ -121,7 +123,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   clearStoreCache = () => store.clearCache?.();
   const stopStoreWatch = watchStoreHealth({ store, health });
 
-  // Replays (RateLimiter.replay) are built from the denial cache, which only the Redis store has.
+  // Replays (src/limiter/replay.ts) are built from the denial cache, which only the Redis store has.
   const replayMaxKeys = settings.backendType === 'redis' ? Math.min(settings.denialCacheMaxKeys, REPLAY_MAX_KEYS) : 0;
   const limiter = new RateLimiter({
     store,
@@ -134,10 +136,13 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     nearLimitRatio: settings.nearLimitRatio,
     responseHeaders: settings.responseHeaders,
     observer: metrics,
-    replayMaxKeys,
   });
   // Both edges share one timed, error-counting view of the limiter.
   const decider = instrumentDecider(limiter, metrics);
+  const replays =
+    replayMaxKeys > 0
+      ? instrumentReplays(new Replays({ maxKeys: replayMaxKeys, config: () => rules.current(), encode: frameResponse, observer: metrics }), metrics)
+      : undefined;
   // Under WORKERS > 1 every scrape answers for all workers (see workers.ts).
   const exposition = settings.disableStats ? undefined : (clusterMetrics(metrics.registry) ?? metrics);
   const prometheusServer =
@@ -151,7 +156,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
 
   // The OpenTelemetry SDK is loaded only when tracing is on; off, the edges hold no tracer at all.
   const tracer = settings.tracing.enabled ? await (await import('./tracing/otel-tracer')).createOtelTracer(settings.tracing, logger) : undefined;
-  const grpcOptions = { limiter: decider, health, settings, logger, tracer };
+  const grpcOptions = { limiter: decider, replays, health, settings, logger, tracer };
   // grpc-js is loaded only when it serves: the default transport does without it (less heap to mark).
   const grpcServer = settings.grpcTransport === 'http2' ? new Http2GrpcServer(grpcOptions) : new (await import('./server/grpc-server')).GrpcServer(grpcOptions);
   const httpServer = new HttpServer({

@@ -1,8 +1,8 @@
 import { performance } from 'node:perf_hooks';
 import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
 import { classify, type ErrorMetric } from './errors';
-import type { RateLimitDecider, RateLimitRequest, RateLimitResponse } from './limiter/types';
-import type { DescriptorOutcome } from './limiter/rate-limiter';
+import type { DescriptorOutcome, LocalDenialListener, RateLimitDecider, RateLimitRequest, RateLimitResponse } from './limiter/types';
+import type { ServiceReplays } from './server/rls-service';
 import { TalliedCounter, TalliedHistogram } from './metric-tallies';
 import type { Settings } from './settings';
 
@@ -269,7 +269,7 @@ export class Metrics {
     };
   }
 
-  /** One request answered by the limiter's replay of local denials: a local cache hit like any other (limiter observer). */
+  /** One request answered by a replay of local denials (src/limiter/replay.ts): a local cache hit like any other. */
   onReplay(): void {
     this.recordLocalCacheHit();
   }
@@ -371,13 +371,12 @@ export function instrumentDecider(decider: RateLimitDecider, metrics: Metrics): 
     metrics.recordError(classify(err).metric);
     return Promise.reject(err);
   };
-  const replay = decider.replay;
   return {
-    shouldRateLimit(request: RateLimitRequest, replayKey?: string): Promise<RateLimitResponse> {
+    shouldRateLimit(request: RateLimitRequest, onLocalDenial?: LocalDenialListener): Promise<RateLimitResponse> {
       const started = performance.now();
       let pending: Promise<RateLimitResponse>;
       try {
-        pending = decider.shouldRateLimit(request, replayKey);
+        pending = decider.shouldRateLimit(request, onLocalDenial);
       } catch (err) {
         return failed(started, err);
       }
@@ -389,16 +388,19 @@ export function instrumentDecider(decider: RateLimitDecider, metrics: Metrics): 
         (err: unknown) => failed(started, err),
       );
     },
-    // Absent when the decider keeps no replays: the edge then does not name requests by their bytes.
-    replay:
-      replay === undefined
-        ? undefined
-        : (replayKey: string): RateLimitResponse | undefined => {
-            const started = performance.now();
-            const response = replay(replayKey);
-            if (response !== undefined) metrics.recordCall(performance.now() - started);
-            return response;
-          },
+  };
+}
+
+/** Wraps the replays so that every call they answer is timed as a call like any other. */
+export function instrumentReplays(replays: ServiceReplays, metrics: Metrics): ServiceReplays {
+  return {
+    answer(key: string): Buffer | undefined {
+      const started = performance.now();
+      const answer = replays.answer(key);
+      if (answer !== undefined) metrics.recordCall(performance.now() - started);
+      return answer;
+    },
+    remembering: (key) => replays.remembering(key),
   };
 }
 

@@ -2,6 +2,7 @@ import * as net from 'node:net';
 import { buildConfig, parseConfigText } from './config/load';
 import type { Logger } from './log';
 import { RateLimiter } from './limiter/rate-limiter';
+import { Replays } from './limiter/replay';
 import { frameMessage } from './server/grpc-framing';
 import { HealthState } from './server/health';
 import { Http2GrpcServer } from './server/http2-grpc-server';
@@ -10,7 +11,8 @@ import type { Settings } from './settings';
 import type { Store } from './limiter/store';
 import { CONNECTION_PREFACE, Flag, frame, FRAME_HEADER_BYTES, FrameType, MAX_WINDOW, DEFAULT_WINDOW, settingsFrame, wordFrame } from './server/h2/frames';
 import { encodeHeaderBlock } from './server/h2/hpack';
-import type { RateLimitDecider } from './limiter/types';
+import type { LimiterObserver, RateLimitDecider } from './limiter/types';
+import { frameResponse } from './server/rls-wire-codec';
 
 /**
  * Start-up warm-up: before a process takes traffic, it answers a few thousand ShouldRateLimit calls
@@ -44,6 +46,8 @@ descriptors:
         rate_limit: {unit: second, requests_per_unit: 1000000000}
 `;
 
+const NO_REPORTS: LimiterObserver = { onDescriptor: () => undefined, onReplay: () => undefined };
+
 /** Connections and streams the warm-up client keeps busy. */
 const CONNECTIONS = 2;
 const STREAMS_PER_CONNECTION = 16;
@@ -57,7 +61,7 @@ export interface WarmUpOptions {
   /** The service's store (so its client is warmed too). */
   readonly store: Store;
   readonly settings: Pick<Settings, 'grpcMaxMessageBytes' | 'defaultAlgorithm' | 'countDeniedRequests' | 'nearLimitRatio'>;
-  /** As the service's limiter: replays are only built over a store with a denial cache. */
+  /** As the service's: replays are only built over a store with a denial cache. */
   readonly replayMaxKeys: number;
   readonly logger: Logger;
 }
@@ -81,21 +85,22 @@ export async function warmUp(options: WarmUpOptions): Promise<WarmUpResult> {
     defaultAlgorithm: options.settings.defaultAlgorithm,
     nearLimitRatio: options.settings.nearLimitRatio,
     // The metrics observer's shape, reporting nowhere: the per-rule reporting code runs too.
-    observer: { onDescriptor: () => undefined, onReplay: () => undefined },
-    replayMaxKeys: options.replayMaxKeys,
+    observer: NO_REPORTS,
   });
+  const replays =
+    options.replayMaxKeys > 0 ? new Replays({ maxKeys: options.replayMaxKeys, config: () => config, encode: frameResponse, observer: NO_REPORTS }) : undefined;
   let failed = 0;
   // Failures are counted where they happen: the raw client only sees that a call ended.
   const counted: RateLimitDecider = {
-    shouldRateLimit: (request, replayKey) =>
-      limiter.shouldRateLimit(request, replayKey).catch((err: unknown) => {
+    shouldRateLimit: (request, onLocalDenial) =>
+      limiter.shouldRateLimit(request, onLocalDenial).catch((err: unknown) => {
         failed++;
         throw err;
       }),
-    replay: limiter.replay,
   };
   const server = new Http2GrpcServer({
     limiter: counted,
+    replays,
     health: new HealthState(),
     settings: { grpcHost: '127.0.0.1', grpcPort: 0, grpcMaxMessageBytes: options.settings.grpcMaxMessageBytes, grpcTls: { enabled: false } },
     logger: options.logger,

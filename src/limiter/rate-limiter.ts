@@ -1,21 +1,23 @@
 import { detailedStatKey, entriesStatKey, matchDescriptor, requestKeys } from './match';
 import type { MatchedRule, RateLimitConfig } from './rules';
 import { InvalidRequestError, NotReadyError } from './errors';
-import type { CounterDecision, CounterRequest, Store } from './store';
+import type { CounterDecision, CounterRequest, LocalAnswer, Store } from './store';
 import { rateLimitHeaders, type HeaderValue, type ResponseHeaderOptions } from './headers';
 import { counterKey, counterKeyPrefix } from './keys';
-import { ReplayCache } from './replays';
 import {
-  systemClock,
   UNIT_MS,
   type Algorithm,
-  type Clock,
   type Descriptor,
+  type DescriptorOutcome,
   type DescriptorStatus,
   type Entry,
   type Limit,
+  type LimiterObserver,
+  type LocalDenial,
+  type LocalDenialListener,
   type RateLimitRequest,
   type RateLimitResponse,
+  type ResponseHeadersBuilder,
   type StructFields,
   type StructValue,
 } from './types';
@@ -44,41 +46,10 @@ import {
  * first (one call); each soft counter is then decided on its own, charged only if the request was
  * admitted so far. Requests without soft rules, the common case, make exactly one call.
  *
- * A call the store answered wholly from its local denial cache can be remembered by the request's
- * wire bytes (`replayKey`) and answered again by replay() without decoding or matching, with the
- * same statuses, a reset that keeps counting down, and the same observer reports (./replays).
+ * The store is asked for a local answer first (Store.decideLocally: the denial cache). A call it
+ * answers so is finished synchronously; when every counter of it was a remembered denial, the
+ * caller's listener gets the LocalDenial event: what the request's replay (./replay) is built from.
  */
-
-/** Counts one matched, counted descriptor contributes to the per-rule metrics (reference counter names). */
-export interface DescriptorOutcome {
-  readonly domain: string;
-  /** The rule's key path ("tenant_acme.path"), or the detailed one when the rule has `detailed_metric`. */
-  readonly statKey: string;
-  /** total_hits: the descriptor's hits (0 for a check-only descriptor). */
-  readonly hits: number;
-  /** over_limit: hits denied by the limit (all of them: a denied request admits none). Shadow rules included. */
-  readonly overLimit: number;
-  /** near_limit: admitted hits that pushed usage above nearLimitRatio x limit. */
-  readonly nearLimit: number;
-  /** within_limit: hits admitted. */
-  readonly withinLimit: number;
-  /** shadow_mode: hits a shadow-mode rule would have denied (answered OK instead). */
-  readonly shadowMode: number;
-  /** over_limit_with_local_cache: the part of overLimit answered by the local denial cache. */
-  readonly overLimitWithLocalCache: number;
-}
-
-/** Receives per-descriptor outcomes (metrics). Called synchronously on the hot path: keep it cheap. */
-export interface LimiterObserver {
-  /** Once per descriptor whose counter was consulted. */
-  onDescriptor(outcome: DescriptorOutcome): void;
-  /** Once per request that global shadow mode turned from OVER_LIMIT into OK. */
-  onGlobalShadowMode?(domain: string): void;
-  /** Once per request answered by replay(): a local denial-cache answer that skipped the store port. */
-  onReplay?(): void;
-}
-
-export type ResponseHeadersBuilder = (statuses: readonly DescriptorStatus[]) => HeaderValue[];
 
 export interface RateLimiterOptions {
   readonly store: Store;
@@ -99,10 +70,6 @@ export interface RateLimiterOptions {
   readonly observer?: LimiterObserver;
   /** Builds response headers from the statuses: a function, or the header settings (see ./headers). */
   readonly responseHeaders?: ResponseHeadersBuilder | ResponseHeaderOptions;
-  /** Most answers remembered for replay(); 0 or unset: none. */
-  readonly replayMaxKeys?: number;
-  /** Local time source of replays; the store's denial cache must read the same clock. */
-  readonly clock?: Clock;
 }
 
 /** Largest uint32: limit_remaining of an unlimited rule, as the reference server sends it. */
@@ -112,9 +79,13 @@ const NO_HEADERS: readonly HeaderValue[] = Object.freeze([]);
 const NOT_LIMITED: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: 0 });
 const UNLIMITED: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: UNLIMITED_REMAINING });
 const NO_REPLACES: readonly string[] = Object.freeze([]);
+/** deniedUntilMs of a store answer: nothing in it came from remembered denials. */
+const NOT_LOCAL: readonly number[] = Object.freeze([]);
 
 /** A request after matching: statuses so far, and the counters the store must decide. */
 interface Plan {
+  /** The config it was matched under. */
+  readonly config: RateLimitConfig;
   readonly domain: string;
   readonly descriptors: readonly Descriptor[];
   /** The request-level hits_addend as sent (0 when unset). */
@@ -125,19 +96,6 @@ interface Plan {
   readonly softCount: number;
   /** Per descriptor, whether it is in quota mode; undefined when none is (the overall code is then any status's). */
   readonly quotaAt: boolean[] | undefined;
-}
-
-/**
- * A call whose every counter the local denial cache denied: its plan before the store's verdicts,
- * those verdicts, and the local time each denial expires.
- */
-interface Replayable {
-  readonly plan: Plan;
-  readonly decisions: readonly CounterDecision[];
-  readonly deniedUntilMs: readonly number[];
-  /** The last answer replayed, and the local time it was built for: within a millisecond it does not change. */
-  answer: RateLimitResponse | undefined;
-  answeredAtMs: number;
 }
 
 /** A counted descriptor: its rule, its position in the request and its store request. */
@@ -164,15 +122,6 @@ export class RateLimiter {
   private readonly observer: LimiterObserver | undefined;
   private readonly headers: ResponseHeadersBuilder | undefined;
   private readonly decideOptions: { readonly countDenied: boolean };
-  private readonly clock: Clock;
-  private readonly replays: ReplayCache<Replayable> | undefined;
-  /**
-   * The answer to the request whose wire bytes are `replayKey`, when an earlier copy was answered
-   * wholly from local denials that still hold under the current config; undefined otherwise (then
-   * call shouldRateLimit). Same statuses, reports and headers as that path would give now.
-   * Absent when the limiter keeps no replays (replayMaxKeys 0), so edges do not name requests for nothing.
-   */
-  readonly replay: ((replayKey: string) => RateLimitResponse | undefined) | undefined;
 
   constructor(options: RateLimiterOptions) {
     if (!(options.nearLimitRatio >= 0 && options.nearLimitRatio <= 1)) {
@@ -189,11 +138,6 @@ export class RateLimiter {
     this.observer = options.observer;
     this.headers = headerBuilder(options.responseHeaders);
     this.decideOptions = Object.freeze({ countDenied: options.countDenied });
-    this.clock = options.clock ?? systemClock;
-    const replayMaxKeys = options.replayMaxKeys ?? 0;
-    const replays = replayMaxKeys > 0 ? new ReplayCache<Replayable>(replayMaxKeys) : undefined;
-    this.replays = replays;
-    this.replay = replays === undefined ? undefined : (replayKey) => this.replayFrom(replays, replayKey);
   }
 
   /**
@@ -202,18 +146,23 @@ export class RateLimiter {
    * cannot answer. Not an async function: a call answered without waiting (no counter, or the
    * denial cache) costs one promise, not an async frame and its awaits.
    *
-   * `replayKey` identifies the request's exact wire bytes: when the store answers the call wholly
-   * from its local denial cache, the answer is remembered under it for replay().
+   * `onLocalDenial` hears of a call the store answered wholly from remembered denials (see the
+   * class comment), synchronously, before the answer is returned.
    */
-  shouldRateLimit(req: RateLimitRequest, replayKey?: string): Promise<RateLimitResponse> {
+  shouldRateLimit(req: RateLimitRequest, onLocalDenial?: LocalDenialListener): Promise<RateLimitResponse> {
     try {
       const plan = this.plan(req);
-      if (plan.counted.length === 0) return Promise.resolve(this.answer(plan));
-      // Read before the store call, so that a remembered denial can only expire early (see DenialCache).
-      const startedMs = replayKey !== undefined && this.replays !== undefined ? this.clock.nowMs() : undefined;
-      return this.decide(plan.counted, plan.softCount).then((decisions) => {
-        if (startedMs !== undefined) this.remember(replayKey!, plan, decisions, startedMs);
-        this.applyDecisions(plan, decisions);
+      const counted = plan.counted;
+      const m = counted.length;
+      if (m === 0) return Promise.resolve(this.answer(plan));
+      if (!this.oneCall(m, plan.softCount)) return this.decideSplit(plan);
+      const counters: CounterRequest[] = new Array<CounterRequest>(m);
+      for (let k = 0; k < m; k++) counters[k] = counted[k].counter;
+      const local = this.store.decideLocally?.(counters);
+      if (local !== undefined) return Promise.resolve(this.answerLocally(plan, local, onLocalDenial));
+      // The store's own promise and one then: no async frame on the hot path.
+      return this.store.decide(counters, this.decideOptions).then((decisions) => {
+        this.applyDecisions(plan, decisions, undefined, undefined);
         return this.answer(plan);
       });
     } catch (err) {
@@ -221,53 +170,29 @@ export class RateLimiter {
     }
   }
 
-  private replayFrom(replays: ReplayCache<Replayable>, replayKey: string): RateLimitResponse | undefined {
-    const now = this.clock.nowMs();
-    const replayable = replays.get(replayKey, this.config(), now);
-    if (replayable === undefined) return undefined;
-    const { plan, decisions, deniedUntilMs } = replayable;
-    this.observer?.onReplay?.();
-    // An answer built in this same millisecond is handed out again (the edge then reuses its
-    // encoding too: attack traffic repeats a request many times a millisecond); reports are per call.
-    const last = replayable.answer;
-    if (last !== undefined && replayable.answeredAtMs === now) {
-      this.reportDecisions(plan, decisions);
-      if (this.shadowMode && anyOverLimit(last.statuses)) this.observer?.onGlobalShadowMode?.(plan.domain);
-      return last;
+  /** The answer to a one-call request the store answered locally; the LocalDenial event when it denied every counter. */
+  private answerLocally(plan: Plan, local: LocalAnswer, onLocalDenial: LocalDenialListener | undefined): RateLimitResponse {
+    const { decisions, deniedUntilMs } = local;
+    if (onLocalDenial === undefined || !deniedUntilMs.every(Number.isFinite)) {
+      this.applyDecisions(plan, decisions, deniedUntilMs, undefined);
+      return this.answer(plan);
     }
-    const m = decisions.length;
-    const verdicts: CounterDecision[] = new Array<CounterDecision>(m);
-    for (let k = 0; k < m; k++) verdicts[k] = { allowed: false, remaining: 0, resetMs: deniedUntilMs[k] - now, fromCache: true };
-    const fresh: Plan = { ...plan, statuses: plan.statuses.slice() };
-    this.applyDecisions(fresh, verdicts);
-    replayable.answer = this.answer(fresh);
-    replayable.answeredAtMs = now;
-    return replayable.answer;
-  }
-
-  /**
-   * Keeps a call the store answered wholly from local denials: one store call, and every counter
-   * denied by the cache. A counter the cache did not consult (reported allowed, not charged) is not
-   * replayable: another request may get it denied meanwhile, and the full path would then report it
-   * OVER_LIMIT (and count it so).
-   */
-  private remember(replayKey: string, plan: Plan, decisions: readonly CounterDecision[], startedMs: number): void {
-    if (!this.oneCall(plan.counted.length, plan.softCount)) return;
-    const m = decisions.length;
-    const deniedUntilMs = new Array<number>(m);
-    let untilMs = Infinity;
-    for (let k = 0; k < m; k++) {
-      const decision = decisions[k];
-      if (decision.fromCache !== true) return;
-      const until = startedMs + decision.resetMs;
-      deniedUntilMs[k] = until;
-      if (until < untilMs) untilMs = until;
-    }
-    const config = this.config();
-    if (config === undefined) return;
-    // The plan's statuses are copied before the verdicts fill them in.
-    const template: Plan = { ...plan, statuses: plan.statuses.slice() };
-    this.replays!.set(replayKey, config, untilMs, { plan: template, decisions, deniedUntilMs, answer: undefined, answeredAtMs: 0 });
+    const outcomes: DescriptorOutcome[] = [];
+    this.applyDecisions(plan, decisions, deniedUntilMs, outcomes);
+    const response = this.answer(plan);
+    const untilAt = new Array<number>(plan.statuses.length).fill(NaN);
+    for (let k = 0; k < plan.counted.length; k++) untilAt[plan.counted[k].index] = deniedUntilMs[k];
+    const denial: LocalDenial = {
+      config: plan.config,
+      domain: plan.domain,
+      response,
+      deniedUntilMs: untilAt,
+      outcomes,
+      shadowed: this.shadowMode && overLimitOf(plan),
+      headers: this.headers,
+    };
+    onLocalDenial(denial);
+    return response;
   }
 
   /** Validation, matching, and the statuses that need no store; throws on a bad request or before the first config. */
@@ -345,14 +270,24 @@ export class RateLimiter {
       });
     }
 
-    return { domain, descriptors, hitsAddend: req.hitsAddend, statuses, counted, softCount, quotaAt };
+    return { config, domain, descriptors, hitsAddend: req.hitsAddend, statuses, counted, softCount, quotaAt };
   }
 
-  /** The store's verdicts, in `plan.counted` order, turned into statuses (and reported). */
-  private applyDecisions(plan: Plan, decisions: readonly CounterDecision[]): void {
-    const { statuses, counted } = plan;
+  /**
+   * The store's verdicts, in `plan.counted` order, turned into statuses and reported; `deniedUntilMs`
+   * (same order) marks the verdicts a local answer gave (finite: a remembered denial), and
+   * `outcomes` collects what was reported.
+   */
+  private applyDecisions(
+    plan: Plan,
+    decisions: readonly CounterDecision[],
+    deniedUntilMs: readonly number[] | undefined,
+    outcomes: DescriptorOutcome[] | undefined,
+  ): void {
+    const { domain, descriptors, statuses, counted } = plan;
+    const observer = this.observer;
     for (let k = 0; k < counted.length; k++) {
-      const { index, rule } = counted[k];
+      const { index, rule, counter, statKey } = counted[k];
       const decision = decisions[k];
       statuses[index] = {
         code: decision.allowed || rule.shadowMode ? 'OK' : 'OVER_LIMIT',
@@ -360,23 +295,17 @@ export class RateLimiter {
         limitRemaining: decision.remaining,
         durationUntilResetMs: decision.resetMs,
       };
-    }
-    this.reportDecisions(plan, decisions);
-  }
-
-  /** The observer's share of applyDecisions: once per counted descriptor. */
-  private reportDecisions(plan: Plan, decisions: readonly CounterDecision[]): void {
-    if (this.observer === undefined) return;
-    const { domain, descriptors, counted } = plan;
-    for (let k = 0; k < counted.length; k++) {
-      const { index, rule, counter, statKey } = counted[k];
-      this.report(domain, descriptors[index].entries, rule, counter.hits, decisions[k], statKey);
+      if (observer === undefined && outcomes === undefined) continue;
+      const cached = deniedUntilMs !== undefined && Number.isFinite(deniedUntilMs[k]);
+      const outcome = this.outcome(domain, descriptors[index].entries, rule, counter.hits, decision, statKey, cached);
+      observer?.onDescriptor(outcome);
+      outcomes?.push(outcome);
     }
   }
 
   private answer(plan: Plan): RateLimitResponse {
     const { domain, statuses } = plan;
-    let overLimit = plan.quotaAt === undefined ? anyOverLimit(statuses) : overallOverLimit(statuses, plan.quotaAt);
+    let overLimit = overLimitOf(plan);
     if (overLimit && this.shadowMode) {
       overLimit = false;
       this.observer?.onGlobalShadowMode?.(domain);
@@ -389,26 +318,24 @@ export class RateLimiter {
     return this.dynamicMetadata ? { ...response, dynamicMetadata: dynamicMetadataOf(plan) } : response;
   }
 
-  /** Store verdicts in `counted` order; see the class comment for how shadow rules are split off. */
-  private decide(counted: readonly Counted[], softCount: number): Promise<CounterDecision[]> {
-    const m = counted.length;
-    // The store's own promise is handed back as is: no extra async frame on the hot path.
-    if (this.oneCall(m, softCount)) {
-      const counters: CounterRequest[] = new Array<CounterRequest>(m);
-      for (let k = 0; k < m; k++) counters[k] = counted[k].counter;
-      return this.store.decide(counters, this.decideOptions);
-    }
-    return this.decideSplit(counted);
-  }
-
   /** Nothing to split: no soft rule, only one counter, or every counter is charged anyway. */
   private oneCall(counted: number, softCount: number): boolean {
     return softCount === 0 || counted === 1 || this.countDenied;
   }
 
-  private async decideSplit(counted: readonly Counted[]): Promise<CounterDecision[]> {
+  /** One store call of the split path: its local answer when it has one, else its decision. */
+  private call(counters: CounterRequest[]): Promise<LocalAnswer> | LocalAnswer {
+    const local = this.store.decideLocally?.(counters);
+    if (local !== undefined) return local;
+    return this.store.decide(counters, this.decideOptions).then((decisions) => ({ decisions, deniedUntilMs: NOT_LOCAL }));
+  }
+
+  /** A request with soft rules, decided as the class comment says: the enforced counters first, then each soft one. */
+  private async decideSplit(plan: Plan): Promise<RateLimitResponse> {
+    const counted = plan.counted;
     const m = counted.length;
     const decisions: CounterDecision[] = new Array<CounterDecision>(m);
+    const deniedUntilMs: number[] = new Array<number>(m).fill(NaN);
     const enforced: CounterRequest[] = [];
     const enforcedAt: number[] = [];
     for (let k = 0; k < m; k++) {
@@ -419,29 +346,33 @@ export class RateLimiter {
     }
     let admitted = true;
     if (enforced.length > 0) {
-      const verdicts = await this.store.decide(enforced, this.decideOptions);
-      for (let j = 0; j < verdicts.length; j++) {
-        decisions[enforcedAt[j]] = verdicts[j];
-        if (!verdicts[j].allowed) admitted = false;
+      const verdicts = await this.call(enforced);
+      for (let j = 0; j < enforcedAt.length; j++) {
+        const k = enforcedAt[j];
+        decisions[k] = verdicts.decisions[j];
+        deniedUntilMs[k] = verdicts.deniedUntilMs[j] ?? NaN;
+        if (!decisions[k].allowed) admitted = false;
       }
     }
     // A denied request is counted nowhere: soft counters are then only checked (hits 0) for their status.
-    const shadowCalls: Promise<CounterDecision[]>[] = [];
+    const shadowCalls: (Promise<LocalAnswer> | LocalAnswer)[] = [];
     const shadowAt: number[] = [];
     for (let k = 0; k < m; k++) {
       const { soft, counter } = counted[k];
       if (!soft) continue;
       shadowAt.push(k);
-      shadowCalls.push(this.store.decide([admitted ? counter : { ...counter, hits: 0 }], this.decideOptions));
+      shadowCalls.push(this.call([admitted ? counter : { ...counter, hits: 0 }]));
     }
     const shadowVerdicts = await Promise.all(shadowCalls);
     for (let j = 0; j < shadowAt.length; j++) {
       const k = shadowAt[j];
-      const verdict = shadowVerdicts[j][0];
+      const verdict = shadowVerdicts[j];
       // Checked with hits 0, a soft counter would always look allowed: re-judge it with its own hits.
-      decisions[k] = admitted ? verdict : judgeCheck(verdict, counted[k].counter);
+      decisions[k] = admitted ? verdict.decisions[0] : judgeCheck(verdict.decisions[0], counted[k].counter);
+      if (admitted) deniedUntilMs[k] = verdict.deniedUntilMs[0] ?? NaN;
     }
-    return decisions;
+    this.applyDecisions(plan, decisions, deniedUntilMs, undefined);
+    return this.answer(plan);
   }
 
   private overrideRule(domain: string, d: Descriptor): MatchedRule {
@@ -470,14 +401,16 @@ export class RateLimiter {
     };
   }
 
-  private report(
+  /** What one counted descriptor reports: `cached` when its denial was a remembered one. */
+  private outcome(
     domain: string,
     entries: readonly Entry[],
     rule: MatchedRule,
     hits: number,
     decision: CounterDecision,
     requestStatKey: string | undefined,
-  ): void {
+    cached: boolean,
+  ): DescriptorOutcome {
     const statKey = requestStatKey ?? (rule.detailedMetric ? detailedStatKey(rule, entries) : rule.statKey);
     // requests_per_unit, or a bucket's burst: what `remaining` counts down from.
     const limit = rule.limit.burst;
@@ -499,10 +432,15 @@ export class RateLimiter {
     } else {
       overLimit = hits;
       if (rule.shadowMode) shadowMode = hits;
-      if (decision.fromCache === true) overLimitWithLocalCache = hits;
+      if (cached) overLimitWithLocalCache = hits;
     }
-    this.observer!.onDescriptor({ domain, statKey, hits, overLimit, nearLimit, withinLimit, shadowMode, overLimitWithLocalCache });
+    return { domain, statKey, hits, overLimit, nearLimit, withinLimit, shadowMode, overLimitWithLocalCache };
   }
+}
+
+/** The overall verdict before global shadow mode. */
+function overLimitOf(plan: Plan): boolean {
+  return plan.quotaAt === undefined ? anyOverLimit(plan.statuses) : overallOverLimit(plan.statuses, plan.quotaAt);
 }
 
 function anyOverLimit(statuses: readonly DescriptorStatus[]): boolean {
@@ -599,8 +537,8 @@ function validateDescriptor(d: Descriptor, i: number): void {
   }
 }
 
-// One frozen current_limit per limit: configured limits live as long as their config, so the edges
-// may cache what they derive from it (the encoded sub-message) by identity.
+// One frozen current_limit per limit, made once rather than per call (configured limits live as
+// long as their config). Nothing relies on the identity: it only saves the allocation.
 const CURRENT_LIMITS = new WeakMap<Limit, NonNullable<DescriptorStatus['currentLimit']>>();
 
 function currentLimitOf(limit: Limit): DescriptorStatus['currentLimit'] {

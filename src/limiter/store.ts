@@ -1,7 +1,9 @@
 import type { Algorithm } from './types';
 
 /**
- * The Store port: one call per ShouldRateLimit request, all counters together.
+ * The Store port: one call per ShouldRateLimit request, all counters together. A store that can
+ * answer some calls from what it remembers locally (the denial cache) says so through
+ * decideLocally(), which callers ask before decide(); its answers carry no marks of their own.
  *
  * Contract (every adapter, checked by test/contract):
  * - Time comes from the store (memory: its injected Clock; Redis: `TIME`), never from the caller.
@@ -17,6 +19,11 @@ export interface Store {
   /** Human-readable adapter name for logs and metrics ("memory", "redis"). */
   readonly name: string;
   decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]>;
+  /**
+   * Optional: the answer to this call from local knowledge alone (no round trip, nothing charged),
+   * or undefined when there is none; then call decide(). Callers ask this first, on every call.
+   */
+  decideLocally?(counters: readonly CounterRequest[]): LocalAnswer | undefined;
   /** True while the store can answer (drives gRPC health). */
   isHealthy(): boolean;
   close(): Promise<void>;
@@ -56,8 +63,16 @@ export interface CounterDecision {
    * Allowed: until the counter has fully drained.
    */
   readonly resetMs: number;
-  /** True when a local denial cache answered without asking the store (metrics: over_limit_with_local_cache). */
-  readonly fromCache?: boolean;
+}
+
+/**
+ * A call answered locally (Store.decideLocally): the verdicts in input order, and for each counter
+ * the local time (the store's Clock, ms) until which its remembered denial holds, or NaN for a
+ * counter it did not consult (reported allowed with remaining 0 and resetMs 0; nothing is charged).
+ */
+export interface LocalAnswer {
+  readonly decisions: readonly CounterDecision[];
+  readonly deniedUntilMs: readonly number[];
 }
 
 /** The store could not answer (down, slow, overloaded). Mapped to gRPC UNAVAILABLE at the edge. */

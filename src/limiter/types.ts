@@ -118,11 +118,60 @@ export const systemClock: Clock = { nowMs: () => Date.now() };
 
 /** Anything that answers ShouldRateLimit: the limiter, or a wrapper around it (metrics). What every edge needs. */
 export interface RateLimitDecider {
-  /** `replayKey`: the request's exact wire bytes as a string, when the edge has them (see replay). */
-  shouldRateLimit(request: RateLimitRequest, replayKey?: string): Promise<RateLimitResponse>;
-  /**
-   * A remembered answer to the request with these wire bytes, when one still holds (RateLimiter.replay);
-   * absent when the decider keeps none.
-   */
-  readonly replay?: (replayKey: string) => RateLimitResponse | undefined;
+  /** `onLocalDenial`: hears of a call answered wholly from remembered denials (RateLimiter.shouldRateLimit). */
+  shouldRateLimit(request: RateLimitRequest, onLocalDenial?: LocalDenialListener): Promise<RateLimitResponse>;
 }
+
+/** Counts one matched, counted descriptor contributes to the per-rule metrics (reference counter names). */
+export interface DescriptorOutcome {
+  readonly domain: string;
+  /** The rule's key path ("tenant_acme.path"), or the detailed one when the rule has `detailed_metric`. */
+  readonly statKey: string;
+  /** total_hits: the descriptor's hits (0 for a check-only descriptor). */
+  readonly hits: number;
+  /** over_limit: hits denied by the limit (all of them: a denied request admits none). Shadow rules included. */
+  readonly overLimit: number;
+  /** near_limit: admitted hits that pushed usage above nearLimitRatio x limit. */
+  readonly nearLimit: number;
+  /** within_limit: hits admitted. */
+  readonly withinLimit: number;
+  /** shadow_mode: hits a shadow-mode rule would have denied (answered OK instead). */
+  readonly shadowMode: number;
+  /** over_limit_with_local_cache: the part of overLimit answered by the local denial cache. */
+  readonly overLimitWithLocalCache: number;
+}
+
+/** Receives per-descriptor outcomes (metrics). Called synchronously on the hot path: keep it cheap. */
+export interface LimiterObserver {
+  /** Once per descriptor whose counter was consulted. */
+  onDescriptor(outcome: DescriptorOutcome): void;
+  /** Once per request that global shadow mode turned from OVER_LIMIT into OK. */
+  onGlobalShadowMode?(domain: string): void;
+  /** Once per request answered by a replay (./replay): a local denial answered without decoding or matching. */
+  onReplay?(): void;
+}
+
+/** Response headers from the statuses (RateLimit-*, see ./headers). */
+export type ResponseHeadersBuilder = (statuses: readonly DescriptorStatus[]) => RateLimitResponse['responseHeaders'];
+
+/**
+ * A request the limiter answered wholly from remembered denials (Store.decideLocally): everything a
+ * repeat of it needs to be answered again later without the limiter (./replay).
+ */
+export interface LocalDenial {
+  /** The config it was matched under: the answer holds only while that config does. */
+  readonly config: object;
+  readonly domain: string;
+  /** The answer given. */
+  readonly response: RateLimitResponse;
+  /** Per status: the local time (ms) until which its denial holds; NaN for a status that does not count down. */
+  readonly deniedUntilMs: readonly number[];
+  /** What was reported to the observer for it, in order. */
+  readonly outcomes: readonly DescriptorOutcome[];
+  /** Global shadow mode turned its OVER_LIMIT into OK (and reported that once). */
+  readonly shadowed: boolean;
+  /** How its response headers were built; undefined when it has none. */
+  readonly headers: ResponseHeadersBuilder | undefined;
+}
+
+export type LocalDenialListener = (denial: LocalDenial) => void;

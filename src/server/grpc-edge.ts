@@ -3,6 +3,7 @@ import type { Logger } from '../log';
 import type { CallTracer } from '../tracing/call-tracer';
 import type { Settings } from '../settings';
 import type { HealthState } from './health';
+import type { ServiceReplays } from './rls-service';
 
 /**
  * The options both gRPC transports take (GRPC_TRANSPORT: ./http2-grpc-server, ./grpc-server); what
@@ -19,4 +20,6 @@ export interface GrpcServerOptions {
   readonly logger: Logger;
   /** One span per ShouldRateLimit call (TRACING_ENABLED); absent when tracing is off. */
   readonly tracer?: CallTracer;
+  /** Repeats of requests answered from local denials, answered by their bytes (src/limiter/replay.ts); absent: none kept. */
+  readonly replays?: ServiceReplays;
 }

@@ -1,11 +1,12 @@
 import { classify, publicMessage } from '../errors';
+import type { Replays } from '../limiter/replay';
 import type { RateLimitDecider, RateLimitRequest, RateLimitResponse } from '../limiter/types';
 import type { Logger } from '../log';
 import type { CallSpan, CallTracer } from '../tracing/call-tracer';
 import { GrpcStatus } from './grpc-framing';
 import type { HealthState, ServingStatus } from './health';
 import { ServingStatusNumber } from './proto';
-import { decodeRateLimitRequest, ResponseEncoder } from './rls-wire-codec';
+import { decodeRateLimitRequest, frameResponse } from './rls-wire-codec';
 
 /**
  * The rate-limit service as every gRPC transport serves it (GRPC_TRANSPORT: ./http2-grpc-server on
@@ -16,8 +17,8 @@ import { decodeRateLimitRequest, ResponseEncoder } from './rls-wire-codec';
  */
 
 /**
- * Request messages up to this size are named by their bytes for the limiter's replay of local
- * denials (RateLimiter.replay); Envoy's requests are far smaller, and the bound caps what is kept.
+ * Request messages up to this size are named by their bytes for the replay of local denials
+ * (src/limiter/replay.ts); Envoy's requests are far smaller, and the bound caps what is kept.
  */
 const REPLAY_KEY_MAX_BYTES = 512;
 
@@ -45,7 +46,12 @@ export interface RlsServiceOptions {
   readonly logger: Logger;
   /** One span per ShouldRateLimit call (TRACING_ENABLED); absent when tracing is off. */
   readonly tracer?: CallTracer;
+  /** Repeats of requests answered from local denials, answered again by their bytes; absent: none kept. */
+  readonly replays?: ServiceReplays;
 }
+
+/** What the service asks of the replays: framed answers by request bytes, and the listener that remembers them. */
+export type ServiceReplays = Pick<Replays<Buffer>, 'answer' | 'remembering'>;
 
 /** ShouldRateLimit, health and shutdown, shared by every transport. */
 export class RlsService {
@@ -53,10 +59,7 @@ export class RlsService {
   private readonly health: HealthState;
   private readonly logger: Logger;
   private readonly tracer: CallTracer | undefined;
-  private readonly encoder = new ResponseEncoder();
-  // The last replayed answer and its encoding: the limiter hands out one answer per millisecond.
-  private replayed: RateLimitResponse | undefined;
-  private replayedFrame: Buffer = Buffer.alloc(0);
+  private readonly replays: ServiceReplays | undefined;
   private readonly watches = new Map<WatchSink, () => void>();
   private stopping = false;
 
@@ -65,6 +68,7 @@ export class RlsService {
     this.health = options.health;
     this.logger = options.logger;
     this.tracer = options.tracer;
+    this.replays = options.replays;
   }
 
   /** True when calls are traced: transports then call shouldRateLimitTraced with the call's headers. */
@@ -83,31 +87,26 @@ export class RlsService {
    * rather than a promise: one promise per call (the decision's), not two.
    */
   shouldRateLimit(message: Buffer, sink: CallSink): void {
-    const limiter = this.limiter;
-    const replay = limiter.replay;
+    const replays = this.replays;
     // A repeat of a request answered from local denials skips decoding and matching (attack traffic).
-    const replayKey = replay !== undefined && message.length <= REPLAY_KEY_MAX_BYTES ? message.toString('latin1') : undefined;
+    const replayKey = replays !== undefined && message.length <= REPLAY_KEY_MAX_BYTES ? message.toString('latin1') : undefined;
     if (replayKey !== undefined) {
-      const replayed = replay!(replayKey);
+      const replayed = replays!.answer(replayKey);
       if (replayed !== undefined) {
-        if (replayed !== this.replayed) {
-          this.replayed = replayed;
-          this.replayedFrame = this.encoder.frame(replayed);
-        }
-        sink.answer(this.replayedFrame);
+        sink.answer(replayed);
         return;
       }
     }
     let pending: Promise<RateLimitResponse>;
     try {
       const request: RateLimitRequest = decodeRateLimitRequest(message);
-      pending = limiter.shouldRateLimit(request, replayKey);
+      pending = this.limiter.shouldRateLimit(request, replayKey === undefined ? undefined : replays!.remembering(replayKey));
     } catch (err) {
       sink.fail(err);
       return;
     }
     pending.then(
-      (response) => sink.answer(this.encoder.frame(response)),
+      (response) => sink.answer(frameResponse(response)),
       (err: unknown) => sink.fail(err),
     );
   }
@@ -136,7 +135,7 @@ export class RlsService {
     pending.then(
       (response) => {
         span.end({ domain: request.domain, overallCode: response.overallCode, grpcCode: GrpcStatus.OK });
-        sink.answer(this.encoder.frame(response));
+        sink.answer(frameResponse(response));
       },
       (err: unknown) => this.failTraced(span, request.domain, sink, err),
     );

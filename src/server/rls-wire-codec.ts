@@ -231,111 +231,103 @@ function clampUint32(n: number): number {
 
 type LimitShape = NonNullable<RateLimitResponse['statuses'][number]['currentLimit']>;
 
-/**
- * Encodes RateLimitResponse messages, framed for gRPC, in one buffer per call. Keeps the encoded
- * `current_limit` of each limit object it has seen (the limiter reuses one per configured limit),
- * so the common statuses cost a copy and three varints.
- */
-export class ResponseEncoder {
-  // Keyed by identity: the limiter hands out one current_limit object per configured limit.
-  private readonly limits = new WeakMap<LimitShape, Buffer>();
-
-  /** The response as one framed gRPC message (5-byte prefix included). */
-  frame(response: RateLimitResponse): Buffer {
-    const statuses = response.statuses;
-    const n = statuses.length;
-    const limitBytes: (Buffer | undefined)[] = new Array<Buffer | undefined>(n);
-    const statusSizes: number[] = new Array<number>(n);
-    // overall_code is never 0 (UNKNOWN), so it is always present.
-    let size = 2;
-    for (let i = 0; i < n; i++) {
-      const s = statuses[i];
-      let inner = 2; // code (never 0)
-      const lb = s.currentLimit === undefined ? undefined : this.limitMessage(s.currentLimit);
-      limitBytes[i] = lb;
-      if (lb !== undefined) inner += 1 + varintSize(lb.length) + lb.length;
-      const remaining = clampUint32(s.limitRemaining);
-      if (remaining !== 0) inner += 1 + varintSize(remaining);
-      if (s.durationUntilResetMs !== undefined) inner += 1 + durationSize(s.durationUntilResetMs);
-      statusSizes[i] = inner;
-      size += 1 + varintSize(inner) + inner;
+/** The response as one framed gRPC message (5-byte prefix included), in one buffer. */
+export function frameResponse(response: RateLimitResponse): Buffer {
+  const statuses = response.statuses;
+  const n = statuses.length;
+  const limitSizes: number[] = new Array<number>(n);
+  const statusSizes: number[] = new Array<number>(n);
+  // overall_code is never 0 (UNKNOWN), so it is always present.
+  let size = 2;
+  for (let i = 0; i < n; i++) {
+    const s = statuses[i];
+    let inner = 2; // code (never 0)
+    if (s.currentLimit !== undefined) {
+      const limitSize = limitMessageSize(s.currentLimit);
+      limitSizes[i] = limitSize;
+      inner += 1 + varintSize(limitSize) + limitSize;
     }
-    const headers = response.responseHeaders;
-    for (let i = 0; i < headers.length; i++) {
-      const inner = headerSize(headers[i].key, headers[i].value);
-      size += 1 + varintSize(inner) + inner;
-    }
-    const metadata = response.dynamicMetadata === undefined ? undefined : encodeStruct(response.dynamicMetadata);
-    if (metadata !== undefined) size += 1 + varintSize(metadata.length) + metadata.length;
+    const remaining = clampUint32(s.limitRemaining);
+    if (remaining !== 0) inner += 1 + varintSize(remaining);
+    if (s.durationUntilResetMs !== undefined) inner += 1 + durationSize(s.durationUntilResetMs);
+    statusSizes[i] = inner;
+    size += 1 + varintSize(inner) + inner;
+  }
+  const headers = response.responseHeaders;
+  for (let i = 0; i < headers.length; i++) {
+    const inner = headerSize(headers[i].key, headers[i].value);
+    size += 1 + varintSize(inner) + inner;
+  }
+  const metadata = response.dynamicMetadata === undefined ? undefined : encodeStruct(response.dynamicMetadata);
+  if (metadata !== undefined) size += 1 + varintSize(metadata.length) + metadata.length;
 
-    const buf = Buffer.allocUnsafe(MESSAGE_PREFIX_BYTES + size);
-    buf[0] = 0;
-    buf.writeUInt32BE(size, 1);
-    let pos = MESSAGE_PREFIX_BYTES;
+  const buf = Buffer.allocUnsafe(MESSAGE_PREFIX_BYTES + size);
+  buf[0] = 0;
+  buf.writeUInt32BE(size, 1);
+  let pos = MESSAGE_PREFIX_BYTES;
+  buf[pos++] = 0x08;
+  buf[pos++] = response.overallCode === 'OVER_LIMIT' ? CODE_NUMBER.OVER_LIMIT : CODE_NUMBER.OK;
+  for (let i = 0; i < n; i++) {
+    const s = statuses[i];
+    buf[pos++] = 0x12;
+    pos = writeVarint(buf, pos, statusSizes[i]);
     buf[pos++] = 0x08;
-    buf[pos++] = response.overallCode === 'OVER_LIMIT' ? CODE_NUMBER.OVER_LIMIT : CODE_NUMBER.OK;
-    for (let i = 0; i < n; i++) {
-      const s = statuses[i];
+    buf[pos++] = s.code === 'OVER_LIMIT' ? CODE_NUMBER.OVER_LIMIT : CODE_NUMBER.OK;
+    if (s.currentLimit !== undefined) {
       buf[pos++] = 0x12;
-      pos = writeVarint(buf, pos, statusSizes[i]);
-      buf[pos++] = 0x08;
-      buf[pos++] = s.code === 'OVER_LIMIT' ? CODE_NUMBER.OVER_LIMIT : CODE_NUMBER.OK;
-      const lb = limitBytes[i];
-      if (lb !== undefined) {
-        buf[pos++] = 0x12;
-        pos = writeVarint(buf, pos, lb.length);
-        pos += lb.copy(buf, pos);
-      }
-      const remaining = clampUint32(s.limitRemaining);
-      if (remaining !== 0) {
-        buf[pos++] = 0x18;
-        pos = writeVarint(buf, pos, remaining);
-      }
-      if (s.durationUntilResetMs !== undefined) {
-        buf[pos++] = 0x22;
-        pos = writeDuration(buf, pos, s.durationUntilResetMs);
-      }
+      pos = writeVarint(buf, pos, limitSizes[i]);
+      pos = writeLimitMessage(buf, pos, s.currentLimit);
     }
-    for (let i = 0; i < headers.length; i++) {
-      const { key, value } = headers[i];
-      buf[pos++] = 0x1a;
-      pos = writeVarint(buf, pos, headerSize(key, value));
-      pos = writeString(buf, pos, 0x0a, key);
-      pos = writeString(buf, pos, 0x12, value);
+    const remaining = clampUint32(s.limitRemaining);
+    if (remaining !== 0) {
+      buf[pos++] = 0x18;
+      pos = writeVarint(buf, pos, remaining);
     }
-    if (metadata !== undefined) {
-      buf[pos++] = 0x32;
-      pos = writeVarint(buf, pos, metadata.length);
-      metadata.copy(buf, pos);
+    if (s.durationUntilResetMs !== undefined) {
+      buf[pos++] = 0x22;
+      pos = writeDuration(buf, pos, s.durationUntilResetMs);
     }
-    return buf;
   }
+  for (let i = 0; i < headers.length; i++) {
+    const { key, value } = headers[i];
+    buf[pos++] = 0x1a;
+    pos = writeVarint(buf, pos, headerSize(key, value));
+    pos = writeString(buf, pos, 0x0a, key);
+    pos = writeString(buf, pos, 0x12, value);
+  }
+  if (metadata !== undefined) {
+    buf[pos++] = 0x32;
+    pos = writeVarint(buf, pos, metadata.length);
+    metadata.copy(buf, pos);
+  }
+  return buf;
+}
 
-  private limitMessage(limit: LimitShape): Buffer {
-    let bytes = this.limits.get(limit);
-    if (bytes !== undefined) return bytes;
-    const name = limit.name ?? '';
-    const rpu = clampUint32(limit.requestsPerUnit);
-    const unit = UNIT_NUMBER[limit.unit];
-    let size = 0;
-    if (rpu !== 0) size += 1 + varintSize(rpu);
-    if (unit !== 0) size += 2;
+/** Encoded size of a RateLimit message (current_limit); zero fields are omitted. */
+function limitMessageSize(limit: LimitShape): number {
+  const rpu = clampUint32(limit.requestsPerUnit);
+  let size = rpu !== 0 ? 1 + varintSize(rpu) : 0;
+  if (UNIT_NUMBER[limit.unit] !== 0) size += 2;
+  const name = limit.name;
+  if (name !== undefined && name.length > 0) {
     const nameBytes = Buffer.byteLength(name, 'utf8');
-    if (nameBytes > 0) size += 1 + varintSize(nameBytes) + nameBytes;
-    bytes = Buffer.alloc(size);
-    let pos = 0;
-    if (rpu !== 0) {
-      bytes[pos++] = 0x08;
-      pos = writeVarint(bytes, pos, rpu);
-    }
-    if (unit !== 0) {
-      bytes[pos++] = 0x10;
-      bytes[pos++] = unit;
-    }
-    if (nameBytes > 0) writeString(bytes, pos, 0x1a, name);
-    this.limits.set(limit, bytes);
-    return bytes;
+    size += 1 + varintSize(nameBytes) + nameBytes;
   }
+  return size;
+}
+
+function writeLimitMessage(buf: Buffer, pos: number, limit: LimitShape): number {
+  const rpu = clampUint32(limit.requestsPerUnit);
+  if (rpu !== 0) {
+    buf[pos++] = 0x08;
+    pos = writeVarint(buf, pos, rpu);
+  }
+  const unit = UNIT_NUMBER[limit.unit];
+  if (unit !== 0) {
+    buf[pos++] = 0x10;
+    buf[pos++] = unit;
+  }
+  return limit.name === undefined ? pos : writeString(buf, pos, 0x1a, limit.name);
 }
 
 function wholeMs(ms: number): number {

@@ -1,9 +1,12 @@
 import { systemClock, type Clock } from '../limiter/types';
-import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../limiter/store';
+import type { CounterDecision, CounterRequest, DecideOptions, LocalAnswer, Store } from '../limiter/store';
 
 /**
  * A Store decorator that remembers denials and answers them locally until their retry time,
- * saving a store round trip for clients hammering a limit they have already hit.
+ * saving a store round trip for clients hammering a limit they have already hit. decide() asks
+ * the store and records its denials; decideLocally() answers from them (the Store port's local
+ * answer, which callers ask first). The answer says, per counter, until when its denial holds:
+ * that is all the limiter's replay of whole requests (src/limiter/replay.ts) is built from.
  *
  * Why it never denies what the store would have allowed: a denial is recorded with the local time
  * read BEFORE the store call plus the store's resetMs. The store decided at some later instant, so
@@ -72,17 +75,17 @@ export class DenialCache implements Store {
     return this.denials.size;
   }
 
-  /** Answers from the cache when a counter is known to be denied, else asks the store and records its denials. */
+  /** The answer when a counter of the call is known to be denied (see the file comment); undefined otherwise. */
+  decideLocally(counters: readonly CounterRequest[]): LocalAnswer | undefined {
+    if (this.denials.size === 0) return undefined;
+    const local = this.lookup(counters, this.clock.nowMs());
+    if (local !== undefined) this.onHit();
+    return local;
+  }
+
+  /** Asks the store and records its denials (read before the call: see the file comment). */
   decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
     const now = this.clock.nowMs();
-    if (this.denials.size > 0) {
-      const local = this.lookup(counters, now);
-      if (local !== undefined) {
-        this.onHit();
-        // A resolved promise, not an async frame: this is the path attack traffic takes.
-        return Promise.resolve(local);
-      }
-    }
     return this.store.decide(counters, options).then((decisions) => {
       for (let i = 0; i < decisions.length; i++) {
         const d = decisions[i];
@@ -115,8 +118,9 @@ export class DenialCache implements Store {
     return this.store.close();
   }
 
-  private lookup(counters: readonly CounterRequest[], now: number): CounterDecision[] | undefined {
-    let out: CounterDecision[] | undefined;
+  private lookup(counters: readonly CounterRequest[], now: number): LocalAnswer | undefined {
+    let decisions: CounterDecision[] | undefined;
+    let deniedUntilMs: number[] | undefined;
     for (let i = 0; i < counters.length; i++) {
       const c = counters[i];
       const key = c.key;
@@ -133,10 +137,14 @@ export class DenialCache implements Store {
         this.denials.delete(key);
         this.denials.set(key, denial);
       }
-      out ??= counters.map(() => NOT_CONSULTED);
-      out[i] = { allowed: false, remaining: 0, resetMs: denial.untilMs - now, fromCache: true };
+      if (decisions === undefined) {
+        decisions = counters.map(() => NOT_CONSULTED);
+        deniedUntilMs = counters.map(() => NaN);
+      }
+      decisions[i] = { allowed: false, remaining: 0, resetMs: denial.untilMs - now };
+      deniedUntilMs![i] = denial.untilMs;
     }
-    return out;
+    return decisions === undefined ? undefined : { decisions, deniedUntilMs: deniedUntilMs! };
   }
 
   private remember(key: string, denial: Denial): void {

@@ -1,5 +1,5 @@
 import type { FailurePolicy } from '../settings';
-import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../limiter/store';
+import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type LocalAnswer, type Store } from '../limiter/store';
 
 /**
  * What to answer when the store cannot (STORE_FAILURE_POLICY):
@@ -46,7 +46,7 @@ export class FailurePolicyStore implements Store {
   /** The primary's decision, or the policy's answer when the primary is unavailable. */
   async decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
     // Skip a primary known to be down: its failure would only cost the deadline on every call.
-    if (this.policy === 'local' && !this.store.isHealthy()) return this.answerLocally(counters, options);
+    if (this.policy === 'local' && !this.store.isHealthy()) return this.decideByFallback(counters, options);
     try {
       return await this.store.decide(counters, options);
     } catch (err) {
@@ -61,9 +61,15 @@ export class FailurePolicyStore implements Store {
           this.onFallback('deny');
           return counters.map(() => DENIED);
         case 'local':
-          return this.answerLocally(counters, options);
+          return this.decideByFallback(counters, options);
       }
     }
+  }
+
+  /** The primary's local answer, unless the policy skips the primary altogether (local, while it is down). */
+  decideLocally(counters: readonly CounterRequest[]): LocalAnswer | undefined {
+    if (this.store.decideLocally === undefined || (this.policy === 'local' && !this.store.isHealthy())) return undefined;
+    return this.store.decideLocally(counters);
   }
 
   /** The primary's health: gRPC health reports NOT_SERVING while the store is unreachable, whatever the policy. */
@@ -81,7 +87,7 @@ export class FailurePolicyStore implements Store {
     await Promise.all([this.store.close(), this.fallback?.close()]);
   }
 
-  private answerLocally(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
+  private decideByFallback(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
     this.onFallback('local');
     return (this.fallback as Store).decide(counters, options);
   }

@@ -2,12 +2,14 @@ import * as fs from 'node:fs';
 import * as http2 from 'node:http2';
 import { createRlsClient } from '../../src/cli/rls-client';
 import { InvalidRequestError } from '../../src/errors';
-import type { RateLimitResponse } from '../../src/limiter/types';
+import type { LocalDenial, RateLimitResponse } from '../../src/limiter/types';
 import { silentLogger } from '../../src/log';
 import type { RateLimitDecider } from '../../src/server/grpc-server';
 import { HealthState } from '../../src/server/health';
 import { Http2GrpcServer } from '../../src/server/http2-grpc-server';
 import { protoRoot } from '../../src/server/proto';
+import type { ServiceReplays } from '../../src/server/rls-service';
+import { frameResponse } from '../../src/server/rls-wire-codec';
 import { makeTestCerts, type CertFiles } from '../helpers/certs';
 import { descriptor, grpc, grpcCode } from '../helpers/grpc-client';
 
@@ -61,11 +63,16 @@ function rawCall(session: http2.ClientHttp2Session, headers: http2.OutgoingHttpH
   });
 }
 
-async function serve(limiter: RateLimitDecider, tls: { enabled: boolean; certPath?: string; keyPath?: string; clientCaPath?: string } = { enabled: false }) {
+async function serve(
+  limiter: RateLimitDecider,
+  tls: { enabled: boolean; certPath?: string; keyPath?: string; clientCaPath?: string } = { enabled: false },
+  replays?: ServiceReplays,
+) {
   const health = new HealthState();
   health.set('config', true);
   const server = new Http2GrpcServer({
     limiter,
+    replays,
     health,
     settings: { grpcHost: '127.0.0.1', grpcPort: 0, grpcMaxMessageBytes: 1024, grpcTls: tls },
     logger: silentLogger(),
@@ -108,7 +115,7 @@ describe('the http2 transport, from a raw HTTP/2 client', () => {
     expect(decoded).toMatchObject({ overallCode: 'OK', statuses: [{ code: 'OK', limitRemaining: 7 }] });
   });
 
-  it('answers a call the decider can replay from its message bytes, without deciding it again', async () => {
+  it('answers a call the replays hold from its message bytes, without deciding it again', async () => {
     const denied: RateLimitResponse = {
       overallCode: 'OVER_LIMIT',
       statuses: [{ code: 'OVER_LIMIT', limitRemaining: 0, durationUntilResetMs: 1_500 }],
@@ -116,14 +123,24 @@ describe('the http2 transport, from a raw HTTP/2 client', () => {
     };
     const keys: (string | undefined)[] = [];
     let replayable: string | undefined;
-    const s = await serve({
-      shouldRateLimit: async (_req, replayKey) => {
-        keys.push(replayKey);
-        replayable = replayKey;
-        return OK;
+    const s = await serve(
+      {
+        shouldRateLimit: async (_req, onLocalDenial) => {
+          // As the limiter does when the denial cache answered the call: tell the listener.
+          onLocalDenial?.({} as LocalDenial);
+          if (onLocalDenial === undefined) keys.push(undefined);
+          return OK;
+        },
       },
-      replay: (replayKey) => (replayKey === replayable ? denied : undefined),
-    });
+      { enabled: false },
+      {
+        answer: (key) => (key === replayable ? frameResponse(denied) : undefined),
+        remembering: (key) => () => {
+          keys.push(key);
+          replayable = key;
+        },
+      },
+    );
     const client = http2.connect(`http://127.0.0.1:${s.port}`);
     const post = (body: Buffer): Promise<RawReply> => rawCall(client, {}, body);
     const decode = (reply: RawReply) => ResponseType.toObject(ResponseType.decode(reply.body.subarray(5)), { enums: String, longs: Number });

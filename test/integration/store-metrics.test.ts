@@ -68,7 +68,7 @@ describe('store metrics with the redis store', () => {
     for (let i = 0; i < 3; i++) await svc.client.shouldRateLimit(req('mallory'));
     const before = { evals: evalCalls(), text: await scrape(svc) };
     const answers = [];
-    // Repeats of a request the denial cache answered are replayed from its bytes (RateLimiter.replay).
+    // Repeats of a request the denial cache answered are replayed from its bytes (src/limiter/replay.ts).
     for (let i = 0; i < 20; i++) answers.push(await svc.client.shouldRateLimit(req('mallory')));
     expect(evalCalls()).toBe(before.evals);
     for (const a of answers) {

@@ -2,11 +2,16 @@ import fc from 'fast-check';
 import type { Algorithm } from '../../src/limiter/types';
 import { DenialCache } from '../../src/store/denial-cache';
 import { MemoryStore } from '../../src/store/memory-store';
-import type { CounterRequest, Store } from '../../src/limiter/store';
+import type { CounterDecision, CounterRequest, Store } from '../../src/limiter/store';
 import { CountingStore } from '../helpers/counting-store';
 import { FakeClock } from '../helpers/fake-clock';
 
 const T0 = 1_700_000_000_000;
+
+/** As the limiter asks a store: its local answer first (decideLocally), else its decision. */
+async function ask(store: Store, counters: CounterRequest[]): Promise<readonly CounterDecision[]> {
+  return store.decideLocally?.(counters)?.decisions ?? store.decide(counters);
+}
 
 function counter(key: string, hits = 1, limit = 2, algorithm: Algorithm = 'sliding_window', windowMs = 10_000): CounterRequest {
   return { key, hits, limit, windowMs, algorithm };
@@ -29,85 +34,98 @@ describe('DenialCache', () => {
 
   afterEach(() => cache.close());
 
+  it('answers nothing locally before it knows a denial, and decide() never answers from it', async () => {
+    expect(cache.decideLocally([counter('a')])).toBeUndefined();
+    for (let i = 0; i < 3; i++) await cache.decide([counter('a')]);
+    expect(cache.decideLocally([counter('a')])).toBeDefined();
+    // decide() asks the store even when a denial is known: the local answer is the caller's choice.
+    await cache.decide([counter('a')]);
+    expect(inner.calls).toBe(4);
+    expect(hits).toBe(1);
+  });
+
   it('answers a repeated denial locally until the store would allow it again', async () => {
-    await cache.decide([counter('a')]);
-    await cache.decide([counter('a')]);
-    const denied = await cache.decide([counter('a')]);
+    await ask(cache, [counter('a')]);
+    await ask(cache, [counter('a')]);
+    const denied = await ask(cache, [counter('a')]);
     expect(denied[0].allowed).toBe(false);
     expect(inner.calls).toBe(3);
 
-    const again = await cache.decide([counter('a')]);
-    expect(again).toEqual([{ allowed: false, remaining: 0, resetMs: denied[0].resetMs, fromCache: true }]);
+    const again = cache.decideLocally([counter('a')]);
+    expect(again).toEqual({ decisions: [{ allowed: false, remaining: 0, resetMs: denied[0].resetMs }], deniedUntilMs: [T0 + denied[0].resetMs] });
     expect(inner.calls).toBe(3);
     expect(hits).toBe(1);
 
     clock.advance(denied[0].resetMs - 1);
-    expect((await cache.decide([counter('a')]))[0]).toEqual({ allowed: false, remaining: 0, resetMs: 1, fromCache: true });
+    expect(cache.decideLocally([counter('a')])).toEqual({ decisions: [{ allowed: false, remaining: 0, resetMs: 1 }], deniedUntilMs: [T0 + denied[0].resetMs] });
     expect(inner.calls).toBe(3);
 
     clock.advance(1);
-    const after = await cache.decide([counter('a')]);
+    const after = await ask(cache, [counter('a')]);
     expect(inner.calls).toBe(4);
     expect(after[0].allowed).toBe(true);
   });
 
   it('lets requests with fewer hits than the cached denial through to the store', async () => {
-    await cache.decide([counter('a', 1, 3)]);
-    await cache.decide([counter('a', 1, 3)]);
-    expect((await cache.decide([counter('a', 2, 3)]))[0].allowed).toBe(false);
+    await ask(cache, [counter('a', 1, 3)]);
+    await ask(cache, [counter('a', 1, 3)]);
+    expect((await ask(cache, [counter('a', 2, 3)]))[0].allowed).toBe(false);
     expect(inner.calls).toBe(3);
-    const one = await cache.decide([counter('a', 1, 3)]);
+    const one = await ask(cache, [counter('a', 1, 3)]);
     expect(inner.calls).toBe(4);
     expect(one[0].allowed).toBe(true);
-    expect((await cache.decide([counter('a', 5, 3)]))[0].allowed).toBe(false);
+    expect((await ask(cache, [counter('a', 5, 3)]))[0].allowed).toBe(false);
     expect(inner.calls).toBe(4);
   });
 
   it('answers a denial only for the limit, window and algorithm it was decided under', async () => {
-    await cache.decide([counter('a', 2, 2)]);
-    expect((await cache.decide([counter('a', 1, 2)]))[0].allowed).toBe(false);
+    await ask(cache, [counter('a', 2, 2)]);
+    expect((await ask(cache, [counter('a', 1, 2)]))[0].allowed).toBe(false);
     const calls = inner.calls;
-    await cache.decide([counter('a', 1, 5)]);
-    await cache.decide([counter('a', 1, 2, 'sliding_window', 20_000)]);
-    await cache.decide([counter('a', 1, 2, 'fixed_window')]);
+    await ask(cache, [counter('a', 1, 5)]);
+    await ask(cache, [counter('a', 1, 2, 'sliding_window', 20_000)]);
+    await ask(cache, [counter('a', 1, 2, 'fixed_window')]);
     expect(inner.calls).toBe(calls + 3);
   });
 
   it('answers a call with one cached-denied counter locally and reports the others allowed with remaining 0', async () => {
-    await cache.decide([counter('a', 2, 2)]);
-    await cache.decide([counter('a', 1, 2)]);
+    await ask(cache, [counter('a', 2, 2)]);
+    await ask(cache, [counter('a', 1, 2)]);
     const calls = inner.calls;
-    const out = await cache.decide([counter('b', 1, 10), counter('a', 1, 2)]);
+    const local = cache.decideLocally([counter('b', 1, 10), counter('a', 1, 2)])!;
+    const out = local.decisions;
     expect(inner.calls).toBe(calls);
     expect(out[0]).toEqual({ allowed: true, remaining: 0, resetMs: 0 });
     expect(out[1].allowed).toBe(false);
     expect(out[1].resetMs).toBeGreaterThan(0);
+    // b was not consulted: no denial time; a's holds until its reset.
+    expect(local.deniedUntilMs).toEqual([NaN, T0 + out[1].resetMs]);
     // Nothing was charged for b.
     expect((await memory.decide([counter('b', 0, 10)]))[0].remaining).toBe(10);
   });
 
   it('forgets every denial on clear and passes clearCache on to the store it wraps', async () => {
-    await cache.decide([counter('a', 3, 2)]);
+    await ask(cache, [counter('a', 3, 2)]);
     expect(cache.size).toBe(1);
     cache.clearCache();
     expect(cache.size).toBe(0);
     expect(inner.cleared).toBe(1);
     const calls = inner.calls;
-    await cache.decide([counter('a', 3, 2)]);
+    await ask(cache, [counter('a', 3, 2)]);
     expect(inner.calls).toBe(calls + 1);
   });
 
   it('holds at most maxKeys denials, dropping the least recently used', async () => {
     const small = new DenialCache({ store: inner, maxKeys: 2, clock });
-    await small.decide([counter('x', 9, 1)]);
-    await small.decide([counter('y', 9, 1)]);
-    await small.decide([counter('x', 9, 1)]); // touches x: y is now the coldest
-    await small.decide([counter('z', 9, 1)]);
+    await ask(small, [counter('x', 9, 1)]);
+    await ask(small, [counter('y', 9, 1)]);
+    await ask(small, [counter('x', 9, 1)]); // touches x: y is now the coldest
+    await ask(small, [counter('z', 9, 1)]);
     expect(small.size).toBe(2);
     const calls = inner.calls;
-    await small.decide([counter('x', 9, 1)]);
+    await ask(small, [counter('x', 9, 1)]);
     expect(inner.calls).toBe(calls);
-    await small.decide([counter('y', 9, 1)]);
+    await ask(small, [counter('y', 9, 1)]);
     expect(inner.calls).toBe(calls + 1);
   });
 
@@ -123,8 +141,8 @@ describe('DenialCache', () => {
       close: async () => {},
     };
     const c = new DenialCache({ store: slow, maxKeys: 10, clock });
-    await c.decide([counter('a')]);
-    expect((await c.decide([counter('a')]))[0].resetMs).toBe(700);
+    await ask(c, [counter('a')]);
+    expect((await ask(c, [counter('a')]))[0].resetMs).toBe(700);
   });
 
   it('reports the health of the store it wraps and closes it', async () => {
@@ -186,7 +204,7 @@ describe('DenialCache', () => {
                 ? previous
                 : s.counters.map((c) => ({ key: `${c.key}/${c.algorithm}`, ...modes[c.algorithm], hits: c.hits, limit, windowMs }));
             previous = request;
-            const got = await cached.decide(request);
+            const got = await ask(cached, request);
             const want = await alone.decide(request);
             const gotAllowed = got.every((d) => d.allowed);
             const wantAllowed = want.every((d) => d.allowed);

@@ -37,6 +37,19 @@ function make(policy: FailurePolicy, fallback?: Store): { primary: SwitchableSto
 }
 
 describe('FailurePolicyStore', () => {
+  it("passes the primary's local answers on, except under the local policy while the primary is down", () => {
+    const local = { decisions: [{ allowed: false, remaining: 0, resetMs: 5 }], deniedUntilMs: [105] };
+    for (const policy of ['error', 'allow', 'deny', 'local'] as const) {
+      const { primary, store } = make(policy, new MemoryStore({ maxKeys: 10, sweepIntervalMs: 0 }));
+      expect(store.decideLocally(counters)).toBeUndefined();
+      Object.assign(primary, { decideLocally: () => local });
+      expect(store.decideLocally(counters)).toBe(local);
+      primary.healthy = false;
+      // Remembered denials still answer while the primary is down; `local` asks its fallback instead.
+      expect(store.decideLocally(counters)).toBe(policy === 'local' ? undefined : local);
+    }
+  });
+
   it('passes the primary store decisions through while it answers, whatever the policy', async () => {
     for (const policy of ['error', 'allow', 'deny'] as const) {
       const { store, fallbacks } = make(policy);

@@ -1,6 +1,7 @@
 import { configFromTexts } from '../../src/config/load';
 import type { RateLimitConfig } from '../../src/limiter/rules';
-import { RateLimiter, type DescriptorOutcome, type RateLimiterOptions } from '../../src/limiter/rate-limiter';
+import { RateLimiter, type RateLimiterOptions } from '../../src/limiter/rate-limiter';
+import type { DescriptorOutcome } from '../../src/limiter/types';
 import type { Descriptor, RateLimitRequest, RateLimitResponse } from '../../src/limiter/types';
 import { MemoryStore } from '../../src/store/memory-store';
 import { CountingStore } from '../helpers/counting-store';

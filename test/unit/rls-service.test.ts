@@ -4,7 +4,8 @@ import { silentLogger } from '../../src/log';
 import { GrpcStatus, MESSAGE_PREFIX_BYTES } from '../../src/server/grpc-framing';
 import { HealthState } from '../../src/server/health';
 import { ServingStatusNumber, protoRoot } from '../../src/server/proto';
-import { RlsService } from '../../src/server/rls-service';
+import { RlsService, type ServiceReplays } from '../../src/server/rls-service';
+import { frameResponse } from '../../src/server/rls-wire-codec';
 
 /** The service both gRPC transports serve: bytes in, bytes out; health; shutdown. */
 
@@ -46,8 +47,8 @@ function call(s: RlsService, message: Buffer): { sync: boolean; outcome: Promise
   };
 }
 
-function service(limiter: RateLimitDecider, health = new HealthState()): RlsService {
-  return new RlsService({ limiter, health, logger: silentLogger() });
+function service(limiter: RateLimitDecider, health = new HealthState(), replays?: ServiceReplays): RlsService {
+  return new RlsService({ limiter, health, logger: silentLogger(), replays });
 }
 
 describe('RlsService', () => {
@@ -68,17 +69,43 @@ describe('RlsService', () => {
 
   it('answers a replayed request synchronously, without deciding again', async () => {
     let decided = 0;
-    const s = service({
-      shouldRateLimit: () => {
-        decided++;
-        return Promise.resolve(DENIED);
+    const s = service(
+      {
+        shouldRateLimit: () => {
+          decided++;
+          return Promise.resolve(DENIED);
+        },
       },
-      replay: (key) => (key === REQUEST.toString('latin1') ? DENIED : undefined),
-    });
+      new HealthState(),
+      { answer: (key) => (key === REQUEST.toString('latin1') ? frameResponse(DENIED) : undefined), remembering: () => () => undefined },
+    );
     const c = call(s, REQUEST);
     expect(c.sync).toBe(true);
     expect(decodeFrame(await c.outcome).overallCode).toBe('OVER_LIMIT');
     expect(decided).toBe(0);
+  });
+
+  it('decides a request the replays do not hold with their listener for its bytes, and without one when it keeps none', async () => {
+    const named: string[] = [];
+    let listened = 0;
+    const limiter: RateLimitDecider = {
+      shouldRateLimit: (_request, onLocalDenial) => {
+        if (onLocalDenial !== undefined) listened++;
+        return Promise.resolve(DENIED);
+      },
+    };
+    const replays: ServiceReplays = {
+      answer: () => undefined,
+      remembering: (key) => {
+        named.push(key);
+        return () => undefined;
+      },
+    };
+    await call(service(limiter, new HealthState(), replays), REQUEST).outcome;
+    expect(named).toEqual([REQUEST.toString('latin1')]);
+    expect(listened).toBe(1);
+    await call(service(limiter), REQUEST).outcome;
+    expect(listened).toBe(1);
   });
 
   it('answers failures from the error catalogue', async () => {
