@@ -11,8 +11,10 @@ import type { MetricsExposition } from './server/http-base';
  * of /metrics asks it, and it sums every worker's series (prom-client's AggregatorRegistry), so
  * each scrape sees the whole service and counters never appear to go back between scrapes.
  *
- * A worker that exits before it ever became ready means the service cannot start (bad config of
- * a port, TLS files, ...): restarting it would only loop, so the primary stops everything and exits 1.
+ * A worker that exits on its own before it ever became ready means the service cannot start (bad
+ * config of a port, TLS files, ...): restarting it would only loop, so the primary stops everything
+ * and exits 1. A worker killed by a signal before it was ready (the OOM killer, an operator's kill)
+ * says nothing about the config: it is restarted like any crash.
  */
 
 /** Message a worker sends the primary once its servers listen. */
@@ -25,6 +27,10 @@ export interface SupervisorOptions {
   readonly shutdownGraceMs: number;
   /** Called instead of process.exit (tests). */
   readonly exit?: (code: number) => void;
+  /** Called instead of cluster.fork (tests). */
+  readonly fork?: () => Worker;
+  /** Stop on SIGTERM/SIGINT of this process; default true (tests turn it off). */
+  readonly handleSignals?: boolean;
 }
 
 /**
@@ -162,6 +168,7 @@ export function reportReady(): void {
 export function superviseWorkers(options: SupervisorOptions): void {
   const { logger } = options;
   const exit = options.exit ?? ((code: number) => process.exit(code));
+  const forkWorker = options.fork ?? (() => cluster.fork());
   const ready = new WeakSet<Worker>();
   // Own bookkeeping: cluster.workers drops a worker on disconnect, which may come after its exit.
   const live = new Set<Worker>();
@@ -181,7 +188,7 @@ export function superviseWorkers(options: SupervisorOptions): void {
   };
 
   const fork = (): void => {
-    const worker = cluster.fork();
+    const worker = forkWorker();
     live.add(worker);
     const forkedAt = Date.now();
     worker.on('message', (message: unknown) => {
@@ -194,7 +201,7 @@ export function superviseWorkers(options: SupervisorOptions): void {
         if (live.size === 0) exit(exitCode);
         return;
       }
-      if (!ready.has(worker)) {
+      if (!ready.has(worker) && !signal) {
         logger.fatal({ pid: worker.process.pid, code, signal }, 'worker exited before it could serve; stopping');
         exitCode = 1;
         stop('SIGTERM');
@@ -222,8 +229,10 @@ export function superviseWorkers(options: SupervisorOptions): void {
     }, options.shutdownGraceMs + 2_000).unref();
   };
 
-  process.once('SIGTERM', () => stop('SIGTERM'));
-  process.once('SIGINT', () => stop('SIGINT'));
+  if (options.handleSignals !== false) {
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  }
   logger.info({ workers: options.workers }, 'starting workers');
   for (let i = 0; i < options.workers; i++) fork();
 }
