@@ -5,7 +5,7 @@ import { structToWire } from '../../src/server/struct-codec';
 
 /**
  * The limiter's response as a protobufjs RateLimitResponse object, written field by field from the
- * proto: the oracle the service's one encoder (ResponseEncoder) is checked against.
+ * proto: the oracle the service's one encoder (frameResponse) is checked against.
  */
 export function responseToWire(response: RateLimitResponse): WireRateLimitResponse {
   const statuses: WireDescriptorStatus[] = new Array(response.statuses.length);
