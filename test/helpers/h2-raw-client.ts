@@ -1,11 +1,12 @@
 import * as net from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { CONNECTION_PREFACE, Flag, frame, FrameType, Setting, settingsFrame } from '../../src/server/h2/frames';
+import { CONNECTION_PREFACE, Flag, frame, FrameReader, FrameType, Setting, settingsFrame } from '../../src/server/h2/frames';
 import { encodeHeaderBlock, HpackDecoder } from '../../src/server/h2/hpack';
 
 /**
  * A raw HTTP/2 client for tests of the connection layer: it writes whatever frames it is given,
- * valid or not, and records every frame the server sends.
+ * valid or not, and records every frame the server sends (cut by the FrameReader Http2GrpcClient
+ * reads with). Well-formed gRPC calls are Http2GrpcClient's (src/server/http2-grpc-client.ts).
  */
 
 export interface Frame {
@@ -18,24 +19,13 @@ export interface Frame {
 export class RawClient {
   readonly frames: Frame[] = [];
   closed = false;
-  private buffered = Buffer.alloc(0);
+  private readonly reader = new FrameReader((type, flags, streamId, payload) => this.frames.push({ type, flags, streamId, payload }));
   private waiters: Array<() => void> = [];
   private readonly decoder = new HpackDecoder({ maxTableSize: 4096, maxHeaderListSize: 1 << 20 });
 
   constructor(readonly socket: net.Socket) {
     socket.on('data', (chunk: Buffer) => {
-      this.buffered = Buffer.concat([this.buffered, chunk]);
-      while (this.buffered.length >= 9) {
-        const length = this.buffered.readUIntBE(0, 3);
-        if (this.buffered.length < 9 + length) break;
-        this.frames.push({
-          type: this.buffered[3],
-          flags: this.buffered[4],
-          streamId: this.buffered.readUInt32BE(5) & 0x7fffffff,
-          payload: this.buffered.subarray(9, 9 + length),
-        });
-        this.buffered = this.buffered.subarray(9 + length);
-      }
+      this.reader.push(chunk);
       this.wake();
     });
     socket.on('close', () => {

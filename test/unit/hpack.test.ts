@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import * as http2 from 'node:http2';
 import * as net from 'node:net';
 import fc from 'fast-check';
-import { Flag, frame, FrameType } from '../../src/server/h2/frames';
+import { Flag, frame, FrameReader, FrameType } from '../../src/server/h2/frames';
 import { encodeHeaderBlock, HpackDecoder, HpackError } from '../../src/server/h2/hpack';
 import { huffmanDecode, huffmanEncode } from '../../src/server/h2/huffman';
 
@@ -60,52 +60,44 @@ class HeaderBlockCollector {
     this.sockets.add(socket);
     socket.on('close', () => this.sockets.delete(socket));
     socket.on('error', () => undefined);
-    let buffered = Buffer.alloc(0);
-    let prefaceSeen = false;
+    let preface = Buffer.alloc(0);
     let pending: { streamId: number; fragments: Buffer[] } | undefined;
+    const reader = new FrameReader((type, flags, streamId, payload) => {
+      if (type === FrameType.SETTINGS && (flags & Flag.ACK) === 0) {
+        const params = Buffer.alloc(6 * this.settings.length);
+        this.settings.forEach(([id, value], i) => {
+          params.writeUInt16BE(id, 6 * i);
+          params.writeUInt32BE(value, 6 * i + 2);
+        });
+        socket.write(Buffer.concat([frame(FrameType.SETTINGS, 0, 0, params), frame(FrameType.SETTINGS, Flag.ACK, 0, Buffer.alloc(0))]));
+      } else if (type === FrameType.HEADERS) {
+        let start = 0;
+        let end = payload.length;
+        if (flags & Flag.PADDED) {
+          end -= payload[0];
+          start = 1;
+        }
+        if (flags & Flag.PRIORITY) start += 5;
+        pending = { streamId, fragments: [payload.subarray(start, end)] };
+      } else if (type === FrameType.CONTINUATION && pending !== undefined) {
+        this.continuationFrames++;
+        pending.fragments.push(payload);
+      } else {
+        return;
+      }
+      if (flags & Flag.END_HEADERS && pending !== undefined) {
+        this.blocks.push({ streamId: pending.streamId, block: Buffer.concat(pending.fragments) });
+        pending = undefined;
+        if (this.waiter !== undefined && this.blocks.length >= this.waiter.count) this.waiter.resolve();
+      }
+    });
     socket.on('data', (chunk: Buffer) => {
-      buffered = Buffer.concat([buffered, chunk]);
-      if (!prefaceSeen) {
-        if (buffered.length < PREFACE_BYTES) return;
-        buffered = buffered.subarray(PREFACE_BYTES);
-        prefaceSeen = true;
+      if (preface.length < PREFACE_BYTES) {
+        preface = Buffer.concat([preface, chunk]);
+        if (preface.length < PREFACE_BYTES) return;
+        chunk = preface.subarray(PREFACE_BYTES);
       }
-      while (buffered.length >= 9) {
-        const length = buffered.readUIntBE(0, 3);
-        if (buffered.length < 9 + length) break;
-        const type = buffered[3];
-        const flags = buffered[4];
-        const streamId = buffered.readUInt32BE(5) & 0x7fffffff;
-        const payload = buffered.subarray(9, 9 + length);
-        buffered = buffered.subarray(9 + length);
-        if (type === FrameType.SETTINGS && (flags & Flag.ACK) === 0) {
-          const params = Buffer.alloc(6 * this.settings.length);
-          this.settings.forEach(([id, value], i) => {
-            params.writeUInt16BE(id, 6 * i);
-            params.writeUInt32BE(value, 6 * i + 2);
-          });
-          socket.write(Buffer.concat([frame(FrameType.SETTINGS, 0, 0, params), frame(FrameType.SETTINGS, Flag.ACK, 0, Buffer.alloc(0))]));
-        } else if (type === FrameType.HEADERS) {
-          let start = 0;
-          let end = payload.length;
-          if (flags & Flag.PADDED) {
-            end -= payload[0];
-            start = 1;
-          }
-          if (flags & Flag.PRIORITY) start += 5;
-          pending = { streamId, fragments: [payload.subarray(start, end)] };
-        } else if (type === FrameType.CONTINUATION && pending !== undefined) {
-          this.continuationFrames++;
-          pending.fragments.push(payload);
-        } else {
-          continue;
-        }
-        if (flags & Flag.END_HEADERS && pending !== undefined) {
-          this.blocks.push({ streamId: pending.streamId, block: Buffer.concat(pending.fragments) });
-          pending = undefined;
-          if (this.waiter !== undefined && this.blocks.length >= this.waiter.count) this.waiter.resolve();
-        }
-      }
+      reader.push(chunk);
     });
   }
 }

@@ -101,3 +101,42 @@ export function goawayFrame(lastStreamId: number, code: ErrorCode, debug = ''): 
   text.copy(payload, 8);
   return frame(FrameType.GOAWAY, 0, 0, payload);
 }
+
+/** Receives one frame: its header fields and its payload (a view into received bytes). */
+export type FrameHandler = (type: number, flags: number, streamId: number, payload: Buffer) => void;
+
+const NO_BYTES = Buffer.alloc(0);
+
+/**
+ * Cuts a received byte stream into frames: each chunk goes to push() as it arrives, every complete
+ * frame to the handler in order, and an incomplete tail waits for the next chunk. No frame size
+ * limit is checked (a peer's own limits are its business). Payloads are views: copy what must
+ * outlive the handler's call.
+ */
+export class FrameReader {
+  private buffered: Buffer = NO_BYTES;
+
+  constructor(private readonly onFrame: FrameHandler) {}
+
+  /** Bytes of an incomplete frame held back for the next chunk. */
+  get pendingBytes(): number {
+    return this.buffered.length;
+  }
+
+  push(chunk: Buffer): void {
+    // Only a frame split across chunks costs a copy; whole frames are read in place.
+    const buf = this.buffered.length === 0 ? chunk : Buffer.concat([this.buffered, chunk]);
+    let at = 0;
+    while (buf.length - at >= FRAME_HEADER_BYTES) {
+      const length = (buf[at] << 16) | (buf[at + 1] << 8) | buf[at + 2];
+      const end = at + FRAME_HEADER_BYTES + length;
+      if (buf.length < end) break;
+      const type = buf[at + 3];
+      const flags = buf[at + 4];
+      const streamId = buf.readUInt32BE(at + 5) & MAX_WINDOW;
+      at = end;
+      this.onFrame(type, flags, streamId, buf.subarray(end - length, end));
+    }
+    this.buffered = at === buf.length ? NO_BYTES : buf.subarray(at);
+  }
+}
