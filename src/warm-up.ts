@@ -1,4 +1,3 @@
-import * as net from 'node:net';
 import { buildConfig, parseConfigText } from './config/load';
 import type { Logger } from './log';
 import { RateLimiter } from './limiter/rate-limiter';
@@ -9,8 +8,7 @@ import { Http2GrpcServer } from './server/http2-grpc-server';
 import { protoRoot, RLS_SERVICE } from './server/proto';
 import type { Settings } from './settings';
 import type { Store } from './limiter/store';
-import { CONNECTION_PREFACE, Flag, frame, FRAME_HEADER_BYTES, FrameType, MAX_WINDOW, DEFAULT_WINDOW, settingsFrame, wordFrame } from './server/h2/frames';
-import { encodeHeaderBlock } from './server/h2/hpack';
+import { Http2GrpcClient } from './server/http2-grpc-client';
 import type { LimiterObserver, RateLimitDecider } from './limiter/types';
 import { frameResponse } from './server/rls-wire-codec';
 
@@ -24,9 +22,10 @@ import { frameResponse } from './server/rls-wire-codec';
  *
  * The calls go to a private, exclusive loopback port (never the shared gRPC port, never TLS),
  * through a second server object of the same class, and are decided by a limiter of their own with
- * a built-in config (domain WARM_UP_DOMAIN). The client writes raw HTTP/2 frames on a plain socket:
- * node:http2's client objects would outlive young-generation collections and leave a full
- * collection due just as traffic starts. The calls reach the real store, so its client is warm too:
+ * a built-in config (domain WARM_UP_DOMAIN). The client is Http2GrpcClient, the one the tests make
+ * their calls with: it writes HTTP/2 frames on a plain socket and keeps no object per call, where
+ * node:http2's and grpc-js's client objects would outlive young-generation collections and leave a
+ * full collection due just as traffic starts. The calls reach the real store, so its client is warm too:
  * with Redis that writes a few counters under that domain, on 1-second windows (their TTLs end
  * within seconds). Nothing is reported: the service's metrics and health never see these calls.
  */
@@ -51,6 +50,7 @@ const NO_REPORTS: LimiterObserver = { onDescriptor: () => undefined, onReplay: (
 /** Connections and streams the warm-up client keeps busy. */
 const CONNECTIONS = 2;
 const STREAMS_PER_CONNECTION = 16;
+const RLS_PATH = `/${RLS_SERVICE}/ShouldRateLimit`;
 /** How long past `maxMs` calls still in flight may take to end. */
 const CLOSE_MARGIN_MS = 500;
 
@@ -113,84 +113,22 @@ export async function warmUp(options: WarmUpOptions): Promise<WarmUpResult> {
     const deadline = started + options.maxMs;
     let sent = 0;
     const next = (): Buffer | undefined => (sent < options.calls && performance.now() < deadline ? calls[sent++ % calls.length] : undefined);
+    const clients = Array.from({ length: CONNECTIONS }, () => Http2GrpcClient.connect(port, { path: RLS_PATH, maxInFlight: STREAMS_PER_CONNECTION, next }));
     // A call still open when the time is up (a store that never answers) is abandoned with its connection.
-    const done = await Promise.all(Array.from({ length: CONNECTIONS }, () => drive(port, next, options.maxMs + CLOSE_MARGIN_MS)));
-    ended = done.reduce((a, b) => a + b, 0);
+    const timer = setTimeout(() => clients.forEach((c) => c.close()), options.maxMs + CLOSE_MARGIN_MS);
+    try {
+      await Promise.all(clients.map((c) => c.done));
+    } finally {
+      clearTimeout(timer);
+      clients.forEach((c) => c.close());
+      ended = clients.reduce((n, c) => n + c.answered, 0);
+    }
   } catch (err) {
     options.logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'warm-up failed; serving cold');
   } finally {
     await server.stop(0);
   }
   return { answered: Math.max(0, ended - failed), failed, ms: performance.now() - started };
-}
-
-const REQUEST_HEADERS = encodeHeaderBlock([
-  [':method', 'POST'],
-  [':scheme', 'http'],
-  [':path', `/${RLS_SERVICE}/ShouldRateLimit`],
-  [':authority', 'localhost'],
-  ['content-type', 'application/grpc'],
-  ['te', 'trailers'],
-]);
-
-/**
- * One connection keeping STREAMS_PER_CONNECTION calls in flight until `next` has no more; resolves
- * to the number of calls that ended (trailers or a reset), whatever their status, by `limitMs` at the latest.
- */
-function drive(port: number, next: () => Buffer | undefined, limitMs: number): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect({ host: '127.0.0.1', port });
-    const timer = setTimeout(() => socket.destroy(), limitMs);
-    let streamId = 1;
-    let inFlight = 0;
-    let ended = 0;
-    let pending: Buffer = Buffer.alloc(0);
-    const send = (): void => {
-      let out: Buffer[] | undefined;
-      for (
-        let body = inFlight < STREAMS_PER_CONNECTION ? next() : undefined;
-        body !== undefined;
-        body = inFlight < STREAMS_PER_CONNECTION ? next() : undefined
-      ) {
-        (out ??= []).push(frame(FrameType.HEADERS, Flag.END_HEADERS, streamId, REQUEST_HEADERS), frame(FrameType.DATA, Flag.END_STREAM, streamId, body));
-        streamId += 2;
-        inFlight++;
-      }
-      if (out !== undefined) socket.write(Buffer.concat(out));
-      else if (inFlight === 0) socket.end();
-    };
-    socket.once('connect', () => {
-      // The preface, no settings of our own, and the largest connection window: answers are never held back.
-      socket.write(Buffer.concat([CONNECTION_PREFACE, settingsFrame([]), wordFrame(FrameType.WINDOW_UPDATE, 0, MAX_WINDOW - DEFAULT_WINDOW)]));
-      send();
-    });
-    socket.on('data', (chunk: Buffer) => {
-      pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
-      let at = 0;
-      while (pending.length - at >= FRAME_HEADER_BYTES) {
-        const length = pending.readUIntBE(at, 3);
-        if (pending.length - at < FRAME_HEADER_BYTES + length) break;
-        const type = pending[at + 3];
-        const flags = pending[at + 4];
-        at += FRAME_HEADER_BYTES + length;
-        if ((type === FrameType.HEADERS && (flags & Flag.END_STREAM) !== 0) || type === FrameType.RST_STREAM) {
-          inFlight--;
-          ended++;
-        } else if (type === FrameType.SETTINGS && (flags & Flag.ACK) === 0) {
-          socket.write(frame(FrameType.SETTINGS, Flag.ACK, 0));
-        } else if (type === FrameType.GOAWAY) {
-          socket.destroy();
-        }
-      }
-      pending = pending.subarray(at);
-      send();
-    });
-    socket.on('error', reject);
-    socket.on('close', () => {
-      clearTimeout(timer);
-      resolve(ended);
-    });
-  });
 }
 
 /**
