@@ -8,8 +8,8 @@ import { Http2GrpcServer } from './server/http2-grpc-server';
 import { protoRoot, RLS_SERVICE } from './server/proto';
 import type { Settings } from './settings';
 import type { Store } from './limiter/store';
-import { Http2GrpcClient } from './server/http2-grpc-client';
-import type { LimiterObserver, RateLimitDecider } from './limiter/types';
+import { CALL_LOST, Http2GrpcClient } from './server/http2-grpc-client';
+import type { LimiterObserver } from './limiter/types';
 import { frameResponse } from './server/rls-wire-codec';
 
 /**
@@ -89,31 +89,30 @@ export async function warmUp(options: WarmUpOptions): Promise<WarmUpResult> {
   });
   const replays =
     options.replayMaxKeys > 0 ? new Replays({ maxKeys: options.replayMaxKeys, config: () => config, encode: frameResponse, observer: NO_REPORTS }) : undefined;
-  let failed = 0;
-  // Failures are counted where they happen: the raw client only sees that a call ended.
-  const counted: RateLimitDecider = {
-    shouldRateLimit: (request, onLocalDenial) =>
-      limiter.shouldRateLimit(request, onLocalDenial).catch((err: unknown) => {
-        failed++;
-        throw err;
-      }),
-  };
   const server = new Http2GrpcServer({
-    limiter: counted,
+    limiter,
     replays,
     health: new HealthState(),
     settings: { grpcHost: '127.0.0.1', grpcPort: 0, grpcMaxMessageBytes: options.settings.grpcMaxMessageBytes, grpcTls: { enabled: false } },
     logger: options.logger,
     exclusive: true,
   });
-  let ended = 0;
+  // What the client reads off each call's end: gRPC status 0, or anything else (a status, a reset).
+  let answered = 0;
+  let failed = 0;
+  const onEnd = (_call: number, status: number): void => {
+    if (status === 0) answered++;
+    else if (status !== CALL_LOST) failed++;
+  };
   try {
     const port = await server.start();
     const calls = callFrames();
     const deadline = started + options.maxMs;
     let sent = 0;
     const next = (): Buffer | undefined => (sent < options.calls && performance.now() < deadline ? calls[sent++ % calls.length] : undefined);
-    const clients = Array.from({ length: CONNECTIONS }, () => Http2GrpcClient.connect(port, { path: RLS_PATH, maxInFlight: STREAMS_PER_CONNECTION, next }));
+    const clients = Array.from({ length: CONNECTIONS }, () =>
+      Http2GrpcClient.connect(port, { path: RLS_PATH, maxInFlight: STREAMS_PER_CONNECTION, next, onEnd }),
+    );
     // A call still open when the time is up (a store that never answers) is abandoned with its connection.
     const timer = setTimeout(() => clients.forEach((c) => c.close()), options.maxMs + CLOSE_MARGIN_MS);
     try {
@@ -121,14 +120,13 @@ export async function warmUp(options: WarmUpOptions): Promise<WarmUpResult> {
     } finally {
       clearTimeout(timer);
       clients.forEach((c) => c.close());
-      ended = clients.reduce((n, c) => n + c.answered, 0);
     }
   } catch (err) {
     options.logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'warm-up failed; serving cold');
   } finally {
     await server.stop(0);
   }
-  return { answered: Math.max(0, ended - failed), failed, ms: performance.now() - started };
+  return { answered, failed, ms: performance.now() - started };
 }
 
 /**
