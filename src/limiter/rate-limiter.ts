@@ -173,6 +173,9 @@ export class RateLimiter {
   /** The answer to a one-call request the store answered locally; the LocalDenial event when it denied every counter. */
   private answerLocally(plan: Plan, local: LocalAnswer, onLocalDenial: LocalDenialListener | undefined): RateLimitResponse {
     const { decisions, deniedUntilMs } = local;
+    // A counter the cache did not consult (NaN: reported allowed, not charged) makes the call no
+    // event: another request may get that counter denied meanwhile, and deciding the call again
+    // would then answer (and count) it OVER_LIMIT.
     if (onLocalDenial === undefined || !deniedUntilMs.every(Number.isFinite)) {
       this.applyDecisions(plan, decisions, deniedUntilMs, undefined);
       return this.answer(plan);
