@@ -110,7 +110,7 @@ export class Replays<F> {
 }
 
 /** The answer of `denial` at local time `nowMs`: each denial's reset counted down, and the headers made for it. */
-export function responseAt(denial: LocalDenial, nowMs: number): RateLimitResponse {
+function responseAt(denial: LocalDenial, nowMs: number): RateLimitResponse {
   const { response, deniedUntilMs } = denial;
   const statuses = response.statuses.map((status, i) => {
     const until = deniedUntilMs[i];
