@@ -8,7 +8,7 @@ CONFIG ?= examples
 .PHONY: help install build run test typecheck lint format format-check validate bench accuracy ghz clean tools
 
 # Every target carries a `## ` description on its rule line; `make help` lists them all
-# (test/unit/makefile.test.ts checks that none is missing).
+# (test/integration/makefile.test.ts checks that none is missing).
 help: ## list every target
 	@echo "usage: make TARGET [CONFIG=path]"
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z][a-z-]*:.*## / { printf "  make %-13s %s\n", $$1, $$2 }' $(firstword $(MAKEFILE_LIST))

@@ -1,10 +1,11 @@
 import * as grpc from '@grpc/grpc-js';
 import cluster from 'node:cluster';
 import * as http2 from 'node:http2';
-import { encodeHeaderBlock } from '../src/server/h2/hpack';
-import { H2Server } from '../src/server/h2/server';
-import { connectionLimits, OK_TRAILERS, RESPONSE_HEADERS } from '../src/server/http2-grpc-server';
-import { loadSettings } from '../src/settings';
+import { encodeHeaderBlock } from '../src/http2/hpack';
+import { H2Server } from '../src/http2/server';
+import { connectionLimits } from '../src/grpc/http2-server';
+import { OK_TRAILERS, RESPONSE_HEADERS } from '../src/grpc/header-blocks';
+import { loadSettings } from '../src/settings/settings';
 import { countDescriptors, encodeOkResponse, grpcFrame, SHOULD_RATE_LIMIT_PATH } from './rls-codec';
 
 /**
@@ -65,7 +66,7 @@ const INVALID_ARGUMENT = encodeHeaderBlock([
   ['grpc-status', '3'],
 ]);
 
-/** The service's own HTTP/2 layer (src/server/h2) with the same connection settings. */
+/** The service's own HTTP/2 layer (src/http2) with the same connection settings. */
 async function startH2(port: number): Promise<NoopServer> {
   const server = new H2Server({
     ...connectionLimits(loadSettings({}).h2),

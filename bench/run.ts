@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { availableParallelism, cpus, platform, release, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import type { BenchResult, BenchSettings, Machine, RunMeasure, ScenarioResult, ScenarioSummary } from './bench-result';
-import { loadSettings } from '../src/settings';
+import { loadSettings } from '../src/settings/settings';
 import { measureColdStart, type ColdStartResult } from './cold-start';
 import { h2loadAvailable, runH2load, runH2loadMix } from './h2load';
 import { median, TIMEOUT_MS } from './latency';

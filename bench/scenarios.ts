@@ -8,7 +8,7 @@ import { encodeRateLimitRequest, type BenchDescriptor } from './rls-codec';
  */
 
 /**
- * `http2` is the service's default transport (its own HTTP/2 layer, src/server/h2); `grpc-js` the
+ * `http2` is the service's default transport (its own HTTP/2 layer, src/http2); `grpc-js` the
  * alternative. `node-http2` exists only as a no-op server on node's http2 module: the machine-speed
  * figure that the reference server's numbers were quoted beside.
  */
@@ -80,7 +80,7 @@ descriptors:
 const d = (key: string, value: string): BenchDescriptor => ({ entries: [[key, value]] });
 
 /**
- * The service's WORKERS default (src/settings.ts) for a store: one per core (at most 64) with Redis,
+ * The service's WORKERS default (src/settings/settings.ts) for a store: one per core (at most 64) with Redis,
  * 1 with memory. The benchmark starts the service with it and gives each ceiling as many processes.
  */
 export function defaultWorkers(backend: Backend): number {

@@ -193,7 +193,7 @@ export async function startService(opts: ServiceOptions): Promise<Target> {
     ...opts.env,
   };
   if (opts.backend === 'redis') env.REDIS_URL = `redis://127.0.0.1:${opts.redisPort}`;
-  // The service's own default (src/settings.ts): the benchmark measures what ships.
+  // The service's own default (src/settings/settings.ts): the benchmark measures what ships.
   const workers = defaultWorkers(opts.backend);
   const child = spawnTracked(process.execPath, [main], { env });
   // info-level logs: each worker logs this once it listens.

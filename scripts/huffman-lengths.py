@@ -1,4 +1,4 @@
-"""Print src/server/h2/huffman-lengths.generated.ts: the code lengths of the HPACK Huffman code
+"""Print src/http2/huffman-lengths.generated.ts: the code lengths of the HPACK Huffman code
 (RFC 7541 Appendix B, symbols 0..255 and EOS=256).
 
 The lengths are measured, not typed in: the system's libnghttp2 encodes probe strings and the
@@ -6,7 +6,7 @@ bit length of each symbol is read back from its output, then the code is checked
 canonical code of those lengths. Needs libnghttp2 (Debian package libnghttp2-14, installed with
 nghttp2-client).
 
-    python3 scripts/huffman-lengths.py > src/server/h2/huffman-lengths.generated.ts
+    python3 scripts/huffman-lengths.py > src/http2/huffman-lengths.generated.ts
 """
 import ctypes
 

@@ -1,6 +1,6 @@
 import pino from 'pino';
 import pretty from 'pino-pretty';
-import type { LogLevel } from './settings';
+import type { LogLevel } from './settings/settings';
 
 /**
  * The process logger. One line per event; the request path logs nothing at the default level.

@@ -1,27 +1,26 @@
 import cluster from 'node:cluster';
 import { availableParallelism } from 'node:os';
-import { describeConfig } from './config/describe';
+import { configEvents } from './app/config-events';
+import { describeConfig, ruleMatch } from './config/describe';
 import { ConfigSource, configSourceOptions } from './config/source';
 import type { ConfigProvider } from './config/config-provider';
-import { cpuQuotaCores } from './cpu-quota';
-import { matchDescriptor } from './limiter/match';
+import { cpuQuotaCores } from './settings/cpu-quota';
 import { RateLimiter } from './limiter/rate-limiter';
 import { Replays } from './limiter/replay';
-import type { RateLimitConfig } from './limiter/rules';
-import type { Entry } from './limiter/types';
 import { createLogger, type Logger } from './log';
-import { createMetrics, instrumentDecider, instrumentReplays, type Metrics } from './metrics';
-import { frameResponse } from './server/rls-wire-codec';
-import { createMetricSinks, registryExposition } from './metric-sinks';
-import { DebugServer, type RuleMatch } from './server/debug-server';
-import { PrometheusServer } from './server/prometheus-server';
-import { Http2GrpcServer } from './server/http2-grpc-server';
-import { HttpServer } from './server/http-server';
-import { HealthState, watchStoreHealth } from './server/health';
-import { loadSettings, SettingsError, type Settings } from './settings';
+import { createMetrics, instrumentDecider, instrumentReplays, type Metrics } from './metrics/metrics';
+import { frameResponse } from './wire/rls-codec';
+import { createMetricSinks, registryExposition } from './metrics/sinks';
+import { DebugServer } from './http/debug-server';
+import { PrometheusServer } from './http/prometheus-server';
+import { Http2GrpcServer } from './grpc/http2-server';
+import { HttpServer } from './http/http-server';
+import { HealthState, isReady, watchStoreHealth } from './service/health';
+import { maskSettings } from './settings/masking';
+import { loadSettings, SettingsError, type Settings } from './settings/settings';
 import { createStore } from './store/create-store';
-import { warmUp } from './warm-up';
-import { clusterMetrics, isSupervisor, reportReady, superviseWorkers } from './workers';
+import { warmUp } from './app/warm-up';
+import { clusterMetrics, isSupervisor, reportReady, superviseWorkers } from './app/workers';
 import type { Store } from './limiter/store';
 
 /** Most requests kept for replay: the requests under attack at one time, not every client. */
@@ -74,39 +73,37 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   });
   const metrics = createMetrics(settings, { statsd: sinks.statsd });
 
+  // Everything started is stopped in reverse order, by close() and by a start that fails half-way.
+  const teardown: (() => Promise<unknown> | void)[] = [() => metrics.close()];
+  const stopAll = async (): Promise<void> => {
+    for (const stop of teardown.reverse()) await stop();
+  };
+
   const sourceOptions = configSourceOptions(settings);
-  const configPath = sourceOptions.path;
   // Set once the store exists: cached denials were computed under the old limits.
   let clearStoreCache: () => void = () => undefined;
+  const events = (where: Record<string, unknown>) => configEvents({ settings, logger, health, metrics, where, onApplied: () => clearStoreCache() });
+  const fileEvents = events({ path: sourceOptions.path });
   const configSource = new ConfigSource({
     ...sourceOptions,
-    onLoad: (config, files) => {
-      clearStoreCache();
-      metrics.recordConfigLoad(true);
-      // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: a config without a domain serves nothing, so it is not healthy.
-      health.set('config', !settings.healthyWithAtLeastOneConfigLoaded || config.domains.size > 0);
-      logger.info({ path: configPath, files, domains: [...config.domains.keys()] }, 'config loaded');
-      for (const warning of config.warnings) logger.warn({ path: configPath }, `config: ${warning}`);
-    },
-    onError: (err) => {
-      metrics.recordConfigLoad(false);
-      logger.error({ path: configPath, err: errorText(err) }, 'config load failed; keeping the previous config');
-    },
+    onLoad: (config, files) => fileEvents.applied(config, { files }),
+    onError: (err) => fileEvents.rejected(err),
   });
   // CONFIG_TYPE=GRPC_XDS_SOTW: the rules come from a control plane instead (src/xds, loaded only then: it
   // brings grpc-js); the file source stays idle.
   const xdsSource =
     settings.configType === 'GRPC_XDS_SOTW'
-      ? await (await import('./xds/start')).startXdsConfig({ settings, logger, health, metrics, onLoad: () => clearStoreCache() })
+      ? await (await import('./xds/start')).startXdsConfig({ settings, logger, health, events: events({ server: settings.xds.serverUrl }) })
       : undefined;
   const rules: ConfigProvider = xdsSource ?? configSource;
+  teardown.push(() => rules.close());
   if (xdsSource === undefined) {
     try {
       await configSource.load();
     } catch (err) {
       metrics.recordConfigLoad(false);
       // Stay up and NOT_SERVING: the watcher picks up a fixed config without a restart.
-      logger.error({ path: configPath, err: errorText(err) }, 'initial config load failed; not serving until a valid config appears');
+      logger.error({ path: sourceOptions.path, err: errorText(err) }, 'initial config load failed; not serving until a valid config appears');
     }
     configSource.start();
   }
@@ -120,8 +117,9 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     logger,
     metrics.storeHooks(() => muted),
   );
+  teardown.push(() => store.close());
   clearStoreCache = () => store.clearCache?.();
-  const stopStoreWatch = watchStoreHealth({ store, health });
+  teardown.push(watchStoreHealth({ store, health }));
 
   // Replays (src/limiter/replay.ts) are built from the denial cache, which only the Redis store has.
   const replayMaxKeys = settings.backendType === 'redis' ? Math.min(settings.denialCacheMaxKeys, REPLAY_MAX_KEYS) : 0;
@@ -156,9 +154,12 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
 
   // The OpenTelemetry SDK is loaded only when tracing is on; off, the edges hold no tracer at all.
   const tracer = settings.tracing.enabled ? await (await import('./tracing/otel-tracer')).createOtelTracer(settings.tracing, logger) : undefined;
+  if (tracer !== undefined)
+    teardown.push(() => tracer.shutdown().catch((err: unknown) => logger.warn({ err: errorText(err) }, 'could not export the last spans')));
   const grpcOptions = { limiter: decider, replays, health, settings, logger, tracer };
   // grpc-js is loaded only when it serves: the default transport does without it (less heap to mark).
-  const grpcServer = settings.grpcTransport === 'http2' ? new Http2GrpcServer(grpcOptions) : new (await import('./server/grpc-server')).GrpcServer(grpcOptions);
+  const grpcServer =
+    settings.grpcTransport === 'http2' ? new Http2GrpcServer(grpcOptions) : new (await import('./grpc/grpc-js-server')).GrpcServer(grpcOptions);
   const httpServer = new HttpServer({
     host: settings.httpHost,
     port: settings.httpPort,
@@ -185,6 +186,9 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     muted = false;
     logger.info({ answered: warm.answered, failed: warm.failed, ms: Math.round(warm.ms) }, 'warmed up');
   }
+  // The listeners stop first, all at once, with the grace period (0 when the start failed).
+  let grace = 0;
+  teardown.push(() => Promise.all([grpcServer.stop(grace), httpServer.close(grace), debugServer.close(grace), prometheusServer?.close(grace)]));
   let grpcPort: number;
   let httpPort: number;
   let debugPort: number;
@@ -196,11 +200,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     httpPort = await httpServer.start();
     debugPort = await debugServer.start();
   } catch (err) {
-    await Promise.all([grpcServer.stop(0), httpServer.close(0), debugServer.close(0), prometheusServer?.close(0)]);
-    stopStoreWatch();
-    rules.close();
-    await store.close();
-    await metrics.close();
+    await stopAll();
     throw err;
   }
   const grpcWhere = settings.grpcUds !== undefined ? { socket: settings.grpcUds } : { host: settings.grpcHost, port: grpcPort };
@@ -212,74 +212,17 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   const close = (): Promise<void> =>
     (closing ??= (async () => {
       health.beginShutdown();
-      const grace = settings.shutdownGraceMs;
-      await Promise.all([grpcServer.stop(grace), httpServer.close(grace), debugServer.close(grace), prometheusServer?.close(grace)]);
-      stopStoreWatch();
-      rules.close();
-      await store.close();
-      await metrics.close();
-      await tracer?.shutdown().catch((err: unknown) => logger.warn({ err: errorText(err) }, 'could not export the last spans'));
+      grace = settings.shutdownGraceMs;
+      await stopAll();
       logger.info('stopped');
     })());
 
   return { settings, logger, grpcPort, httpPort, debugPort, prometheusPort, metrics, health, limiter, configSource: rules, store, close };
 }
 
-/** The debug port's /rlmatch answer: the rule `entries` match in `domain` under `config`. */
-export function ruleMatch(config: RateLimitConfig | undefined, domain: string, entries: readonly Entry[]): RuleMatch {
-  const domains = config === undefined ? [] : [...config.domains.keys()];
-  const matched = config === undefined ? undefined : matchDescriptor(config, domain, entries);
-  if (matched === undefined) return { domains, rule: null };
-  const { limit } = matched;
-  return {
-    domains,
-    rule: {
-      requestsPerUnit: limit.requestsPerUnit,
-      unit: limit.unit,
-      unitMultiplier: limit.unitMultiplier,
-      windowMs: limit.windowMs,
-      algorithm: limit.algorithm,
-      name: limit.name ?? null,
-      unlimited: limit.unlimited,
-      shadowMode: matched.shadowMode,
-    },
-  };
-}
-
-/**
- * Readiness (GET /readyz): a config has loaded and shutdown has not begun, and the store answers
- * unless STORE_FAILURE_POLICY answers without it (allow, deny, local). A readiness that followed the
- * store under those policies would take every pod out of the Service during a store outage, and the
- * policy could never answer; under `error` it does follow the store, so calls go to the pods that
- * can reach it.
- */
-export function isReady(health: HealthState, settings: Pick<Settings, 'storeFailurePolicy'>): boolean {
-  const storeNeeded = settings.storeFailurePolicy === 'error';
-  return health.holds('config') && health.holds('running') && (!storeNeeded || health.holds('store'));
-}
-
-/** Settings as logged: secrets (REDIS_AUTH, a password inside REDIS_URL) replaced by "***". */
-export function maskSettings(settings: Settings): Settings {
-  const { redis } = settings;
-  return {
-    ...settings,
-    redis: {
-      ...redis,
-      auth: redis.auth === undefined ? undefined : '***',
-      sentinelAuth: redis.sentinelAuth === undefined ? undefined : '***',
-      url: redis.url === undefined ? undefined : maskUrlPasswords(redis.url),
-    },
-  };
-}
-
 /** One warning line each for the settings' start-up warnings (unsupported reference variables and the like). */
 export function logStartupWarnings(settings: Settings, logger: Logger): void {
   for (const warning of settings.warnings) logger.warn(warning);
-}
-
-/** Hides the password of every `scheme://user:password@host` (and `:password@host`) in a REDIS_URL list. */
-export function maskUrlPasswords(url: string): string {
-  return url.replace(/(\/\/[^:/@,]*:)[^@,]*@/g, '$1***@');
 }
 
 function errorText(err: unknown): string {

@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import type { RuleMatch } from '../server/debug-server';
+import type { RuleMatch } from '../config/describe';
 import type { CliIo } from './io';
 import { createRlsClient, type DecodedDescriptorStatus, type RlsRequestInput } from './rls-client';
 

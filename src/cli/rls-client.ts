@@ -1,6 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
-import { grpcServiceDefinitions } from '../server/grpc-definitions';
-import type { WireCodeName, WireDuration, WireUnitName } from '../server/proto';
+import { grpcServiceDefinitions } from '../wire/grpc-definitions';
+import type { WireCodeName, WireDuration, WireUnitName } from '../wire/proto';
 
 /**
  * A typed grpc-js client for RateLimitService and grpc.health.v1, used by `slidegate client`

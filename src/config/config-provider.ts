@@ -9,3 +9,11 @@ export interface ConfigProvider {
   /** Stops following changes; the last config stays current. */
   close(): void;
 }
+
+/** What the service does when a config source applies or rejects a config, whichever source it is. */
+export interface ConfigEvents {
+  /** A config became current; `detail` (the files read, the xDS resources) goes into the log line. */
+  applied(config: RateLimitConfig, detail: Record<string, unknown>): void;
+  /** A load failed: the previous config stays current. */
+  rejected(err: unknown): void;
+}

@@ -1,5 +1,7 @@
 import { isBucket, type Limit } from '../limiter/types';
+import { matchDescriptor } from '../limiter/match';
 import type { RateLimitConfig, RuleLevel } from '../limiter/rules';
+import type { Entry } from '../limiter/types';
 
 /**
  * Human-readable dump of the loaded rules, for /rlconfig and the validate command. Each line keeps
@@ -42,4 +44,42 @@ export function describeConfig(config: RateLimitConfig): string[] {
   const out: string[] = [];
   for (const name of [...config.domains.keys()].sort()) walk(name, config.domains.get(name)!.rules, out);
   return out;
+}
+
+/** What /rlmatch answers (JSON). */
+export interface RuleMatch {
+  /** Domains of the config in force. */
+  readonly domains: readonly string[];
+  /** The matched rule, null when none matches (or the domain is not loaded). */
+  readonly rule: {
+    readonly requestsPerUnit: number;
+    readonly unit: string;
+    readonly unitMultiplier: number;
+    readonly windowMs: number;
+    readonly algorithm: string;
+    readonly name: string | null;
+    readonly unlimited: boolean;
+    readonly shadowMode: boolean;
+  } | null;
+}
+
+/** The debug port's /rlmatch answer: the rule `entries` match in `domain` under `config`. */
+export function ruleMatch(config: RateLimitConfig | undefined, domain: string, entries: readonly Entry[]): RuleMatch {
+  const domains = config === undefined ? [] : [...config.domains.keys()];
+  const matched = config === undefined ? undefined : matchDescriptor(config, domain, entries);
+  if (matched === undefined) return { domains, rule: null };
+  const { limit } = matched;
+  return {
+    domains,
+    rule: {
+      requestsPerUnit: limit.requestsPerUnit,
+      unit: limit.unit,
+      unitMultiplier: limit.unitMultiplier,
+      windowMs: limit.windowMs,
+      algorithm: limit.algorithm,
+      name: limit.name ?? null,
+      unlimited: limit.unlimited,
+      shadowMode: matched.shadowMode,
+    },
+  };
 }

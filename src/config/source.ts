@@ -3,7 +3,7 @@ import { watch, type FSWatcher } from 'node:fs';
 import { realpath, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { Algorithm } from '../limiter/types';
-import type { Settings } from '../settings';
+import type { Settings } from '../settings/settings';
 import { configFromTexts, listConfigFiles, readConfigTexts, type ConfigText, type ListOptions } from './load';
 import type { ConfigError } from './config-error';
 import type { RateLimitConfig } from '../limiter/rules';

@@ -1,6 +1,6 @@
 /**
  * The limiter's own vocabulary. Nothing here knows about protobuf, gRPC or Redis:
- * the edges (src/server, src/store) convert to and from these types.
+ * the edges (src/wire, src/store) convert to and from these types.
  */
 
 /** Time units of the config format and of the wire protocol. */

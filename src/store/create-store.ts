@@ -1,5 +1,5 @@
 import type { Logger } from '../log';
-import type { FailurePolicy, Settings } from '../settings';
+import type { FailurePolicy, Settings } from '../settings/settings';
 import { DenialCache } from './denial-cache';
 import { FailurePolicyStore } from './failure-policy';
 import { MemoryStore } from './memory-store';

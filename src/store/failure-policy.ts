@@ -1,4 +1,4 @@
-import type { FailurePolicy } from '../settings';
+import type { FailurePolicy } from '../settings/settings';
 import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type LocalAnswer, type Store } from '../limiter/store';
 
 /**

@@ -5,7 +5,7 @@ import { B3Propagator } from '@opentelemetry/propagator-b3';
 import { envDetector, detectResources, resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, type SpanExporter } from '@opentelemetry/sdk-trace-base';
 import type { Logger } from '../log';
-import type { TracingSettings } from '../settings';
+import type { TracingSettings } from '../settings/settings';
 import type { CallOutcome, CallSpan, CallTracer } from './call-tracer';
 
 /**

@@ -2,8 +2,8 @@ import * as fs from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { Logger } from '../log';
-import { LOADER_OPTIONS } from '../server/grpc-definitions';
-import { SettingsError, type XdsSettings } from '../settings';
+import { LOADER_OPTIONS } from '../wire/grpc-definitions';
+import { SettingsError, type XdsSettings } from '../settings/settings';
 import type { AnyResource } from './rate-limit-config';
 
 /**

@@ -2,7 +2,7 @@ import type { Type } from 'protobufjs';
 import { buildConfig, parseConfigValue, type BuildOptions, type ParseOptions } from '../config/load';
 import { ConfigError } from '../config/config-error';
 import { RULE_SETTINGS, type RateLimitConfig } from '../limiter/rules';
-import { loadProtoFiles } from '../server/proto';
+import { loadProtoFiles } from '../wire/proto';
 
 /**
  * RateLimitConfig xDS resources -> the validated rule tree. Each resource is turned into the plain

@@ -1,7 +1,7 @@
+import type { ConfigEvents } from '../config/config-provider';
 import type { Logger } from '../log';
-import type { Metrics } from '../metrics';
-import type { HealthState } from '../server/health';
-import type { Settings } from '../settings';
+import type { HealthState } from '../service/health';
+import type { Settings } from '../settings/settings';
 import { XdsConfigSource } from './xds-config-source';
 
 /**
@@ -15,26 +15,15 @@ export async function startXdsConfig(options: {
   readonly settings: Settings;
   readonly logger: Logger;
   readonly health: HealthState;
-  readonly metrics: Pick<Metrics, 'recordConfigLoad'>;
-  /** After every applied config (the denial cache must be emptied). */
-  readonly onLoad: () => void;
+  /** The service's handler of applied and rejected configs (the same as for files). */
+  readonly events: ConfigEvents;
 }): Promise<XdsConfigSource> {
-  const { settings, logger, health, metrics } = options;
+  const { settings, logger, health, events } = options;
   const source = new XdsConfigSource({
     settings,
     logger,
-    onLoad: (config, resources) => {
-      options.onLoad();
-      metrics.recordConfigLoad(true);
-      // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: a config without a domain serves nothing, so it is not healthy.
-      health.set('config', !settings.healthyWithAtLeastOneConfigLoaded || config.domains.size > 0);
-      logger.info({ server: settings.xds.serverUrl, resources, domains: [...config.domains.keys()] }, 'config loaded');
-      for (const warning of config.warnings) logger.warn({ server: settings.xds.serverUrl }, `config: ${warning}`);
-    },
-    onError: (err) => {
-      metrics.recordConfigLoad(false);
-      logger.error({ server: settings.xds.serverUrl, err: err.message }, 'config load failed; keeping the previous config');
-    },
+    onLoad: (config, resources) => events.applied(config, { resources }),
+    onError: (err) => events.rejected(err),
   });
   source.start();
   if (settings.forceStartWithoutInitialConfig) {

@@ -2,7 +2,7 @@ import type { ConfigError } from '../config/config-error';
 import type { ConfigProvider } from '../config/config-provider';
 import type { RateLimitConfig } from '../limiter/rules';
 import type { Logger } from '../log';
-import type { Settings } from '../settings';
+import type { Settings } from '../settings/settings';
 import { AdsClient } from './ads-client';
 import { configFromResources, RATE_LIMIT_CONFIG_TYPE_URL, resourceNames, type AnyResource } from './rate-limit-config';
 

@@ -1,4 +1,4 @@
-import type { RedisType } from '../../src/settings';
+import type { RedisType } from '../../src/settings/settings';
 import type { Store } from '../../src/limiter/store';
 import { connectStore, sleep } from '../helpers/redis';
 

@@ -1,12 +1,12 @@
 import * as net from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { CONNECTION_PREFACE, Flag, frame, FrameReader, FrameType, Setting, settingsFrame } from '../../src/server/h2/frames';
-import { encodeHeaderBlock, HpackDecoder } from '../../src/server/h2/hpack';
+import { CONNECTION_PREFACE, Flag, frame, FrameReader, FrameType, Setting, settingsFrame } from '../../src/http2/frames';
+import { encodeHeaderBlock, HpackDecoder } from '../../src/http2/hpack';
 
 /**
  * A raw HTTP/2 client for tests of the connection layer: it writes whatever frames it is given,
  * valid or not, and records every frame the server sends (cut by the FrameReader Http2GrpcClient
- * reads with). Well-formed gRPC calls are Http2GrpcClient's (src/server/http2-grpc-client.ts).
+ * reads with). Well-formed gRPC calls are Http2GrpcClient's (src/grpc/http2-client.ts).
  */
 
 export interface Frame {

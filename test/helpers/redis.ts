@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadSettings } from '../../src/settings';
+import { loadSettings } from '../../src/settings/settings';
 import { createRedisClient, parseRedisTarget } from '../../src/store/redis/connection';
 import { RedisStore, type RedisErrorKind } from '../../src/store/redis/redis-store';
 

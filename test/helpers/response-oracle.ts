@@ -1,7 +1,7 @@
-import { CODE_NUMBER, durationFromMs, UINT32_MAX, UNIT_NUMBER } from '../../src/server/convert';
+import { CODE_NUMBER, durationFromMs, UINT32_MAX, UNIT_NUMBER } from '../../src/wire/convert';
 import type { RateLimitResponse } from '../../src/limiter/types';
-import type { WireDescriptorStatus, WireRateLimitResponse } from '../../src/server/proto';
-import { structToWire } from '../../src/server/struct-codec';
+import type { WireDescriptorStatus, WireRateLimitResponse } from '../../src/wire/proto';
+import { structToWire } from '../../src/wire/struct-codec';
 
 /**
  * The limiter's response as a protobufjs RateLimitResponse object, written field by field from the

@@ -3,7 +3,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { silentLogger, type Logger } from '../../src/log';
 import { startService, type Service } from '../../src/main';
-import { loadSettings } from '../../src/settings';
+import { loadSettings } from '../../src/settings/settings';
 import { rlsClient, type RlsClient } from './grpc-client';
 
 /**

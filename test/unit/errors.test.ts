@@ -1,7 +1,7 @@
 import { InvalidRequestError, NotReadyError } from '../../src/limiter/errors';
 import { StoreUnavailableError } from '../../src/limiter/store';
 import { classify, ERROR_CATALOGUE, GrpcStatus, MalformedMessageError, publicMessage, type ErrorCode } from '../../src/errors';
-import { decodeRateLimitRequest } from '../../src/server/rls-wire-codec';
+import { decodeRateLimitRequest } from '../../src/wire/rls-codec';
 
 // One example of every failure the catalogue names: a new entry without an example does not compile.
 const EXAMPLES: Record<ErrorCode, unknown> = {

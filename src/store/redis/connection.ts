@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import Redis, { Cluster, type ClusterOptions, type RedisOptions } from 'ioredis';
-import type { Settings } from '../../settings';
-import { SettingsError } from '../../settings';
+import type { Settings } from '../../settings/settings';
+import { SettingsError } from '../../settings/settings';
 
 /**
  * REDIS_* settings -> ioredis client. Accepted REDIS_URL forms (as the reference server, plus URLs):

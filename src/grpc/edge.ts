@@ -1,0 +1,25 @@
+import type { RateLimitDecider } from '../limiter/types';
+import type { Logger } from '../log';
+import type { CallTracer } from '../tracing/call-tracer';
+import type { Settings } from '../settings/settings';
+import type { HealthState } from '../service/health';
+import type { ServiceReplays } from '../service/rls-service';
+
+/**
+ * The options both gRPC transports take (GRPC_TRANSPORT: ./http2-grpc-server, ./grpc-server); what
+ * they serve is ./rls-service. Nothing here loads grpc-js.
+ */
+
+export type { RateLimitDecider } from '../limiter/types';
+
+export interface GrpcServerOptions {
+  readonly limiter: RateLimitDecider;
+  readonly health: HealthState;
+  readonly settings: Pick<Settings, 'grpcHost' | 'grpcPort' | 'grpcMaxMessageBytes' | 'grpcTls'> &
+    Partial<Pick<Settings, 'grpcUds' | 'grpcMaxConnectionAgeMs' | 'grpcMaxConnectionAgeGraceMs'>>;
+  readonly logger: Logger;
+  /** One span per ShouldRateLimit call (TRACING_ENABLED); absent when tracing is off. */
+  readonly tracer?: CallTracer;
+  /** Repeats of requests answered from local denials, answered by their bytes (src/limiter/replay.ts); absent: none kept. */
+  readonly replays?: ServiceReplays;
+}

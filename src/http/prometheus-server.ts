@@ -1,0 +1,31 @@
+import type * as http from 'node:http';
+import type { Logger } from '../log';
+import { pathOf, RoutedHttpServer, send, sendMetrics } from './http-base';
+import type { MetricsExposition } from '../metrics/sinks';
+
+/**
+ * USE_PROMETHEUS's own listener, as the reference's: PROMETHEUS_ADDR (`:9090`, every interface),
+ * answering GET PROMETHEUS_PATH (`/metrics`) with the mapped series (src/mapped-metrics.ts).
+ */
+
+export interface PrometheusServerOptions {
+  /** Undefined: every interface. */
+  readonly host?: string;
+  /** 0 picks a free port; start() resolves to the bound one. */
+  readonly port: number;
+  readonly path: string;
+  readonly metrics: MetricsExposition;
+  readonly logger?: Logger;
+}
+
+export class PrometheusServer extends RoutedHttpServer {
+  constructor(private readonly options: PrometheusServerOptions) {
+    // An empty host is Node's "every interface" (IPv6 and IPv4 where available), Go's ":9090".
+    super({ host: options.host ?? '', port: options.port });
+  }
+
+  protected route(req: http.IncomingMessage, res: http.ServerResponse): void {
+    if (pathOf(req.url) === this.options.path) sendMetrics(req, res, this.options.metrics, this.options.logger);
+    else send(res, 404, 'not found\n');
+  }
+}

@@ -1,0 +1,163 @@
+import { Counter, Registry } from 'prom-client';
+import { TalliedCounter, TalliedHistogram } from './tallies';
+import { StatsdMapper, type StatsdMetricType } from './statsd-mapping';
+
+/**
+ * USE_PROMETHEUS as the reference serves it: the service's statsd metrics go through a statsd_exporter
+ * mapping (PROMETHEUS_MAPPER_YAML, or the default below) into their own registry, served on
+ * PROMETHEUS_ADDR at PROMETHEUS_PATH. So the names and labels are the ones dashboards built on the
+ * reference know: `ratelimit_service_rate_limit_total_hits{domain, key1}` for a one-level rule,
+ * `{domain, key1, key2}` for deeper ones, and so on.
+ *
+ * Each statsd name is mapped once, when first seen; after that a counter costs one map lookup and an
+ * addition.
+ * EXTRA_TAGS become labels of every series. Two mappings giving one name different label sets share
+ * it (a sample carries only its own labels); a name already used with another metric type, a label
+ * the first mapping did not declare, or a second label set of a histogram is dropped and counted in
+ * `statsd_exporter_events_conflict_total`.
+ */
+
+const COUNTERS = ['near_limit', 'over_limit', 'total_hits', 'within_limit', 'shadow_mode'];
+
+/**
+ * The default mapping, the reference's statsd_exporter configuration: rule counters with `domain` and
+ * `key1` (glob) or `domain`, `key1`, `key2` (regex, for deeper keys), call errors by `err_type`,
+ * requests and response times by `grpc_method` (times in seconds unless `inMilliseconds`), config loads.
+ */
+export function defaultMappingYaml(options: { inMilliseconds?: boolean } = {}): string {
+  const lines = ['mappings:'];
+  for (const c of COUNTERS) {
+    lines.push(`  - match: "ratelimit.service.rate_limit.*.*.${c}"`, `    name: "ratelimit_service_rate_limit_${c}"`, '    labels: {domain: "$1", key1: "$2"}');
+  }
+  for (const c of COUNTERS) {
+    lines.push(
+      `  - match: 'ratelimit\\.service\\.rate_limit\\.([^\\.]*)\\.([^\\.]*)\\.([^\\.]*)(\\..*)?\\.${c}'`,
+      '    match_type: regex',
+      `    name: "ratelimit_service_rate_limit_${c}"`,
+      '    labels: {domain: "$1", key1: "$2", key2: "$3"}',
+    );
+  }
+  lines.push(
+    '  - match: "ratelimit.service.call.should_rate_limit.*"',
+    '    name: "ratelimit_service_should_rate_limit_error"',
+    '    match_metric_type: counter',
+    '    labels: {err_type: "$1"}',
+    '  - match: "ratelimit_server.*.total_requests"',
+    '    name: "ratelimit_service_total_requests"',
+    '    match_metric_type: counter',
+    '    labels: {grpc_method: "$1"}',
+    '  - match: "ratelimit_server.*.response_time"',
+    '    name: "ratelimit_service_response_time_seconds"',
+    '    observer_type: histogram',
+    ...(options.inMilliseconds ? [] : ['    scale: 0.001']),
+    '    labels: {grpc_method: "$1"}',
+    '  - match: "ratelimit.service.config_load_success"',
+    '    name: "ratelimit_service_config_load_success"',
+    '    match_metric_type: counter',
+    '  - match: "ratelimit.service.config_load_error"',
+    '    name: "ratelimit_service_config_load_error"',
+    '    match_metric_type: counter',
+  );
+  return lines.join('\n') + '\n';
+}
+
+interface Inc {
+  inc(value: number): void;
+}
+interface Observe {
+  observe(value: number): void;
+}
+
+const NOOP: Inc & Observe = { inc: () => undefined, observe: () => undefined };
+
+interface Family {
+  readonly type: StatsdMetricType;
+  readonly labelNames: ReadonlySet<string>;
+  readonly counter?: TalliedCounter<string>;
+  /** A histogram holds the one label set it was made with (statsd timers have none of their own). */
+  readonly histogram?: { readonly metric: TalliedHistogram<string>; readonly labelKey: string; readonly scale: number };
+}
+
+export interface MappedPrometheusOptions {
+  readonly mapper: StatsdMapper;
+  /** Labels added to every series (EXTRA_TAGS). */
+  readonly extraLabels?: Readonly<Record<string, string>>;
+}
+
+/** A statsd sink (increment, timing) that keeps the mapped Prometheus series; `registry` serves them. */
+export class MappedPrometheus {
+  readonly registry = new Registry();
+  private readonly counters = new Map<string, Inc>();
+  private readonly timers = new Map<string, Observe>();
+  private readonly families = new Map<string, Family>();
+  private readonly conflicts: Counter<'type'>;
+
+  constructor(private readonly options: MappedPrometheusOptions) {
+    this.conflicts = new Counter({
+      name: 'statsd_exporter_events_conflict_total',
+      help: 'Statsd events dropped because their mapped name is used with another type or label set.',
+      labelNames: ['type'],
+      registers: [this.registry],
+    });
+  }
+
+  /** A statsd counter increment. */
+  increment(stat: string, value: number): void {
+    let c = this.counters.get(stat);
+    if (c === undefined) {
+      c = this.child(stat, 'counter') as Inc;
+      this.counters.set(stat, c);
+    }
+    c.inc(value);
+  }
+
+  /** A statsd timer value, in milliseconds (scaled by its mapping). */
+  timing(stat: string, milliseconds: number): void {
+    let t = this.timers.get(stat);
+    if (t === undefined) {
+      t = this.child(stat, 'observer') as Observe;
+      this.timers.set(stat, t);
+    }
+    t.observe(milliseconds);
+  }
+
+  /** Nothing to flush: the registry is read at each scrape. */
+  close(callback?: (error?: Error) => void): void {
+    callback?.();
+  }
+
+  private child(stat: string, type: StatsdMetricType): Inc | Observe {
+    const mapped = this.options.mapper.map(stat, type);
+    if (mapped.drop) return NOOP;
+    const labels = { ...mapped.labels, ...this.options.extraLabels };
+    const labelKey = JSON.stringify(labels);
+    let family = this.families.get(mapped.name);
+    if (family === undefined) {
+      const labelNames = [...new Set([...this.options.mapper.labelNamesOf(mapped.name), ...Object.keys(labels)])];
+      const common = { name: mapped.name, help: `${mapped.name} (statsd ${type} mapped)`, labelNames, registers: [this.registry] };
+      family =
+        type === 'observer'
+          ? {
+              type,
+              labelNames: new Set(labelNames),
+              histogram: { metric: new TalliedHistogram({ ...common, buckets: mapped.buckets, labelSet: labels }), labelKey, scale: mapped.scale },
+            }
+          : { type, labelNames: new Set(labelNames), counter: new TalliedCounter(common) };
+      this.families.set(mapped.name, family);
+    }
+    const conflicting =
+      family.type !== type ||
+      Object.keys(labels).some((l) => !family.labelNames.has(l)) ||
+      (family.histogram !== undefined && family.histogram.labelKey !== labelKey);
+    if (conflicting) {
+      const conflict = this.conflicts.labels({ type });
+      return { inc: () => conflict.inc(), observe: () => conflict.inc() };
+    }
+    // Tallies: the request path adds to numbers; prom-client reads them at each scrape (./metric-tallies).
+    if (family.histogram !== undefined) {
+      const { metric, scale } = family.histogram;
+      return { observe: scale === 1 ? (v: number) => metric.record(v) : (v: number) => metric.record(v * scale) };
+    }
+    return family.counter!.tally(labels);
+  }
+}

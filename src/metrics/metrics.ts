@@ -1,0 +1,415 @@
+import { performance } from 'node:perf_hooks';
+import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
+import { classify, type ErrorMetric } from '../errors';
+import type { DescriptorOutcome, LocalDenialListener, RateLimitDecider, RateLimitRequest, RateLimitResponse } from '../limiter/types';
+import type { ServiceReplays } from '../service/rls-service';
+import { TalliedCounter, TalliedHistogram } from './tallies';
+import type { Settings } from '../settings/settings';
+
+/**
+ * Every counter and histogram of the service, in one place.
+ *
+ * Names follow the reference server so that dashboards and alerts carry over:
+ * - statsd (USE_STATSD): `ratelimit.service.rate_limit.<domain>.<descriptor>.total_hits` etc., as the
+ *   reference emits them;
+ * - Prometheus (GET /metrics): the names its statsd-exporter mapping produces,
+ *   `ratelimit_service_rate_limit_total_hits{domain, descriptor}` etc., where `descriptor` is the rule's
+ *   key path (`tenant_acme.path`); values of key-only levels appear only for `detailed_metric` rules.
+ *
+ * Cardinality is bounded: at most `maxSeries` distinct (domain, descriptor) label sets are kept; any
+ * further one is folded into `descriptor="overflow"` of its domain, so clients sending random values to
+ * a detailed rule cannot grow memory without bound.
+ */
+
+/** What the limiter reports for one matched counter of one request (see DescriptorOutcome). */
+export type DescriptorEvent = DescriptorOutcome;
+
+/** Minimal statsd client surface (hot-shots' StatsD satisfies it); injectable for tests. */
+export interface StatsdSink {
+  increment(stat: string, value: number): void;
+  timing(stat: string, milliseconds: number): void;
+  close(callback?: (error?: Error) => void): void;
+}
+
+/** Kinds of failed ShouldRateLimit calls (the error catalogue's `metric`): the store could not answer, or anything else. */
+export type CallErrorKind = ErrorMetric;
+
+export interface MetricsOptions {
+  /** Store adapter name; store errors are counted as `<name>_error` (`redis_error`, as the reference). */
+  readonly storeName?: string;
+  /** Distinct (domain, descriptor) label sets kept before folding into "overflow"; default 10,000. */
+  readonly maxSeries?: number;
+  /** Process metrics (CPU, memory, event loop, GC); default true. */
+  readonly defaultMetrics?: boolean;
+  /** Where statsd lines go; none when omitted. */
+  readonly statsd?: StatsdSink;
+}
+
+/** Latency buckets in seconds, for a 20 ms budget: 0.1 ms .. 50 ms. */
+export const LATENCY_BUCKETS_SECONDS: readonly number[] = Object.freeze([0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05]);
+
+export const DEFAULT_MAX_SERIES = 10_000;
+export const OVERFLOW_LABEL = 'overflow';
+
+interface Inc {
+  inc(value: number): void;
+}
+
+/** The cached children of one (domain, descriptor): a request costs two map lookups, no string work. */
+interface Series {
+  readonly totalHits: Inc;
+  readonly overLimit: Inc;
+  readonly nearLimit: Inc;
+  readonly withinLimit: Inc;
+  readonly shadowMode: Inc;
+  readonly overLimitWithLocalCache: Inc;
+  /** statsd names, built once per series; undefined without statsd. */
+  readonly stat?: {
+    readonly totalHits: string;
+    readonly overLimit: string;
+    readonly nearLimit: string;
+    readonly withinLimit: string;
+    readonly shadowMode: string;
+    readonly overLimitWithLocalCache: string;
+  };
+}
+
+const RULE_LABELS = ['domain', 'descriptor'] as const;
+type RuleLabel = (typeof RULE_LABELS)[number];
+const METHOD = 'ShouldRateLimit';
+
+// statsd's line format reserves ':', '|', '@' and '#'; names with them (or whitespace) would be misparsed.
+const STATSD_UNSAFE = /[:|@#\s]/g;
+
+function statsdSafe(s: string): string {
+  return s.replace(STATSD_UNSAFE, '_');
+}
+
+export class Metrics {
+  /** This service's own registry (never prom-client's global one). */
+  readonly registry = new Registry();
+
+  private readonly maxSeries: number;
+  private readonly statsd?: StatsdSink;
+  private readonly storeErrorType: string;
+
+  // The counters a call touches are tallied (./metric-tallies): the request path only adds numbers.
+  private readonly totalHits: TalliedCounter<RuleLabel>;
+  private readonly overLimit: TalliedCounter<RuleLabel>;
+  private readonly nearLimit: TalliedCounter<RuleLabel>;
+  private readonly withinLimit: TalliedCounter<RuleLabel>;
+  private readonly shadowMode: TalliedCounter<RuleLabel>;
+  private readonly overLimitWithLocalCache: TalliedCounter<RuleLabel>;
+
+  private readonly storeErrors: Inc;
+  private readonly serviceErrors: Inc;
+  private readonly latency: TalliedHistogram<'grpc_method'>;
+  private readonly requests: Inc;
+  private readonly configLoadSuccess: Counter;
+  private readonly configLoadError: Counter;
+  private readonly localCacheHits: Inc;
+  private readonly globalShadowModeCount: Counter;
+  private readonly storeErrorsByKind: Counter<'kind'>;
+  private readonly storeFallbacks: Counter<'policy'>;
+  // Children by label value: the label sets are small and fixed, the lookups repeat.
+  private readonly storeErrorChildren = new Map<string, Inc>();
+  private readonly storeFallbackChildren = new Map<string, Inc>();
+
+  private readonly series = new Map<string, Map<string, Series>>();
+  private readonly overflow = new Map<string, Series>();
+  private seriesCount = 0;
+
+  constructor(options: MetricsOptions = {}) {
+    this.maxSeries = options.maxSeries ?? DEFAULT_MAX_SERIES;
+    this.statsd = options.statsd;
+    this.storeErrorType = `${options.storeName ?? 'store'}_error`;
+    const registers = [this.registry];
+    const rule = (what: string, help: string) =>
+      new TalliedCounter<RuleLabel>({ name: `ratelimit_service_rate_limit_${what}`, help, labelNames: RULE_LABELS, registers });
+
+    this.totalHits = rule('total_hits', 'Hits checked against a rule.');
+    this.overLimit = rule('over_limit', 'Hits denied by a rule.');
+    this.nearLimit = rule('near_limit', 'Allowed hits past NEAR_LIMIT_RATIO of a rule.');
+    this.withinLimit = rule('within_limit', 'Hits allowed by a rule.');
+    this.shadowMode = rule('shadow_mode', 'Hits a shadow-mode rule would have denied.');
+    this.overLimitWithLocalCache = rule('over_limit_with_local_cache', 'Hits denied from the local denial cache.');
+
+    const callErrors = new TalliedCounter({
+      name: 'ratelimit_service_should_rate_limit_error',
+      help: 'Failed ShouldRateLimit calls by kind (store: <store>_error; other: service_error).',
+      labelNames: ['err_type'],
+      registers,
+    });
+    this.storeErrors = callErrors.tally({ err_type: this.storeErrorType });
+    this.serviceErrors = callErrors.tally({ err_type: 'service_error' });
+
+    this.latency = new TalliedHistogram({
+      name: 'ratelimit_service_response_time_seconds',
+      help: 'ShouldRateLimit latency, from request decoded to response ready.',
+      labelNames: ['grpc_method'],
+      buckets: LATENCY_BUCKETS_SECONDS,
+      labelSet: { grpc_method: METHOD },
+      registers,
+    });
+    this.requests = new TalliedCounter({
+      name: 'ratelimit_service_total_requests',
+      help: 'ShouldRateLimit calls answered (any outcome).',
+      labelNames: ['grpc_method'],
+      registers,
+    }).tally({ grpc_method: METHOD });
+
+    this.configLoadSuccess = new Counter({ name: 'ratelimit_service_config_load_success', help: 'Config loads that succeeded.', registers });
+    this.configLoadError = new Counter({
+      name: 'ratelimit_service_config_load_error',
+      help: 'Config loads that failed (the previous config stays).',
+      registers,
+    });
+    this.localCacheHits = new TalliedCounter({
+      name: 'ratelimit_service_local_cache_hits',
+      help: 'Requests denied from the local denial cache.',
+      registers,
+    }).tally({});
+    this.globalShadowModeCount = new Counter({
+      name: 'ratelimit_service_global_shadow_mode',
+      help: 'Requests answered OK only because SHADOW_MODE is on.',
+      registers,
+    });
+
+    this.storeErrorsByKind = new Counter({
+      name: 'ratelimit_service_store_errors_total',
+      help: 'Failed store calls by kind (timeout, disconnected, error, refund), whether or not a failure policy answered them.',
+      labelNames: ['kind'],
+      registers,
+    });
+    this.storeFallbacks = new Counter({
+      name: 'ratelimit_service_store_fallbacks_total',
+      help: 'Calls answered by STORE_FAILURE_POLICY (allow, deny, local) instead of the store.',
+      labelNames: ['policy'],
+      registers,
+    });
+
+    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** Counts one matched counter of one request (the limiter's observer). Cheap: two map lookups. */
+  onDescriptor(e: DescriptorEvent): void {
+    const s = this.seriesFor(e.domain, e.statKey);
+    if (e.hits > 0) s.totalHits.inc(e.hits);
+    if (e.overLimit > 0) s.overLimit.inc(e.overLimit);
+    if (e.nearLimit > 0) s.nearLimit.inc(e.nearLimit);
+    if (e.withinLimit > 0) s.withinLimit.inc(e.withinLimit);
+    if (e.shadowMode > 0) s.shadowMode.inc(e.shadowMode);
+    const cached = e.overLimitWithLocalCache;
+    if (cached > 0) s.overLimitWithLocalCache.inc(cached);
+    const stat = s.stat;
+    if (stat !== undefined) {
+      const sd = this.statsd!;
+      if (e.hits > 0) sd.increment(stat.totalHits, e.hits);
+      if (e.overLimit > 0) sd.increment(stat.overLimit, e.overLimit);
+      if (e.nearLimit > 0) sd.increment(stat.nearLimit, e.nearLimit);
+      if (e.withinLimit > 0) sd.increment(stat.withinLimit, e.withinLimit);
+      if (e.shadowMode > 0) sd.increment(stat.shadowMode, e.shadowMode);
+      if (cached > 0) sd.increment(stat.overLimitWithLocalCache, cached);
+    }
+  }
+
+  /** One answered ShouldRateLimit call (any outcome), with its latency in milliseconds. */
+  recordCall(durationMs: number): void {
+    this.latency.record(durationMs / 1000);
+    this.requests.inc(1);
+    if (this.statsd !== undefined) {
+      this.statsd.increment('ratelimit_server.ShouldRateLimit.total_requests', 1);
+      this.statsd.timing('ratelimit_server.ShouldRateLimit.response_time', durationMs);
+    }
+  }
+
+  /** One failed ShouldRateLimit call. */
+  recordError(kind: CallErrorKind): void {
+    const type = kind === 'store' ? this.storeErrorType : 'service_error';
+    (kind === 'store' ? this.storeErrors : this.serviceErrors).inc(1);
+    this.statsd?.increment(`ratelimit.service.call.should_rate_limit.${type}`, 1);
+  }
+
+  /** One config load (initial or reload). */
+  recordConfigLoad(ok: boolean): void {
+    (ok ? this.configLoadSuccess : this.configLoadError).inc(1);
+    this.statsd?.increment(ok ? 'ratelimit.service.config_load_success' : 'ratelimit.service.config_load_error', 1);
+  }
+
+  /** One request denied from the local denial cache. */
+  recordLocalCacheHit(): void {
+    this.localCacheHits.inc(1);
+    this.statsd?.increment('ratelimit.service.local_cache_hits', 1);
+  }
+
+  /** One failed store call of the given kind (the store's own view; a failure policy may still have answered). */
+  recordStoreError(kind: string): void {
+    labelled(this.storeErrorChildren, kind, () => this.storeErrorsByKind.labels({ kind })).inc(1);
+    this.statsd?.increment(`ratelimit.service.store_error.${statsdSafe(kind)}`, 1);
+  }
+
+  /** One call answered by the store failure policy instead of the store. */
+  recordStoreFallback(policy: string): void {
+    labelled(this.storeFallbackChildren, policy, () => this.storeFallbacks.labels({ policy })).inc(1);
+    this.statsd?.increment(`ratelimit.service.store_fallback.${statsdSafe(policy)}`, 1);
+  }
+
+  /** The store's event hooks (createStore's third argument), bound to these metrics; nothing is recorded while `muted()`. */
+  storeHooks(muted: () => boolean = () => false): { onStoreError: (kind: string) => void; onCacheHit: () => void; onFallback: (policy: string) => void } {
+    return {
+      onStoreError: (kind) => {
+        if (!muted()) this.recordStoreError(kind);
+      },
+      onCacheHit: () => {
+        if (!muted()) this.recordLocalCacheHit();
+      },
+      onFallback: (policy) => {
+        if (!muted()) this.recordStoreFallback(policy);
+      },
+    };
+  }
+
+  /** One request answered by a replay of local denials (src/limiter/replay.ts): a local cache hit like any other. */
+  onReplay(): void {
+    this.recordLocalCacheHit();
+  }
+
+  /** One request that was OVER_LIMIT but answered OK because of the global SHADOW_MODE (limiter observer). */
+  onGlobalShadowMode(_domain?: string): void {
+    this.globalShadowModeCount.inc(1);
+    this.statsd?.increment('ratelimit.service.global_shadow_mode', 1);
+  }
+
+  /** Distinct (domain, descriptor) label sets currently kept (overflow excluded). */
+  get seriesSize(): number {
+    return this.seriesCount;
+  }
+
+  /** The Prometheus text exposition. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  /** Content-Type of text(). */
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  /** Flushes and closes the statsd client, if any. Never rejects. */
+  close(): Promise<void> {
+    const sd = this.statsd;
+    if (sd === undefined) return Promise.resolve();
+    return new Promise((resolve) => sd.close(() => resolve()));
+  }
+
+  private seriesFor(domain: string, statKey: string): Series {
+    let byKey = this.series.get(domain);
+    if (byKey === undefined) {
+      if (this.seriesCount >= this.maxSeries) return this.overflowFor(OVERFLOW_LABEL);
+      byKey = new Map();
+      this.series.set(domain, byKey);
+    }
+    let s = byKey.get(statKey);
+    if (s === undefined) {
+      if (this.seriesCount >= this.maxSeries) return this.overflowFor(domain);
+      s = this.makeSeries(domain, statKey);
+      byKey.set(statKey, s);
+      this.seriesCount++;
+    }
+    return s;
+  }
+
+  // Overflow series exist once per domain already kept (plus one for unknown domains), so they stay bounded too.
+  private overflowFor(domain: string): Series {
+    let s = this.overflow.get(domain);
+    if (s === undefined) {
+      s = this.makeSeries(domain, OVERFLOW_LABEL);
+      this.overflow.set(domain, s);
+    }
+    return s;
+  }
+
+  private makeSeries(domain: string, descriptor: string): Series {
+    const labels = { domain, descriptor };
+    let stat: Series['stat'];
+    if (this.statsd !== undefined) {
+      const base = `ratelimit.service.rate_limit.${statsdSafe(domain)}.${statsdSafe(descriptor)}.`;
+      stat = {
+        totalHits: base + 'total_hits',
+        overLimit: base + 'over_limit',
+        nearLimit: base + 'near_limit',
+        withinLimit: base + 'within_limit',
+        shadowMode: base + 'shadow_mode',
+        overLimitWithLocalCache: base + 'over_limit_with_local_cache',
+      };
+    }
+    return {
+      totalHits: this.totalHits.tally(labels),
+      overLimit: this.overLimit.tally(labels),
+      nearLimit: this.nearLimit.tally(labels),
+      withinLimit: this.withinLimit.tally(labels),
+      shadowMode: this.shadowMode.tally(labels),
+      overLimitWithLocalCache: this.overLimitWithLocalCache.tally(labels),
+      stat,
+    };
+  }
+}
+
+/** The service's metrics; `statsd` receives the statsd-named counters and timings (src/metric-sinks.ts). */
+export function createMetrics(settings: Pick<Settings, 'backendType'>, options: { statsd?: StatsdSink; defaultMetrics?: boolean } = {}): Metrics {
+  return new Metrics({ storeName: settings.backendType, defaultMetrics: options.defaultMetrics, statsd: options.statsd });
+}
+
+/**
+ * Wraps a decider so that every call is timed and every failure counted, whichever edge (gRPC,
+ * HTTP /json) made it, under the error catalogue's metric: store failures as `<store>_error`,
+ * anything else (bad requests and a missing config included) as `service_error`.
+ */
+export function instrumentDecider(decider: RateLimitDecider, metrics: Metrics): RateLimitDecider {
+  const failed = (started: number, err: unknown): Promise<never> => {
+    metrics.recordCall(performance.now() - started);
+    metrics.recordError(classify(err).metric);
+    return Promise.reject(err);
+  };
+  return {
+    shouldRateLimit(request: RateLimitRequest, onLocalDenial?: LocalDenialListener): Promise<RateLimitResponse> {
+      const started = performance.now();
+      let pending: Promise<RateLimitResponse>;
+      try {
+        pending = decider.shouldRateLimit(request, onLocalDenial);
+      } catch (err) {
+        return failed(started, err);
+      }
+      return pending.then(
+        (response) => {
+          metrics.recordCall(performance.now() - started);
+          return response;
+        },
+        (err: unknown) => failed(started, err),
+      );
+    },
+  };
+}
+
+/** Wraps the replays so that every call they answer is timed as a call like any other. */
+export function instrumentReplays(replays: ServiceReplays, metrics: Metrics): ServiceReplays {
+  return {
+    answer(key: string): Buffer | undefined {
+      const started = performance.now();
+      const answer = replays.answer(key);
+      if (answer !== undefined) metrics.recordCall(performance.now() - started);
+      return answer;
+    },
+    remembering: (key) => replays.remembering(key),
+  };
+}
+
+/** The labelled child of a counter, looked up once per label value (the set of values is small and fixed). */
+function labelled(children: Map<string, Inc>, value: string, create: () => Inc): Inc {
+  let child = children.get(value);
+  if (child === undefined) {
+    child = create();
+    children.set(value, child);
+  }
+  return child;
+}

@@ -1,0 +1,567 @@
+import { availableParallelism } from 'node:os';
+import { ALGORITHMS, type Algorithm } from '../limiter/types';
+import { referenceSettingWarnings } from './reference-settings';
+
+/**
+ * Every environment variable the service reads, in one typed table with its default.
+ * Names and defaults follow envoyproxy/ratelimit where the meaning is the same.
+ * `loadSettings` throws SettingsError naming the variable; main.ts prints it and exits.
+ */
+
+export class SettingsError extends Error {
+  constructor(
+    readonly variable: string,
+    message: string,
+  ) {
+    super(`invalid setting ${variable}: ${message}`);
+    this.name = 'SettingsError';
+  }
+}
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+function str(env: Env, name: string, fallback: string): string {
+  const v = env[name];
+  return v === undefined || v === '' ? fallback : v;
+}
+
+function optional(env: Env, name: string): string | undefined {
+  const v = env[name];
+  return v === undefined || v === '' ? undefined : v;
+}
+
+// Go's strconv.ParseBool spellings, as the reference server accepts them.
+const TRUE = new Set(['1', 't', 'T', 'true', 'TRUE', 'True']);
+const FALSE = new Set(['0', 'f', 'F', 'false', 'FALSE', 'False']);
+
+function bool(env: Env, name: string, fallback: boolean): boolean {
+  const v = optional(env, name);
+  if (v === undefined) return fallback;
+  if (TRUE.has(v)) return true;
+  if (FALSE.has(v)) return false;
+  throw new SettingsError(name, `expected true or false, got "${v}"`);
+}
+
+function int(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const v = optional(env, name);
+  if (v === undefined) return fallback;
+  if (!/^-?\d+$/.test(v.trim())) throw new SettingsError(name, `expected an integer, got "${v}"`);
+  const n = Number(v.trim());
+  if (n < min || n > max) throw new SettingsError(name, `expected an integer from ${min} to ${max}, got ${n}`);
+  return n;
+}
+
+const DURATION_UNIT_MS: Readonly<Record<string, number>> = { ns: 1e-6, us: 1e-3, µs: 1e-3, ms: 1, s: 1e3, m: 60e3, h: 3600e3 };
+
+/** A Go duration (`10s`, `1h30m`, `250ms`, `0`), as the reference's settings take them, in milliseconds. */
+function duration(env: Env, name: string, fallbackMs: number): number {
+  const v = optional(env, name)?.trim();
+  if (v === undefined) return fallbackMs;
+  if (v === '0') return 0;
+  const part = /(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)/gy;
+  let ms = 0;
+  let end = 0;
+  for (let m = part.exec(v); m !== null; m = part.exec(v)) {
+    ms += Number(m[1]) * DURATION_UNIT_MS[m[2]];
+    end = part.lastIndex;
+  }
+  if (end === 0 || end !== v.length) throw new SettingsError(name, `expected a duration such as 10s, 500ms or 1h30m, got "${v}"`);
+  return ms;
+}
+
+// logrus level names (the reference's LOG_LEVEL) onto the logger's: panic is fatal, warning is warn.
+const LOG_LEVELS: Readonly<Record<string, LogLevel>> = {
+  panic: 'fatal',
+  fatal: 'fatal',
+  error: 'error',
+  warn: 'warn',
+  warning: 'warn',
+  info: 'info',
+  debug: 'debug',
+  trace: 'trace',
+};
+
+function logLevel(env: Env): LogLevel {
+  const v = optional(env, 'LOG_LEVEL');
+  if (v === undefined) return 'warn';
+  const level = LOG_LEVELS[v.trim().toLowerCase()];
+  if (level === undefined) throw new SettingsError('LOG_LEVEL', `expected one of ${Object.keys(LOG_LEVELS).join(', ')}, got "${v}"`);
+  return level;
+}
+
+/** Approximate memory of one denial-cache entry, bytes: LOCAL_CACHE_SIZE_IN_BYTES / this = entries. */
+export const DENIAL_CACHE_ENTRY_BYTES = 256;
+
+function port(env: Env, name: string, fallback: number): number {
+  return int(env, name, fallback, 0, 65535);
+}
+
+function ratio(env: Env, name: string, fallback: number): number {
+  const v = optional(env, name);
+  if (v === undefined) return fallback;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0 || n > 1) throw new SettingsError(name, `expected a number from 0 to 1, got "${v}"`);
+  return n;
+}
+
+function oneOf<T extends string>(env: Env, name: string, fallback: T, allowed: readonly T[], fold = true): T {
+  const v = optional(env, name);
+  if (v === undefined) return fallback;
+  const k = (fold ? v.toLowerCase() : v) as T;
+  if (!allowed.includes(k)) throw new SettingsError(name, `expected one of ${allowed.join(', ')}, got "${v}"`);
+  return k;
+}
+
+export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal';
+export type BackendType = 'memory' | 'redis';
+export type RedisType = 'single' | 'sentinel' | 'cluster';
+export type FailurePolicy = 'error' | 'allow' | 'deny' | 'local';
+export type Transport = 'http2' | 'grpc-js';
+export type ConfigType = 'FILE' | 'GRPC_XDS_SOTW';
+
+export interface Settings {
+  /** Start-up warnings: reference variables set but not supported here, and choices worth knowing. */
+  readonly warnings: readonly string[];
+  readonly grpcHost: string;
+  /** GRPC_UDS: listen on this Unix socket instead of GRPC_HOST:GRPC_PORT. */
+  readonly grpcUds?: string;
+  /** Connections get a GOAWAY after this long, ±10% jitter (GRPC_MAX_CONNECTION_AGE); 0: never. */
+  readonly grpcMaxConnectionAgeMs: number;
+  /** ... and are closed this long after the GOAWAY (GRPC_MAX_CONNECTION_AGE_GRACE). */
+  readonly grpcMaxConnectionAgeGraceMs: number;
+  readonly grpcPort: number;
+  /** Largest accepted gRPC message, bytes. */
+  readonly grpcMaxMessageBytes: number;
+  /** Which gRPC server implementation serves the RLS and health services. */
+  readonly grpcTransport: Transport;
+  readonly grpcTls: {
+    readonly enabled: boolean;
+    readonly certPath?: string;
+    readonly keyPath?: string;
+    /** When set, clients must present a certificate signed by this CA (mTLS). */
+    readonly clientCaPath?: string;
+    /** When set, the client certificate must carry this subject alternative name (GRPC_CLIENT_TLS_SAN). */
+    readonly clientSan?: string;
+  };
+  /** Limits of the service's own HTTP/2 layer (GRPC_TRANSPORT=http2): every one bounds what a peer can make it hold. */
+  readonly h2: {
+    /** SETTINGS_MAX_CONCURRENT_STREAMS: streams one connection may have open. */
+    readonly maxConcurrentStreams: number;
+    /** SETTINGS_MAX_HEADER_LIST_SIZE: largest decoded request header list, bytes. */
+    readonly maxHeaderListBytes: number;
+    /** Request body bytes one stream may have buffered (its receive window); also bounds the request message. */
+    readonly streamBufferBytes: number;
+    /** Request body bytes all streams of one connection may have buffered (the connection's receive window). */
+    readonly connectionBufferBytes: number;
+    /** Streams one connection may have reset or refused at once, and per second beyond that. */
+    readonly resetBurst: number;
+    readonly resetsPerSecond: number;
+    /** A connection without a stream for this long is closed with GOAWAY, ms; 0 never. */
+    readonly idleTimeoutMs: number;
+    /** Time for the TLS handshake, the preface and first SETTINGS, and for a header block to complete, ms. */
+    readonly handshakeTimeoutMs: number;
+  };
+  readonly httpHost: string;
+  readonly httpPort: number;
+  readonly debugHost: string;
+  readonly debugPort: number;
+  readonly logLevel: LogLevel;
+  readonly logFormat: 'text' | 'json';
+
+  readonly runtimeRoot: string;
+  readonly runtimeSubdirectory: string;
+  readonly runtimeAppDirectory: string;
+  readonly runtimeIgnoreDotFiles: boolean;
+  readonly runtimeWatchRoot: boolean;
+  /** Short form: a config file or directory; wins over RUNTIME_*. */
+  readonly configPath?: string;
+  /** One domain split across several config files is merged (MERGE_DOMAIN_CONFIG). */
+  readonly mergeDomainConfig: boolean;
+  /** Healthy only while the config holds at least one domain (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED). */
+  readonly healthyWithAtLeastOneConfigLoaded: boolean;
+
+  readonly backendType: BackendType;
+  readonly redis: {
+    readonly type: RedisType;
+    readonly socketType: 'tcp' | 'unix';
+    readonly url?: string;
+    readonly auth?: string;
+    /** Password of the Sentinel nodes themselves (REDIS_SENTINEL_AUTH); REDIS_AUTH is the master's. */
+    readonly sentinelAuth?: string;
+    /** Connect timeout and idle-socket timeout, ms (REDIS_TIMEOUT); undefined: the built-in ones. */
+    readonly timeoutMs?: number;
+    readonly tls: boolean;
+    readonly tlsCaCertPath?: string;
+    readonly tlsClientCertPath?: string;
+    readonly tlsClientKeyPath?: string;
+    readonly tlsSkipHostnameVerification: boolean;
+  };
+  readonly cacheKeyPrefix: string;
+  /** Deadline of one store call, ms. */
+  readonly storeTimeoutMs: number;
+  readonly storeFailurePolicy: FailurePolicy;
+  /** Memory store bound (LRU beyond it). */
+  readonly memoryMaxKeys: number;
+  /** Local denial cache bound; 0 disables it. */
+  readonly denialCacheMaxKeys: number;
+
+  readonly defaultAlgorithm: Algorithm;
+  readonly countDeniedRequests: boolean;
+  readonly shadowMode: boolean;
+  /** Every rule in quota mode (QUOTA_MODE). */
+  readonly quotaMode: boolean;
+  /** Fill the response's dynamic_metadata (RESPONSE_DYNAMIC_METADATA). */
+  readonly responseDynamicMetadata: boolean;
+  readonly nearLimitRatio: number;
+  readonly responseHeaders: {
+    readonly enabled: boolean;
+    readonly limitHeader: string;
+    readonly remainingHeader: string;
+    readonly resetHeader: string;
+    /** Also/instead send the IETF draft `RateLimit-Policy` and `RateLimit` fields. */
+    readonly draftEnabled: boolean;
+  };
+  /** statsd over TCP to STATSD_HOST:STATSD_PORT, as the reference (USE_STATSD, default true). */
+  readonly useStatsd: boolean;
+  /** DogStatsD over UDP to the same address, EXTRA_TAGS as tags; replaces plain statsd. */
+  readonly useDogStatsd: boolean;
+  readonly statsdHost: string;
+  readonly statsdPort: number;
+  /** EXTRA_TAGS (`k:v,k2:v2`): on every statsd name, DogStatsD tag and mapped Prometheus series. */
+  readonly extraTags: Readonly<Record<string, string>>;
+  /** How often summed statsd counters are sent (STATS_FLUSH_INTERVAL). */
+  readonly statsFlushIntervalMs: number;
+  /** DISABLE_STATS: no statsd, no Prometheus listener, no /metrics. */
+  readonly disableStats: boolean;
+  /** USE_PROMETHEUS: the reference's names and labels on their own listener (PROMETHEUS_ADDR, PROMETHEUS_PATH). */
+  readonly usePrometheus: boolean;
+  readonly prometheus: {
+    /** Undefined: every interface (PROMETHEUS_ADDR=":9090"). */
+    readonly host?: string;
+    readonly port: number;
+    readonly path: string;
+    /** A statsd_exporter mapping file; the built-in reference mapping when absent. */
+    readonly mapperYamlPath?: string;
+    readonly responseTimeInMilliseconds: boolean;
+  };
+  /**
+   * Worker processes sharing the gRPC port (redis backend only; default with redis: one per CPU the
+   * container's cgroup quota allows, else one per core; 1 with memory).
+   */
+  readonly workers: number;
+  /** Calls each process makes to itself at start, before it takes traffic (src/app/warm-up.ts); 0: none. */
+  readonly warmUpCalls: number;
+  /** Longest wait for in-flight calls after SIGTERM, ms. */
+  readonly shutdownGraceMs: number;
+
+  /** Where the rules come from: files (FILE) or an xDS control plane (GRPC_XDS_SOTW, see src/xds). */
+  readonly configType: ConfigType;
+  /** With xDS: open the ports and report healthy before the first config arrives, rather than wait for it. */
+  readonly forceStartWithoutInitialConfig: boolean;
+  readonly xds: XdsSettings;
+  readonly tracing: TracingSettings;
+}
+
+/** The xDS client's settings (CONFIG_GRPC_XDS_*, XDS_CLIENT_*), as the reference names them. */
+export interface XdsSettings {
+  /** The node id the control plane serves its snapshot to. */
+  readonly nodeId: string;
+  /** Node metadata, from `key=value,key=value`. */
+  readonly nodeMetadata: Readonly<Record<string, string>>;
+  /** host:port of the control plane. */
+  readonly serverUrl: string;
+  /** How often an unreachable control plane is dialled again, ms. */
+  readonly connectRetryIntervalMs: number;
+  /** gRPC metadata sent with the stream, from `key:value,key:value`. */
+  readonly additionalHeaders: Readonly<Record<string, string>>;
+  readonly tls: {
+    readonly enabled: boolean;
+    readonly clientCertPath?: string;
+    readonly clientKeyPath?: string;
+    /** Verifies the control plane's certificate (else the system roots). */
+    readonly serverCaPath?: string;
+    /** The name the control plane's certificate must carry, when not the host of serverUrl. */
+    readonly serverSan?: string;
+  };
+  /** Waits between streams after the control plane went away: initial, doubling up to max, randomised by factor when jitter is on. */
+  readonly backoff: {
+    readonly initialMs: number;
+    readonly maxMs: number;
+    readonly randomFactor: number;
+    readonly jitter: boolean;
+  };
+  /** Largest accepted response, bytes; undefined: grpc-js's default (4 MiB). */
+  readonly maxMessageBytes?: number;
+}
+
+/** OpenTelemetry tracing of ShouldRateLimit (TRACING_*; the exporter also reads the standard OTEL_* variables). */
+export interface TracingSettings {
+  readonly enabled: boolean;
+  readonly serviceName: string;
+  readonly serviceNamespace: string;
+  /** Empty: a random UUID per process. */
+  readonly serviceInstanceId: string;
+  /** OTLP over HTTP (`http`) or gRPC (`grpc`). */
+  readonly exporterProtocol: 'http' | 'grpc';
+  /** Share of new traces sampled; a sampled parent from the caller is always followed. */
+  readonly samplingRate: number;
+}
+
+/**
+ * What the default WORKERS is derived from. main.ts passes the container's cgroup quota
+ * (src/cpu-quota.ts); without one, only the cores count.
+ */
+export interface HostCpus {
+  /** Cores this process may run on. */
+  readonly parallelism: () => number;
+  /** CPUs the container's cgroup quota allows; undefined without a quota. */
+  readonly quota: () => number | undefined;
+}
+
+const CORES_ONLY: HostCpus = { parallelism: availableParallelism, quota: () => undefined };
+
+/** Reads and validates the environment. Throws SettingsError naming the first bad variable. */
+export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY): Settings {
+  const warnings = referenceSettingWarnings(env);
+  const redisUrl = optional(env, 'REDIS_URL');
+  if (optional(env, 'BACKEND_TYPE')?.trim().toLowerCase() === 'memcache') {
+    throw new SettingsError('BACKEND_TYPE', 'memcache is not supported; the stores are redis (shared counters) and memory (one process)');
+  }
+  const backendType = oneOf<BackendType>(env, 'BACKEND_TYPE', redisUrl ? 'redis' : 'memory', ['memory', 'redis']);
+  if (optional(env, 'BACKEND_TYPE') === undefined && !redisUrl) {
+    warnings.push(
+      'neither BACKEND_TYPE nor REDIS_URL is set: using the embedded memory store, whose counters are per process (set REDIS_URL to share limits between replicas)',
+    );
+  }
+  if (backendType === 'redis' && !redisUrl) throw new SettingsError('REDIS_URL', 'required when BACKEND_TYPE=redis');
+  const grpcTlsEnabled = bool(env, 'GRPC_SERVER_USE_TLS', false);
+  const certPath = optional(env, 'GRPC_SERVER_TLS_CERT');
+  const keyPath = optional(env, 'GRPC_SERVER_TLS_KEY');
+  if (grpcTlsEnabled && !certPath) throw new SettingsError('GRPC_SERVER_TLS_CERT', 'required when GRPC_SERVER_USE_TLS=true');
+  if (grpcTlsEnabled && !keyPath) throw new SettingsError('GRPC_SERVER_TLS_KEY', 'required when GRPC_SERVER_USE_TLS=true');
+  const transport = oneOf<Transport>(env, 'GRPC_TRANSPORT', 'http2', ['http2', 'grpc-js']);
+  const clientSan = optional(env, 'GRPC_CLIENT_TLS_SAN');
+  if (clientSan !== undefined && transport === 'grpc-js') throw new SettingsError('GRPC_CLIENT_TLS_SAN', 'requires GRPC_TRANSPORT=http2 (the default)');
+  if (clientSan !== undefined && optional(env, 'GRPC_CLIENT_TLS_CACERT') === undefined) {
+    warnings.push('GRPC_CLIENT_TLS_SAN has no effect without GRPC_CLIENT_TLS_CACERT (no client certificate is asked for), as in the reference');
+  }
+  if (grpcTlsEnabled && transport === 'grpc-js') {
+    warnings.push('GRPC_TRANSPORT=grpc-js reads GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY once at start; the default transport picks up rotated files');
+  }
+  // Redis holds the counters, so workers on every core agree on every limit; memory counters live in one process.
+  // A CPU limit caps the default: the pod's memory limit is sized for that many workers, not the node's cores.
+  const defaultWorkers = () => Math.min(64, cpus.parallelism(), cpus.quota() ?? Infinity);
+  const workers = int(env, 'WORKERS', backendType === 'redis' ? defaultWorkers() : 1, 1, 64);
+  if (workers > 1 && backendType === 'memory') {
+    throw new SettingsError('WORKERS', 'must be 1 with the memory backend (its counters live in one process)');
+  }
+  const h2StreamBufferBytes = int(env, 'H2_STREAM_BUFFER_BYTES', 64 * 1024, 1024, 0x7fffffff);
+  const h2ConnectionBufferBytes = int(env, 'H2_CONNECTION_BUFFER_BYTES', 1024 * 1024, 65_535, 0x7fffffff);
+  if (h2ConnectionBufferBytes < h2StreamBufferBytes) {
+    throw new SettingsError('H2_CONNECTION_BUFFER_BYTES', `must be at least H2_STREAM_BUFFER_BYTES (${h2StreamBufferBytes})`);
+  }
+  const header = (name: string, fallback: string): string => {
+    const v = str(env, name, fallback);
+    if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(v)) throw new SettingsError(name, `not a valid header name: "${v}"`);
+    return v;
+  };
+
+  return Object.freeze({
+    warnings: Object.freeze(warnings),
+    grpcHost: str(env, 'GRPC_HOST', '0.0.0.0'),
+    grpcUds: optional(env, 'GRPC_UDS'),
+    grpcMaxConnectionAgeMs: duration(env, 'GRPC_MAX_CONNECTION_AGE', 24 * 3600e3),
+    grpcMaxConnectionAgeGraceMs: duration(env, 'GRPC_MAX_CONNECTION_AGE_GRACE', 3600e3),
+    grpcPort: port(env, 'GRPC_PORT', 8081),
+    grpcMaxMessageBytes: int(env, 'GRPC_MAX_MESSAGE_BYTES', 4 * 1024 * 1024, 1024, 1 << 30),
+    grpcTransport: transport,
+    grpcTls: Object.freeze({
+      enabled: grpcTlsEnabled,
+      certPath,
+      keyPath,
+      clientCaPath: optional(env, 'GRPC_CLIENT_TLS_CACERT'),
+      clientSan,
+    }),
+    h2: Object.freeze({
+      maxConcurrentStreams: int(env, 'H2_MAX_CONCURRENT_STREAMS', 1_000, 1, 1_000_000),
+      maxHeaderListBytes: int(env, 'H2_MAX_HEADER_LIST_BYTES', 16 * 1024, 1024, 1024 * 1024),
+      streamBufferBytes: h2StreamBufferBytes,
+      connectionBufferBytes: h2ConnectionBufferBytes,
+      resetBurst: int(env, 'H2_RESET_BURST', 1_000, 1, 1_000_000_000),
+      resetsPerSecond: int(env, 'H2_RESETS_PER_SECOND', 33, 0, 1_000_000_000),
+      idleTimeoutMs: int(env, 'H2_IDLE_TIMEOUT_MS', 300_000, 0, 86_400_000),
+      handshakeTimeoutMs: int(env, 'H2_HANDSHAKE_TIMEOUT_MS', 5_000, 100, 600_000),
+    }),
+    httpHost: str(env, 'HOST', '0.0.0.0'),
+    httpPort: port(env, 'PORT', 8080),
+    debugHost: str(env, 'DEBUG_HOST', '0.0.0.0'),
+    debugPort: port(env, 'DEBUG_PORT', 6070),
+    logLevel: logLevel(env),
+    // As the reference: json is json, any other value is text.
+    logFormat: optional(env, 'LOG_FORMAT')?.trim().toLowerCase() === 'json' ? 'json' : 'text',
+
+    runtimeRoot: str(env, 'RUNTIME_ROOT', '/srv/runtime_data/current'),
+    runtimeSubdirectory: str(env, 'RUNTIME_SUBDIRECTORY', ''),
+    runtimeAppDirectory: str(env, 'RUNTIME_APPDIRECTORY', 'config'),
+    runtimeIgnoreDotFiles: bool(env, 'RUNTIME_IGNOREDOTFILES', false),
+    runtimeWatchRoot: bool(env, 'RUNTIME_WATCH_ROOT', true),
+    configPath: optional(env, 'CONFIG_PATH'),
+    mergeDomainConfig: bool(env, 'MERGE_DOMAIN_CONFIG', false),
+    healthyWithAtLeastOneConfigLoaded: bool(env, 'HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED', false),
+
+    backendType,
+    redis: Object.freeze({
+      type: oneOf<RedisType>(env, 'REDIS_TYPE', 'single', ['single', 'sentinel', 'cluster']),
+      socketType: oneOf(env, 'REDIS_SOCKET_TYPE', 'tcp', ['tcp', 'unix'] as const),
+      url: redisUrl,
+      auth: optional(env, 'REDIS_AUTH'),
+      sentinelAuth: optional(env, 'REDIS_SENTINEL_AUTH'),
+      timeoutMs: optional(env, 'REDIS_TIMEOUT') === undefined ? undefined : duration(env, 'REDIS_TIMEOUT', 10_000),
+      tls: bool(env, 'REDIS_TLS', false),
+      tlsCaCertPath: optional(env, 'REDIS_TLS_CACERT'),
+      tlsClientCertPath: optional(env, 'REDIS_TLS_CLIENT_CERT'),
+      tlsClientKeyPath: optional(env, 'REDIS_TLS_CLIENT_KEY'),
+      tlsSkipHostnameVerification: bool(env, 'REDIS_TLS_SKIP_HOSTNAME_VERIFICATION', false),
+    }),
+    cacheKeyPrefix: str(env, 'CACHE_KEY_PREFIX', ''),
+    storeTimeoutMs: int(env, 'STORE_TIMEOUT_MS', 10, 1, 60_000),
+    storeFailurePolicy: oneOf<FailurePolicy>(env, 'STORE_FAILURE_POLICY', 'error', ['error', 'allow', 'deny', 'local']),
+    memoryMaxKeys: int(env, 'MEMORY_MAX_KEYS', 1_000_000, 1, 1e9),
+    denialCacheMaxKeys: denialCacheMaxKeys(env),
+
+    defaultAlgorithm: oneOf<Algorithm>(env, 'DEFAULT_ALGORITHM', 'sliding_window', ALGORITHMS),
+    countDeniedRequests: bool(env, 'COUNT_DENIED_REQUESTS', false),
+    shadowMode: bool(env, 'SHADOW_MODE', false),
+    quotaMode: bool(env, 'QUOTA_MODE', false),
+    responseDynamicMetadata: bool(env, 'RESPONSE_DYNAMIC_METADATA', false),
+    nearLimitRatio: ratio(env, 'NEAR_LIMIT_RATIO', 0.8),
+    responseHeaders: Object.freeze({
+      enabled: bool(env, 'LIMIT_RESPONSE_HEADERS_ENABLED', false),
+      limitHeader: header('LIMIT_LIMIT_HEADER', 'RateLimit-Limit'),
+      remainingHeader: header('LIMIT_REMAINING_HEADER', 'RateLimit-Remaining'),
+      resetHeader: header('LIMIT_RESET_HEADER', 'RateLimit-Reset'),
+      draftEnabled: bool(env, 'LIMIT_DRAFT_HEADERS_ENABLED', false),
+    }),
+    useStatsd: bool(env, 'USE_STATSD', true),
+    useDogStatsd: bool(env, 'USE_DOG_STATSD', false),
+    statsdHost: str(env, 'STATSD_HOST', 'localhost'),
+    statsdPort: port(env, 'STATSD_PORT', 8125),
+    extraTags: extraTags(env),
+    statsFlushIntervalMs: positive('STATS_FLUSH_INTERVAL', duration(env, 'STATS_FLUSH_INTERVAL', 10_000)),
+    disableStats: bool(env, 'DISABLE_STATS', false),
+    usePrometheus: bool(env, 'USE_PROMETHEUS', false),
+    prometheus: Object.freeze({
+      ...listenAddress(env, 'PROMETHEUS_ADDR', ':9090'),
+      path: str(env, 'PROMETHEUS_PATH', '/metrics'),
+      mapperYamlPath: optional(env, 'PROMETHEUS_MAPPER_YAML'),
+      responseTimeInMilliseconds: bool(env, 'PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS', false),
+    }),
+    workers,
+    warmUpCalls: int(env, 'WARM_UP_CALLS', 10_000, 0, 10_000_000),
+    shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 5_000, 0, 600_000),
+    configType: oneOf<ConfigType>(env, 'CONFIG_TYPE', 'FILE', ['FILE', 'GRPC_XDS_SOTW'], false),
+    forceStartWithoutInitialConfig: bool(env, 'FORCE_START_WITHOUT_INITIAL_CONFIG', false),
+    xds: xdsSettings(env),
+    tracing: tracingSettings(env),
+  });
+}
+
+/** `k1<sep>v1,k2<sep>v2`; `strict`: an item without the separator is an error (else skipped, as the reference does for node metadata). */
+function pairs(env: Env, name: string, separator: string, strict: boolean): Readonly<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const item of (optional(env, name) ?? '').split(',')) {
+    if (item === '') continue;
+    const at = item.indexOf(separator);
+    if (at < 0) {
+      if (strict) throw new SettingsError(name, `expected key${separator}value items separated by commas, got "${item}"`);
+      continue;
+    }
+    out[item.slice(0, at)] = item.slice(at + 1);
+  }
+  return Object.freeze(out);
+}
+
+function xdsSettings(env: Env): XdsSettings {
+  const tlsEnabled = bool(env, 'CONFIG_GRPC_XDS_SERVER_USE_TLS', false);
+  const clientCertPath = optional(env, 'CONFIG_GRPC_XDS_CLIENT_TLS_CERT');
+  const clientKeyPath = optional(env, 'CONFIG_GRPC_XDS_CLIENT_TLS_KEY');
+  if (tlsEnabled && (clientCertPath === undefined) !== (clientKeyPath === undefined)) {
+    throw new SettingsError(
+      clientCertPath === undefined ? 'CONFIG_GRPC_XDS_CLIENT_TLS_CERT' : 'CONFIG_GRPC_XDS_CLIENT_TLS_KEY',
+      'the client certificate and key go together',
+    );
+  }
+  const maxMessageBytes = int(env, 'XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES', 0, 0, 1 << 30);
+  const initialMs = duration(env, 'XDS_CLIENT_BACKOFF_INITIAL_INTERVAL', 10_000);
+  return Object.freeze({
+    nodeId: str(env, 'CONFIG_GRPC_XDS_NODE_ID', 'default'),
+    nodeMetadata: pairs(env, 'CONFIG_GRPC_XDS_NODE_METADATA', '=', false),
+    serverUrl: str(env, 'CONFIG_GRPC_XDS_SERVER_URL', 'localhost:18000'),
+    connectRetryIntervalMs: duration(env, 'CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL', 3_000),
+    additionalHeaders: pairs(env, 'CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS', ':', true),
+    tls: Object.freeze({
+      enabled: tlsEnabled,
+      clientCertPath,
+      clientKeyPath,
+      serverCaPath: optional(env, 'CONFIG_GRPC_XDS_SERVER_TLS_CACERT'),
+      serverSan: optional(env, 'CONFIG_GRPC_XDS_SERVER_TLS_SAN'),
+    }),
+    backoff: Object.freeze({
+      initialMs,
+      maxMs: Math.max(initialMs, duration(env, 'XDS_CLIENT_BACKOFF_MAX_INTERVAL', 60_000)),
+      randomFactor: ratio(env, 'XDS_CLIENT_BACKOFF_RANDOM_FACTOR', 0.5),
+      jitter: bool(env, 'XDS_CLIENT_BACKOFF_JITTER', true),
+    }),
+    maxMessageBytes: maxMessageBytes === 0 ? undefined : maxMessageBytes,
+  });
+}
+
+function tracingSettings(env: Env): TracingSettings {
+  return Object.freeze({
+    enabled: bool(env, 'TRACING_ENABLED', false),
+    serviceName: str(env, 'TRACING_SERVICE_NAME', 'RateLimit'),
+    serviceNamespace: str(env, 'TRACING_SERVICE_NAMESPACE', ''),
+    serviceInstanceId: str(env, 'TRACING_SERVICE_INSTANCE_ID', ''),
+    exporterProtocol: oneOf(env, 'TRACING_EXPORTER_PROTOCOL', 'http', ['http', 'grpc'] as const),
+    samplingRate: ratio(env, 'TRACING_SAMPLING_RATE', 1),
+  });
+}
+
+/**
+ * LOCAL_DENIAL_CACHE_MAX_KEYS, else the reference's LOCAL_CACHE_SIZE_IN_BYTES in entries (0 turns the cache
+ * off, as there), else on with 100,000 entries: unlike the reference's cache it never denies what the store allows.
+ */
+function denialCacheMaxKeys(env: Env): number {
+  if (optional(env, 'LOCAL_DENIAL_CACHE_MAX_KEYS') !== undefined) return int(env, 'LOCAL_DENIAL_CACHE_MAX_KEYS', 100_000, 0, 1e9);
+  const bytes = int(env, 'LOCAL_CACHE_SIZE_IN_BYTES', -1, 0, 2 ** 40);
+  return bytes < 0 ? 100_000 : Math.floor(bytes / DENIAL_CACHE_ENTRY_BYTES);
+}
+
+/** EXTRA_TAGS as the reference reads it: `key:value` pairs separated by commas. */
+function extraTags(env: Env): Record<string, string> {
+  const tags: Record<string, string> = {};
+  const v = optional(env, 'EXTRA_TAGS');
+  if (v === undefined) return Object.freeze(tags);
+  for (const pair of v.split(',')) {
+    const i = pair.indexOf(':');
+    const key = pair.slice(0, i).trim();
+    if (i <= 0 || !/^[a-zA-Z_][a-zA-Z0-9_]*$/.test(key)) throw new SettingsError('EXTRA_TAGS', `expected name:value pairs separated by commas, got "${pair}"`);
+    tags[key] = pair.slice(i + 1).trim();
+  }
+  return Object.freeze(tags);
+}
+
+/** A Go listen address: `host:port`, `[v6]:port` or `:port` (every interface). */
+function listenAddress(env: Env, name: string, fallback: string): { host?: string; port: number } {
+  const v = str(env, name, fallback).trim();
+  const m = /^(?:\[([^\]]*)\]|([^:]*)):(\d{1,5})$/.exec(v);
+  const portNumber = m === null ? NaN : Number(m[3]);
+  if (m === null || portNumber > 65535) throw new SettingsError(name, `expected host:port or :port, got "${v}"`);
+  const host = m[1] ?? m[2];
+  return host === '' ? { port: portNumber } : { host, port: portNumber };
+}
+
+function positive(name: string, ms: number): number {
+  if (ms <= 0) throw new SettingsError(name, 'must be above 0');
+  return ms;
+}

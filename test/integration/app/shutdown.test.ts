@@ -1,0 +1,246 @@
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import * as http from 'node:http';
+import * as http2 from 'node:http2';
+import * as net from 'node:net';
+import { descriptor, grpc, grpcCode, rlsClient, type RlsClient } from '../../helpers/grpc-client';
+import { rawCommand, startRedis, type RedisServer } from '../../helpers/redis';
+import { LOOPBACK_ANY_PORT } from '../../helpers/service';
+
+/**
+ * SIGTERM against the built service (`node dist/src/main.js`) with calls in flight. To hold calls
+ * in flight deterministically, Redis is paused (CLIENT PAUSE) while they are sent: they wait inside
+ * the service for their store round trip when the signal arrives. Every one of them must still be
+ * answered, new connections must be refused, health must turn NOT_SERVING, and the process must exit 0
+ * within SHUTDOWN_GRACE_MS.
+ */
+
+const ROOT = path.resolve(__dirname, '../../..');
+const MAIN = path.join(ROOT, 'dist/src/main.js');
+const GRACE_MS = 5_000;
+const PAUSE_MS = 1_500;
+
+const EDGE = `
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+`;
+
+interface Running {
+  readonly child: ChildProcess;
+  readonly grpcPort: number;
+  readonly httpPort: number;
+  readonly debugPort: number;
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>;
+}
+
+/** Spawns the built service and resolves once it logged both listening lines. */
+function spawnService(env: Record<string, string>): Promise<Running> {
+  const child = spawn(process.execPath, [MAIN], { cwd: ROOT, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal, at: Date.now() })),
+  );
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  return new Promise((resolve, reject) => {
+    let grpcPort: number | undefined;
+    let httpPort: number | undefined;
+    let debugPort: number | undefined;
+    let buffered = '';
+    let stdout = '';
+    const timer = setTimeout(() => fail(new Error('the service did not start within 20 s')), 20_000);
+    const fail = (err: Error): void => {
+      clearTimeout(timer);
+      child.kill('SIGKILL');
+      reject(new Error(`${err.message}\nstdout: ${stdout}\nstderr: ${stderr}`));
+    };
+    const early = (code: number | null): void => fail(new Error(`the service exited early with code ${code}`));
+    child.once('exit', early);
+    child.stdout!.on('data', (chunk: Buffer) => {
+      buffered += chunk.toString();
+      stdout += chunk.toString();
+      let nl: number;
+      while ((nl = buffered.indexOf('\n')) >= 0) {
+        const line = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
+        let entry: { msg?: string; port?: number; http?: string; debug?: string };
+        try {
+          entry = JSON.parse(line);
+        } catch {
+          continue;
+        }
+        if (entry.msg === 'gRPC listening') grpcPort = entry.port;
+        if (entry.msg === 'HTTP listening' && entry.http) httpPort = Number(entry.http.split(':').pop());
+        if (entry.msg === 'HTTP listening' && entry.debug) debugPort = Number(entry.debug.split(':').pop());
+        if (grpcPort !== undefined && httpPort !== undefined && debugPort !== undefined) {
+          clearTimeout(timer);
+          child.off('exit', early);
+          resolve({ child, grpcPort, httpPort, debugPort, exited });
+          return;
+        }
+      }
+    });
+  });
+}
+
+async function waitForServing(client: RlsClient): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    if ((await client.healthCheck('', { deadlineMs: 1_000 }).catch(() => undefined)) === 'SERVING') return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('the service never became SERVING');
+}
+
+let redis: RedisServer;
+let configDir: string;
+
+beforeAll(async () => {
+  // Type errors elsewhere in the tree do not stop tsc from emitting; only a missing entry point does.
+  try {
+    execFileSync(process.execPath, [path.join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: ROOT, stdio: 'pipe' });
+  } catch {
+    // reported below if the entry point is missing
+  }
+  if (!fs.existsSync(MAIN)) throw new Error(`${MAIN} was not built`);
+  redis = await startRedis();
+  configDir = fs.mkdtempSync(path.join(os.tmpdir(), 'slidegate-shutdown-'));
+  fs.writeFileSync(path.join(configDir, 'edge.yaml'), EDGE);
+}, 240_000);
+
+afterAll(async () => {
+  await redis?.stop();
+  if (configDir) fs.rmSync(configDir, { recursive: true, force: true });
+});
+
+describe('SIGTERM', () => {
+  it('answers every call in flight, refuses new ones, goes NOT_SERVING and exits 0 within the grace period', async () => {
+    const svc = await spawnService({
+      CONFIG_PATH: configDir,
+      BACKEND_TYPE: 'redis',
+      REDIS_URL: redis.url,
+      // Longer than the pause, so held calls wait for Redis instead of failing.
+      STORE_TIMEOUT_MS: '5000',
+      ...LOOPBACK_ANY_PORT,
+      LOG_LEVEL: 'info',
+      LOG_FORMAT: 'json',
+      SHUTDOWN_GRACE_MS: String(GRACE_MS),
+    });
+    const address = `127.0.0.1:${svc.grpcPort}`;
+    const client = rlsClient(address);
+    try {
+      await waitForServing(client);
+      const warm = await client.shouldRateLimit({ domain: 'edge', descriptors: [descriptor([['user', 'warm']])] });
+      expect(warm.overallCode).toBe('OK');
+      const watch = client.healthWatch('');
+      expect(await watch.next()).toBe('SERVING');
+
+      expect(await rawCommand(redis.port, `CLIENT PAUSE ${PAUSE_MS} ALL`)).toMatch(/^\+OK/);
+      const calls = Array.from({ length: 50 }, (_, i) =>
+        client.shouldRateLimit({ domain: 'edge', descriptors: [descriptor([['user', `in-flight-${i}`]])] }, { deadlineMs: 10_000 }),
+      );
+      const json = fetch(`http://127.0.0.1:${svc.httpPort}/json`, {
+        method: 'POST',
+        body: JSON.stringify({ domain: 'edge', descriptors: [{ entries: [{ key: 'user', value: 'http-in-flight' }] }] }),
+      });
+      // Let every call reach the service and queue behind the paused Redis.
+      await new Promise((r) => setTimeout(r, 300));
+
+      const signalledAt = Date.now();
+      svc.child.kill('SIGTERM');
+
+      expect(await watch.next()).toBe('NOT_SERVING');
+      // The listening sockets are closed: a new connection is refused on both ports.
+      const late = rlsClient(address);
+      try {
+        expect(await grpcCode(late.shouldRateLimit({ domain: 'edge', descriptors: [descriptor([['user', 'late']])] }, { deadlineMs: 1_000 }))).toBe(
+          grpc.status.UNAVAILABLE,
+        );
+      } finally {
+        late.close();
+      }
+      await expect(fetch(`http://127.0.0.1:${svc.httpPort}/healthcheck`)).rejects.toThrow();
+
+      const responses = await Promise.all(calls);
+      expect(responses.map((r) => r.overallCode)).toEqual(Array(50).fill('OK'));
+      const jsonReply = await json;
+      expect(jsonReply.status).toBe(200);
+      expect(JSON.parse(await jsonReply.text()).overallCode).toBe('OK');
+
+      const exit = await svc.exited;
+      expect(exit.code).toBe(0);
+      expect(exit.at - signalledAt).toBeLessThan(GRACE_MS);
+      watch.cancel();
+    } finally {
+      client.close();
+      svc.child.kill('SIGKILL');
+    }
+  }, 60_000);
+});
+
+/** Resolves once `socket` has connected. */
+function connected(socket: net.Socket): Promise<net.Socket> {
+  return new Promise((resolve, reject) => socket.once('connect', () => resolve(socket)).once('error', reject));
+}
+
+/** One HTTP/1.1 request on a keep-alive agent, whose connection then stays open and idle. */
+function keepAliveRequest(port: number, agent: http.Agent, path: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    http
+      .get({ host: '127.0.0.1', port, path, agent }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      })
+      .on('error', reject);
+  });
+}
+
+describe.each(['http2', 'grpc-js'])('SIGTERM with idle clients connected (GRPC_TRANSPORT=%s)', (transport) => {
+  // Long enough that waiting it out cannot pass for an early exit, even on a loaded machine.
+  const LONG_GRACE_MS = 10_000;
+
+  it('exits 0 as soon as nothing is in flight, not after SHUTDOWN_GRACE_MS', async () => {
+    const svc = await spawnService({
+      CONFIG_PATH: configDir,
+      BACKEND_TYPE: 'memory',
+      GRPC_TRANSPORT: transport,
+      WARM_UP_CALLS: '0',
+      ...LOOPBACK_ANY_PORT,
+      LOG_LEVEL: 'info',
+      LOG_FORMAT: 'json',
+      SHUTDOWN_GRACE_MS: String(LONG_GRACE_MS),
+    });
+    const agent = new http.Agent({ keepAlive: true });
+    const client = rlsClient(`127.0.0.1:${svc.grpcPort}`);
+    const sockets: net.Socket[] = [];
+    let h2: http2.ClientHttp2Session | undefined;
+    try {
+      await waitForServing(client);
+      // Idle HTTP/1.1 keep-alive connections, after one request each, on the HTTP and debug ports.
+      expect(await keepAliveRequest(svc.httpPort, agent, '/healthcheck')).toBe(200);
+      expect(await keepAliveRequest(svc.debugPort, agent, '/rlconfig')).toBe(200);
+      // An idle HTTP/2 client on the gRPC port, after one call (the grpc-js client above is another).
+      h2 = http2.connect(`http://127.0.0.1:${svc.grpcPort}`);
+      h2.on('error', () => undefined);
+      await new Promise<void>((resolve) => h2!.once('remoteSettings', () => resolve()));
+      // Connections that never send a byte, on every port (a proxy's preconnect, a port scan).
+      for (const port of [svc.grpcPort, svc.httpPort, svc.debugPort]) sockets.push(await connected(net.connect(port, '127.0.0.1')));
+      for (const s of sockets) s.on('error', () => undefined);
+
+      const signalledAt = Date.now();
+      svc.child.kill('SIGTERM');
+      const exit = await svc.exited;
+      expect(exit.code).toBe(0);
+      expect(exit.at - signalledAt).toBeLessThan(LONG_GRACE_MS / 2);
+    } finally {
+      client.close();
+      agent.destroy();
+      h2?.destroy();
+      for (const s of sockets) s.destroy();
+      svc.child.kill('SIGKILL');
+    }
+  }, 60_000);
+});

@@ -1,0 +1,185 @@
+import type { RedisErrorKind, RedisStore } from '../../../src/store/redis/redis-store';
+import { StoreUnavailableError, type CounterRequest } from '../../../src/limiter/store';
+import { connectStore, rawCommand, sleep, startRedis, startSentinel, waitUntil, type RedisServer, type SentinelSetup } from '../../helpers/redis';
+
+const DEADLINE = 25;
+// Timers on a loaded 2-core machine fire late; the bound still proves "no hang".
+const LATE = 60;
+
+const c = (key: string, limit = 1_000): CounterRequest => ({ key, limit, windowMs: 60_000, algorithm: 'sliding_window', hits: 1 });
+
+/** Calls decide and reports how long it took to settle and how. */
+async function timed(store: RedisStore, key: string): Promise<{ ms: number; ok: boolean; error?: unknown }> {
+  const start = performance.now();
+  try {
+    await store.decide([c(key)]);
+    return { ms: performance.now() - start, ok: true };
+  } catch (error) {
+    return { ms: performance.now() - start, ok: false, error };
+  }
+}
+
+describe('the redis store when redis fails', () => {
+  let redis: RedisServer;
+  let store: RedisStore;
+  const errors: RedisErrorKind[] = [];
+
+  beforeAll(async () => {
+    redis = await startRedis();
+    store = await connectStore({ type: 'single', url: redis.url, timeoutMs: DEADLINE, onError: (k) => errors.push(k) });
+  });
+
+  afterAll(async () => {
+    await store?.close();
+    await redis?.stop();
+  });
+
+  it('rejects with StoreUnavailableError within the deadline once redis is killed, and recovers after a restart', async () => {
+    expect((await timed(store, 'kill')).ok).toBe(true);
+    await redis.server.kill();
+    for (let i = 0; i < 20; i++) {
+      const r = await timed(store, 'kill');
+      expect(r.ok).toBe(false);
+      expect(r.error).toBeInstanceOf(StoreUnavailableError);
+      expect(r.ms).toBeLessThan(DEADLINE + LATE);
+    }
+    expect(store.isHealthy()).toBe(false);
+    expect(errors.length).toBeGreaterThanOrEqual(20);
+    expect(errors).toContain('disconnected');
+
+    await redis.server.start();
+    const restarted = Date.now();
+    await waitUntil('the store to report healthy again', async () => store.isHealthy(), 5_000, 20);
+    expect((await timed(store, 'kill')).ok).toBe(true);
+    expect(Date.now() - restarted).toBeLessThan(5_000);
+  });
+
+  it('settles every call within the deadline while redis is frozen, and recovers when it resumes', async () => {
+    expect((await timed(store, 'stop')).ok).toBe(true);
+    redis.server.pause();
+    try {
+      const results = await Promise.all(Array.from({ length: 50 }, (_, i) => timed(store, `stop-${i % 5}`)));
+      for (const r of results) {
+        expect(r.ok).toBe(false);
+        expect(r.error).toBeInstanceOf(StoreUnavailableError);
+        expect(r.ms).toBeLessThan(DEADLINE + LATE);
+      }
+      for (let i = 0; i < 5; i++) expect((await timed(store, 'stop')).ms).toBeLessThan(DEADLINE + LATE);
+      expect(errors).toContain('timeout');
+      // Health follows the PING probe, which misses its own (longer) deadline a few times running first.
+      await waitUntil('the probe to report redis unreachable', async () => !store.isHealthy(), 2_000, 10);
+    } finally {
+      redis.server.resume();
+    }
+    await waitUntil('the store to report healthy again', async () => store.isHealthy(), 5_000, 20);
+    await waitUntil('a call to succeed', async () => (await timed(store, 'stop')).ok, 5_000, 20);
+  });
+});
+
+/** Keeps the event loop busy for `ms` without yielding, as a saturated service would. */
+function hogEventLoop(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until) {
+    // spin
+  }
+}
+
+describe('the redis store on a busy event loop with a healthy redis', () => {
+  const deadline = 10;
+  let redis: RedisServer;
+  let store: RedisStore;
+  const errors: RedisErrorKind[] = [];
+
+  beforeAll(async () => {
+    redis = await startRedis(['--enable-debug-command', 'yes']);
+    store = await connectStore({ type: 'single', url: redis.url, timeoutMs: deadline, onError: (k) => errors.push(k) });
+  });
+
+  afterAll(async () => {
+    await store?.close();
+    await redis?.stop();
+  });
+
+  it('takes answers that wait unread in the socket when the deadline timer fires first', async () => {
+    const calls = Array.from({ length: 20 }, (_, i) => store.decide([c(`unread-${i}`)]));
+    // Let the commands go out, then keep the loop from reading the answers until the deadline is long past.
+    await new Promise((resolve) => setImmediate(resolve));
+    hogEventLoop(5 * deadline);
+    const settled = await Promise.allSettled(calls);
+    expect(settled.map((r) => r.status)).toEqual(settled.map(() => 'fulfilled'));
+  });
+
+  it('starts the deadline when the command is sent, not while the loop is still busy before sending it', async () => {
+    const calls = Array.from({ length: 20 }, (_, i) => store.decide([c(`unsent-${i}`)]));
+    hogEventLoop(5 * deadline);
+    const settled = await Promise.allSettled(calls);
+    expect(settled.map((r) => r.status)).toEqual(settled.map(() => 'fulfilled'));
+  });
+
+  it('stays healthy through bursts of deadline misses while redis still answers its probe', async () => {
+    errors.length = 0;
+    const health: boolean[] = [];
+    const sampler = setInterval(() => health.push(store.isHealthy()), 5);
+    try {
+      for (let burst = 0; burst < 5; burst++) {
+        // Redis stalls for 60 ms: every call in the burst misses its 10 ms deadline, PING is only late.
+        const stall = rawCommand(redis.port, 'DEBUG SLEEP 0.06', 2_000);
+        await sleep(15);
+        const results = await Promise.all(Array.from({ length: 20 }, (_, i) => timed(store, `burst-${i}`)));
+        await stall;
+        expect(results.filter((r) => !r.ok).length).toBeGreaterThan(0);
+        await sleep(30);
+      }
+    } finally {
+      clearInterval(sampler);
+    }
+    expect(errors.filter((k) => k === 'timeout').length).toBeGreaterThanOrEqual(20);
+    expect(health.length).toBeGreaterThan(20);
+    expect(health.every(Boolean)).toBe(true);
+    expect(store.isHealthy()).toBe(true);
+    expect((await timed(store, 'after-bursts')).ok).toBe(true);
+  });
+});
+
+describe('the redis store behind sentinel', () => {
+  let setup: SentinelSetup;
+  let store: RedisStore;
+
+  beforeAll(async () => {
+    setup = await startSentinel({ sentinels: 1, downAfterMs: 300 });
+    store = await connectStore({ type: 'sentinel', url: setup.url, timeoutMs: 200 });
+  });
+
+  afterAll(async () => {
+    await store?.close();
+    await setup?.stop();
+    // ioredis gives its +switch-master listener sockets 2 s to finish closing before destroying them.
+    await sleep(2_100);
+  });
+
+  it('follows the new master after the master is killed', async () => {
+    expect((await store.decide([c('failover', 5)]))[0].allowed).toBe(true);
+    expect(setup.currentMaster()).toBe(setup.master.address);
+    await setup.master.kill();
+    const killed = Date.now();
+    await waitUntil('sentinel to promote the replica', async () => setup.currentMaster() === setup.replica.address, 15_000, 100);
+    await waitUntil(
+      'the store to answer from the new master',
+      async () => {
+        try {
+          await store.decide([c('after-failover', 5)]);
+          return true;
+        } catch {
+          return false;
+        }
+      },
+      10_000,
+      50,
+    );
+    expect(Date.now() - killed).toBeLessThan(15_000);
+    expect(store.isHealthy()).toBe(true);
+    // Writes land on the promoted replica.
+    expect(setup.replica.cli('ROLE').split('\n')[0]).toBe('master');
+    expect(Number(setup.replica.cli('DBSIZE').trim())).toBeGreaterThan(0);
+  });
+});

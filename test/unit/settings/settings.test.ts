@@ -1,0 +1,295 @@
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { DENIAL_CACHE_ENTRY_BYTES, loadSettings, SettingsError } from '../../../src/settings/settings';
+
+describe('loadSettings defaults', () => {
+  const s = loadSettings({});
+
+  it('listens where the reference server listens', () => {
+    expect([s.grpcHost, s.grpcPort, s.httpHost, s.httpPort, s.debugHost, s.debugPort]).toEqual(['0.0.0.0', 8081, '0.0.0.0', 8080, '0.0.0.0', 6070]);
+  });
+
+  it('uses the memory store when no REDIS_URL is given', () => {
+    expect(s.backendType).toBe('memory');
+    expect(s.redis.type).toBe('single');
+    expect(s.redis.socketType).toBe('tcp');
+  });
+
+  it('reads config from the reference runtime layout', () => {
+    expect([s.runtimeRoot, s.runtimeSubdirectory, s.runtimeAppDirectory]).toEqual(['/srv/runtime_data/current', '', 'config']);
+    expect(s.runtimeIgnoreDotFiles).toBe(false);
+    expect(s.runtimeWatchRoot).toBe(true);
+    expect(s.configPath).toBeUndefined();
+  });
+
+  it('has the documented limiter, header and process defaults', () => {
+    expect(s).toMatchObject({
+      logLevel: 'warn',
+      logFormat: 'text',
+      grpcMaxMessageBytes: 4 * 1024 * 1024,
+      grpcTransport: 'http2',
+      defaultAlgorithm: 'sliding_window',
+      countDeniedRequests: false,
+      shadowMode: false,
+      nearLimitRatio: 0.8,
+      cacheKeyPrefix: '',
+      storeTimeoutMs: 10,
+      storeFailurePolicy: 'error',
+      useStatsd: true,
+      useDogStatsd: false,
+      statsFlushIntervalMs: 10_000,
+      disableStats: false,
+      usePrometheus: false,
+      workers: 1,
+      shutdownGraceMs: 5000,
+      warmUpCalls: 10000,
+    });
+    expect(s.responseHeaders).toEqual({
+      enabled: false,
+      limitHeader: 'RateLimit-Limit',
+      remainingHeader: 'RateLimit-Remaining',
+      resetHeader: 'RateLimit-Reset',
+      draftEnabled: false,
+    });
+    expect(s.grpcTls.enabled).toBe(false);
+  });
+
+  it('is frozen', () => {
+    expect(Object.isFrozen(s)).toBe(true);
+    expect(Object.isFrozen(s.redis)).toBe(true);
+  });
+});
+
+describe('loadSettings with the reference server variable names', () => {
+  it('reads the Istio sample environment', () => {
+    const s = loadSettings({
+      RUNTIME_ROOT: '/data',
+      RUNTIME_SUBDIRECTORY: 'ratelimit',
+      RUNTIME_IGNOREDOTFILES: 'true',
+      REDIS_URL: 'redis:6379',
+      REDIS_SOCKET_TYPE: 'tcp',
+      USE_STATSD: 'false',
+      LOG_LEVEL: 'debug',
+    });
+    expect(s.backendType).toBe('redis');
+    expect(s.redis.url).toBe('redis:6379');
+    expect([s.runtimeRoot, s.runtimeSubdirectory, s.runtimeIgnoreDotFiles]).toEqual(['/data', 'ratelimit', true]);
+    expect(s.logLevel).toBe('debug');
+  });
+
+  it('accepts upper-case levels and Go boolean spellings', () => {
+    const s = loadSettings({ LOG_LEVEL: 'INFO', SHADOW_MODE: 'T', USE_PROMETHEUS: '0', LOG_FORMAT: 'JSON' });
+    expect([s.logLevel, s.shadowMode, s.usePrometheus, s.logFormat]).toEqual(['info', true, false, 'json']);
+  });
+
+  it('reads ports, hosts, redis and header names', () => {
+    const s = loadSettings({
+      GRPC_HOST: '127.0.0.1',
+      GRPC_PORT: '9081',
+      HOST: '::',
+      PORT: '9080',
+      DEBUG_HOST: 'localhost',
+      DEBUG_PORT: '9070',
+      BACKEND_TYPE: 'redis',
+      REDIS_TYPE: 'sentinel',
+      REDIS_URL: 'mymaster,10.0.0.1:26379',
+      REDIS_AUTH: 'secret',
+      REDIS_TLS: 'true',
+      CACHE_KEY_PREFIX: 'rl:',
+      LIMIT_RESPONSE_HEADERS_ENABLED: 'true',
+      LIMIT_LIMIT_HEADER: 'X-RateLimit-Limit',
+      LIMIT_REMAINING_HEADER: 'X-RateLimit-Remaining',
+      LIMIT_RESET_HEADER: 'X-RateLimit-Reset',
+      NEAR_LIMIT_RATIO: '0.9',
+      CONFIG_PATH: '/etc/slidegate',
+    });
+    expect([s.grpcHost, s.grpcPort, s.httpHost, s.httpPort, s.debugHost, s.debugPort]).toEqual(['127.0.0.1', 9081, '::', 9080, 'localhost', 9070]);
+    expect(s.redis).toMatchObject({ type: 'sentinel', url: 'mymaster,10.0.0.1:26379', auth: 'secret', tls: true });
+    expect(s.cacheKeyPrefix).toBe('rl:');
+    expect(s.responseHeaders).toMatchObject({ enabled: true, limitHeader: 'X-RateLimit-Limit', resetHeader: 'X-RateLimit-Reset' });
+    expect(s.nearLimitRatio).toBe(0.9);
+    expect(s.configPath).toBe('/etc/slidegate');
+  });
+
+  it('accepts every logrus level, mapping panic to fatal and warning to warn', () => {
+    const levels = ['panic', 'fatal', 'error', 'warn', 'warning', 'info', 'debug', 'trace', 'WARNING', 'Panic'].map(
+      (LOG_LEVEL) => loadSettings({ LOG_LEVEL }).logLevel,
+    );
+    expect(levels).toEqual(['fatal', 'fatal', 'error', 'warn', 'warn', 'info', 'debug', 'trace', 'warn', 'fatal']);
+  });
+
+  it('takes any LOG_FORMAT other than json as text', () => {
+    expect(['json', 'JSON', 'text', 'xml', 'logfmt'].map((LOG_FORMAT) => loadSettings({ LOG_FORMAT }).logFormat)).toEqual([
+      'json',
+      'json',
+      'text',
+      'text',
+      'text',
+    ]);
+  });
+
+  it('reads Go durations for the connection age, its grace and REDIS_TIMEOUT', () => {
+    const s = loadSettings({ GRPC_MAX_CONNECTION_AGE: '1h30m', GRPC_MAX_CONNECTION_AGE_GRACE: '250ms', REDIS_TIMEOUT: '1.5s' });
+    expect([s.grpcMaxConnectionAgeMs, s.grpcMaxConnectionAgeGraceMs, s.redis.timeoutMs]).toEqual([5_400_000, 250, 1_500]);
+    const d = loadSettings({});
+    expect([d.grpcMaxConnectionAgeMs, d.grpcMaxConnectionAgeGraceMs, d.redis.timeoutMs]).toEqual([86_400_000, 3_600_000, undefined]);
+    expect(loadSettings({ GRPC_MAX_CONNECTION_AGE: '0' }).grpcMaxConnectionAgeMs).toBe(0);
+  });
+
+  it('reads GRPC_UDS, GRPC_CLIENT_TLS_SAN and REDIS_SENTINEL_AUTH', () => {
+    const s = loadSettings({ GRPC_UDS: '/tmp/rl.sock', GRPC_CLIENT_TLS_SAN: 'envoy.mesh', REDIS_SENTINEL_AUTH: 'sentinel-secret' });
+    expect([s.grpcUds, s.grpcTls.clientSan, s.redis.sentinelAuth]).toEqual(['/tmp/rl.sock', 'envoy.mesh', 'sentinel-secret']);
+  });
+
+  it('sizes the denial cache from LOCAL_CACHE_SIZE_IN_BYTES unless LOCAL_DENIAL_CACHE_MAX_KEYS is set; 0 turns it off', () => {
+    expect(loadSettings({}).denialCacheMaxKeys).toBe(100_000);
+    expect(loadSettings({ LOCAL_CACHE_SIZE_IN_BYTES: '0' }).denialCacheMaxKeys).toBe(0);
+    expect(loadSettings({ LOCAL_CACHE_SIZE_IN_BYTES: String(DENIAL_CACHE_ENTRY_BYTES * 5000) }).denialCacheMaxKeys).toBe(5000);
+    expect(loadSettings({ LOCAL_CACHE_SIZE_IN_BYTES: '0', LOCAL_DENIAL_CACHE_MAX_KEYS: '7' }).denialCacheMaxKeys).toBe(7);
+  });
+
+  it('warns that counters are per process when neither BACKEND_TYPE nor REDIS_URL is set', () => {
+    const perProcess = (env: Record<string, string>) => loadSettings(env).warnings.filter((w) => w.includes('per process'));
+    expect(perProcess({})).toHaveLength(1);
+    expect(perProcess({})[0]).toMatch(/BACKEND_TYPE.*REDIS_URL/);
+    expect(perProcess({ BACKEND_TYPE: 'memory' })).toEqual([]);
+    expect(perProcess({ REDIS_URL: 'redis:6379' })).toEqual([]);
+  });
+
+  it('rejects BACKEND_TYPE=memcache naming the setting and the supported stores', () => {
+    expect(() => loadSettings({ BACKEND_TYPE: 'memcache', MEMCACHE_HOST_PORT: 'm:11211' })).toThrow(
+      /BACKEND_TYPE: memcache is not supported; the stores are redis .* and memory/,
+    );
+  });
+
+  it('reads the statsd and Prometheus settings as the reference', () => {
+    const d = loadSettings({});
+    expect(d.prometheus).toEqual({ port: 9090, path: '/metrics', responseTimeInMilliseconds: false });
+    expect(d.extraTags).toEqual({});
+    const s = loadSettings({
+      EXTRA_TAGS: 'app:ratelimit, zone:eu-1',
+      PROMETHEUS_ADDR: '127.0.0.1:19001',
+      PROMETHEUS_PATH: '/stats/prometheus',
+      PROMETHEUS_MAPPER_YAML: '/etc/statsd-exporter/conf.yaml',
+      PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS: 'true',
+      STATS_FLUSH_INTERVAL: '1s',
+      USE_DOG_STATSD: 'true',
+      DISABLE_STATS: 'true',
+    });
+    expect(s.extraTags).toEqual({ app: 'ratelimit', zone: 'eu-1' });
+    expect(s.prometheus).toEqual({
+      host: '127.0.0.1',
+      port: 19001,
+      path: '/stats/prometheus',
+      mapperYamlPath: '/etc/statsd-exporter/conf.yaml',
+      responseTimeInMilliseconds: true,
+    });
+    expect([s.statsFlushIntervalMs, s.useDogStatsd, s.disableStats]).toEqual([1000, true, true]);
+    expect(loadSettings({ PROMETHEUS_ADDR: '[::1]:9090' }).prometheus).toMatchObject({ host: '::1', port: 9090 });
+  });
+
+  it('treats an empty variable as unset', () => {
+    expect(loadSettings({ GRPC_PORT: '', LOG_LEVEL: '' })).toMatchObject({ grpcPort: 8081, logLevel: 'warn' });
+  });
+
+  it('lets BACKEND_TYPE=memory win over a REDIS_URL', () => {
+    expect(loadSettings({ REDIS_URL: 'redis:6379', BACKEND_TYPE: 'memory' }).backendType).toBe('memory');
+  });
+});
+
+describe('loadSettings rejects invalid values, naming the variable', () => {
+  const invalid: [string, Record<string, string>][] = [
+    ['GRPC_PORT', { GRPC_PORT: 'abc' }],
+    ['GRPC_PORT', { GRPC_PORT: '70000' }],
+    ['GRPC_PORT', { GRPC_PORT: '-1' }],
+    ['PORT', { PORT: '8080x' }],
+    ['DEBUG_PORT', { DEBUG_PORT: '1.5' }],
+    ['STATSD_PORT', { STATSD_PORT: '65536' }],
+    ['GRPC_MAX_MESSAGE_BYTES', { GRPC_MAX_MESSAGE_BYTES: '10' }],
+    ['GRPC_TRANSPORT', { GRPC_TRANSPORT: 'quic' }],
+    ['GRPC_SERVER_USE_TLS', { GRPC_SERVER_USE_TLS: 'maybe' }],
+    ['GRPC_SERVER_TLS_CERT', { GRPC_SERVER_USE_TLS: 'true' }],
+    ['GRPC_SERVER_TLS_KEY', { GRPC_SERVER_USE_TLS: 'true', GRPC_SERVER_TLS_CERT: '/c.pem' }],
+    ['LOG_LEVEL', { LOG_LEVEL: 'verbose' }],
+    ['GRPC_MAX_CONNECTION_AGE', { GRPC_MAX_CONNECTION_AGE: '24' }],
+    ['GRPC_MAX_CONNECTION_AGE_GRACE', { GRPC_MAX_CONNECTION_AGE_GRACE: '1 hour' }],
+    ['REDIS_TIMEOUT', { REDIS_TIMEOUT: '10s5' }],
+    ['EXTRA_TAGS', { EXTRA_TAGS: 'novalue' }],
+    ['EXTRA_TAGS', { EXTRA_TAGS: 'bad-name:x' }],
+    ['PROMETHEUS_ADDR', { PROMETHEUS_ADDR: '9090' }],
+    ['PROMETHEUS_ADDR', { PROMETHEUS_ADDR: ':99999' }],
+    ['STATS_FLUSH_INTERVAL', { STATS_FLUSH_INTERVAL: 'often' }],
+    ['STATS_FLUSH_INTERVAL', { STATS_FLUSH_INTERVAL: '0' }],
+    ['USE_DOG_STATSD', { USE_DOG_STATSD: 'yes' }],
+    ['DISABLE_STATS', { DISABLE_STATS: 'yes' }],
+    ['GRPC_CLIENT_TLS_SAN', { GRPC_TRANSPORT: 'grpc-js', GRPC_CLIENT_TLS_SAN: 'envoy.mesh' }],
+    ['LOCAL_CACHE_SIZE_IN_BYTES', { LOCAL_CACHE_SIZE_IN_BYTES: 'big' }],
+    ['RUNTIME_IGNOREDOTFILES', { RUNTIME_IGNOREDOTFILES: 'yes' }],
+    ['RUNTIME_WATCH_ROOT', { RUNTIME_WATCH_ROOT: 'no' }],
+    ['BACKEND_TYPE', { BACKEND_TYPE: 'memcache' }],
+    ['REDIS_URL', { BACKEND_TYPE: 'redis' }],
+    ['REDIS_TYPE', { REDIS_URL: 'r:6379', REDIS_TYPE: 'ring' }],
+    ['REDIS_SOCKET_TYPE', { REDIS_URL: 'r:6379', REDIS_SOCKET_TYPE: 'udp' }],
+    ['REDIS_TLS', { REDIS_URL: 'r:6379', REDIS_TLS: 'on' }],
+    ['REDIS_TLS_SKIP_HOSTNAME_VERIFICATION', { REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: 'sure' }],
+    ['STORE_TIMEOUT_MS', { STORE_TIMEOUT_MS: '0' }],
+    ['STORE_FAILURE_POLICY', { STORE_FAILURE_POLICY: 'ignore' }],
+    ['MEMORY_MAX_KEYS', { MEMORY_MAX_KEYS: '0' }],
+    ['LOCAL_DENIAL_CACHE_MAX_KEYS', { LOCAL_DENIAL_CACHE_MAX_KEYS: '-1' }],
+    ['DEFAULT_ALGORITHM', { DEFAULT_ALGORITHM: 'gcra' }],
+    ['COUNT_DENIED_REQUESTS', { COUNT_DENIED_REQUESTS: 'y' }],
+    ['SHADOW_MODE', { SHADOW_MODE: 'enabled' }],
+    ['NEAR_LIMIT_RATIO', { NEAR_LIMIT_RATIO: '1.5' }],
+    ['NEAR_LIMIT_RATIO', { NEAR_LIMIT_RATIO: 'high' }],
+    ['LIMIT_RESPONSE_HEADERS_ENABLED', { LIMIT_RESPONSE_HEADERS_ENABLED: 'yes' }],
+    ['LIMIT_LIMIT_HEADER', { LIMIT_LIMIT_HEADER: 'Rate Limit' }],
+    ['LIMIT_REMAINING_HEADER', { LIMIT_REMAINING_HEADER: 'Remaining:' }],
+    ['LIMIT_RESET_HEADER', { LIMIT_RESET_HEADER: 'Reset\n' }],
+    ['LIMIT_DRAFT_HEADERS_ENABLED', { LIMIT_DRAFT_HEADERS_ENABLED: '2' }],
+    ['USE_STATSD', { USE_STATSD: 'nope' }],
+    ['USE_PROMETHEUS', { USE_PROMETHEUS: 'nope' }],
+    ['WORKERS', { WORKERS: '0' }],
+    ['WORKERS', { WORKERS: 'many' }],
+    ['WORKERS', { WORKERS: '2' }],
+    ['SHUTDOWN_GRACE_MS', { SHUTDOWN_GRACE_MS: '-5' }],
+    ['WARM_UP_CALLS', { WARM_UP_CALLS: '-1' }],
+    ['WARM_UP_CALLS', { WARM_UP_CALLS: 'lots' }],
+  ];
+
+  it.each(invalid)('%s rejects %j', (variable, env) => {
+    let caught: unknown;
+    try {
+      loadSettings(env);
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught).toBeInstanceOf(SettingsError);
+    expect((caught as SettingsError).variable).toBe(variable);
+    expect((caught as SettingsError).message).toContain(variable);
+  });
+});
+
+describe('the service process with an invalid setting', () => {
+  const mainJs = path.resolve(__dirname, '../../../dist/src/main.js');
+
+  const run = (env: Record<string, string>) => {
+    if (!fs.existsSync(mainJs)) throw new Error(`${mainJs} is missing: build first (npx tsc -p tsconfig.json, or make test)`);
+    return spawnSync(process.execPath, [mainJs], { env: { PATH: process.env.PATH, ...env }, encoding: 'utf8', timeout: 15_000 });
+  };
+
+  it.each([
+    ['GRPC_PORT', { GRPC_PORT: 'not-a-port' }],
+    ['REDIS_URL', { BACKEND_TYPE: 'redis' }],
+    ['BACKEND_TYPE', { BACKEND_TYPE: 'memcache' }],
+    ['LIMIT_RESET_HEADER', { LIMIT_RESET_HEADER: 'Reset\nInjected: yes' }],
+  ])('exits 1 with exactly one stderr line naming %s', (variable, env) => {
+    const result = run(env);
+    expect(result.status).toBe(1);
+    expect(result.stderr.endsWith('\n')).toBe(true);
+    const lines = result.stderr.split('\n').filter((l) => l !== '');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toContain(variable);
+    expect(result.stdout).toBe('');
+  });
+});

@@ -1,0 +1,121 @@
+import fc from 'fast-check';
+import { InvalidRequestError } from '../../../src/errors';
+import type { DescriptorStatus, RateLimitResponse, Unit } from '../../../src/limiter/types';
+import { requestFromWire } from '../../../src/wire/convert';
+import { responseToWire } from '../../helpers/response-oracle';
+import { protoRoot, type WireRateLimitRequest } from '../../../src/wire/proto';
+import { decodeRateLimitRequest, frameResponse, MalformedMessageError } from '../../../src/wire/rls-codec';
+import { plainStruct } from '../../helpers/struct';
+
+/**
+ * The hand-written codec must agree with the generic path of the grpc-js transport
+ * (protobufjs + src/wire/convert.ts) on every message.
+ */
+
+const RequestType = protoRoot().lookupType('envoy.service.ratelimit.v3.RateLimitRequest');
+const ResponseType = protoRoot().lookupType('envoy.service.ratelimit.v3.RateLimitResponse');
+
+const text = fc.string({ maxLength: 12, unit: 'binary' });
+const uint32 = fc.integer({ min: 0, max: 4_294_967_295 });
+const uint64 = fc.oneof(
+  uint32,
+  fc.bigInt({ min: 0n, max: (1n << 64n) - 1n }).map((b) => b.toString()),
+);
+
+const wireRequest = fc.record(
+  {
+    domain: text,
+    hitsAddend: uint32,
+    descriptors: fc.array(
+      fc.record(
+        {
+          entries: fc.array(fc.record({ key: text, value: text }), { maxLength: 4 }),
+          limit: fc.record({ requestsPerUnit: uint32, unit: fc.integer({ min: 1, max: 7 }) }),
+          hitsAddend: fc.record({ value: uint64 }, { requiredKeys: [] }),
+        },
+        { requiredKeys: ['entries'] },
+      ),
+      { maxLength: 4 },
+    ),
+  },
+  { requiredKeys: [] },
+);
+
+function viaProtobufjs(bytes: Uint8Array) {
+  return requestFromWire(RequestType.decode(bytes) as unknown as WireRateLimitRequest);
+}
+
+describe('decodeRateLimitRequest', () => {
+  it('decodes every request exactly as protobufjs and requestFromWire do', () => {
+    fc.assert(
+      fc.property(wireRequest, (msg) => {
+        const bytes = Buffer.from(RequestType.encode(RequestType.fromObject(msg)).finish());
+        expect(decodeRateLimitRequest(bytes)).toEqual(viaProtobufjs(bytes));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('skips unknown fields of every wire type', () => {
+    const known = Buffer.from(RequestType.encode({ domain: 'd', descriptors: [{ entries: [{ key: 'k', value: 'v' }] }] }).finish());
+    // field 9 varint, field 10 fixed64, field 11 bytes, field 12 fixed32
+    const unknown = Buffer.from([0x48, 0x96, 0x01, 0x51, 1, 2, 3, 4, 5, 6, 7, 8, 0x5a, 0x02, 0x61, 0x62, 0x65, 1, 2, 3, 4]);
+    const bytes = Buffer.concat([unknown, known, unknown]);
+    expect(decodeRateLimitRequest(bytes)).toEqual(viaProtobufjs(bytes));
+  });
+
+  it('rejects truncated and malformed bytes with MalformedMessageError', () => {
+    expect(() => decodeRateLimitRequest(Buffer.from([0x0a, 0x05, 0x61]))).toThrow(MalformedMessageError);
+    expect(() => decodeRateLimitRequest(Buffer.from([0x0b]))).toThrow(MalformedMessageError);
+    expect(() => decodeRateLimitRequest(Buffer.from([0x18, 0xff]))).toThrow(MalformedMessageError);
+  });
+
+  it('rejects an override with the UNKNOWN or an undefined unit as an invalid request', () => {
+    for (const unit of [0, 99]) {
+      const bytes = Buffer.from(RequestType.encode({ domain: 'd', descriptors: [{ entries: [], limit: { requestsPerUnit: 1, unit } }] }).finish());
+      expect(() => decodeRateLimitRequest(bytes)).toThrow(InvalidRequestError);
+    }
+  });
+});
+
+const units: Unit[] = ['second', 'minute', 'hour', 'day', 'week', 'month', 'year'];
+const status: fc.Arbitrary<DescriptorStatus> = fc.record(
+  {
+    code: fc.constantFrom('OK' as const, 'OVER_LIMIT' as const),
+    limitRemaining: fc.oneof(uint32, fc.constant(5e10), fc.constant(-3)),
+    currentLimit: fc.record(
+      { requestsPerUnit: fc.oneof(uint32, fc.constant(0)), unit: fc.constantFrom(...units), name: text },
+      { requiredKeys: ['requestsPerUnit', 'unit'] },
+    ),
+    durationUntilResetMs: fc.oneof(fc.integer({ min: 0, max: 400 * 86_400_000 }), fc.double({ min: -5, max: 1e7, noNaN: true })),
+  },
+  { requiredKeys: ['code', 'limitRemaining'] },
+);
+const response: fc.Arbitrary<RateLimitResponse> = fc.record(
+  {
+    overallCode: fc.constantFrom('OK' as const, 'OVER_LIMIT' as const),
+    statuses: fc.array(status, { maxLength: 5 }),
+    responseHeaders: fc.array(fc.record({ key: text, value: text }), { maxLength: 3 }),
+    // dynamic_metadata: a google.protobuf.Struct of any JSON value, nested.
+    dynamicMetadata: fc.dictionary(text, fc.jsonValue({ maxDepth: 3 }), { maxKeys: 4 }) as fc.Arbitrary<RateLimitResponse['dynamicMetadata']>,
+  },
+  { requiredKeys: ['overallCode', 'statuses', 'responseHeaders'] },
+);
+
+describe('frameResponse', () => {
+  it('frames the same bytes protobufjs would after responseToWire', () => {
+    fc.assert(
+      fc.property(response, (r) => {
+        const framed = frameResponse(r);
+        expect(framed[0]).toBe(0);
+        expect(framed.readUInt32BE(1)).toBe(framed.length - 5);
+        const expected = ResponseType.toObject(ResponseType.decode(ResponseType.encode(responseToWire(r)).finish()), { longs: Number });
+        const decoded = ResponseType.toObject(ResponseType.decode(framed.subarray(5)), { longs: Number });
+        expect(decoded).toEqual(expected);
+        // The Struct reads back as the plain data it was made from (-0 aside, which JSON cannot tell from 0).
+        if (r.dynamicMetadata !== undefined) expect(plainStruct(decoded.dynamicMetadata)).toEqual(JSON.parse(JSON.stringify(r.dynamicMetadata)));
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
