@@ -1,4 +1,5 @@
-import { buildConfig, parseConfigText } from '../config/load';
+import { buildConfig } from '../config/rule-tree';
+import { parseConfigText } from '../config/rule-reader';
 import type { Logger } from '../log';
 import { RateLimiter } from '../limiter/rate-limiter';
 import { Replays } from '../limiter/replay';

@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import { describeConfig } from '../config/describe';
-import { loadConfigPath } from '../config/load';
+import { loadConfigPath } from '../config/files';
 import { ConfigError } from '../config/config-error';
 import { ALGORITHMS, type Algorithm } from '../limiter/types';
 import type { CliIo } from './io';

@@ -4,7 +4,7 @@ import { realpath, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { Algorithm } from '../limiter/types';
 import type { Settings } from '../settings/settings';
-import { configFromTexts, listConfigFiles, readConfigTexts, type ConfigText, type ListOptions } from './load';
+import { configFromTexts, listConfigFiles, readConfigTexts, type ConfigText, type ListOptions } from './files';
 import type { ConfigError } from './config-error';
 import type { RateLimitConfig } from '../limiter/rules';
 

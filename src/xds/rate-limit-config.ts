@@ -1,5 +1,6 @@
 import type { Type } from 'protobufjs';
-import { buildConfig, parseConfigValue, type BuildOptions, type ParseOptions } from '../config/load';
+import { buildConfig, type BuildOptions } from '../config/rule-tree';
+import { parseConfigValue, type ParseOptions } from '../config/rule-reader';
 import { ConfigError } from '../config/config-error';
 import { RULE_SETTINGS, type RateLimitConfig } from '../limiter/rules';
 import { loadProtoFiles } from '../wire/proto';

@@ -1,7 +1,9 @@
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { buildConfig, configFromTexts, findConfigFiles, loadConfigPath, parseConfigText } from '../../../src/config/load';
+import { buildConfig } from '../../../src/config/rule-tree';
+import { configFromTexts, findConfigFiles, loadConfigPath } from '../../../src/config/files';
+import { parseConfigText } from '../../../src/config/rule-reader';
 import { matchDescriptor, requestKeys } from '../../../src/limiter/match';
 import { ConfigError } from '../../../src/config/config-error';
 import type { RateLimitConfig } from '../../../src/limiter/rules';

@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { parseAllDocuments } from 'yaml';
-import { loadConfigPath } from '../../../src/config/load';
+import { loadConfigPath } from '../../../src/config/files';
 import { matchDescriptor } from '../../../src/limiter/match';
 import type { RateLimitConfig } from '../../../src/limiter/rules';
 import type { Entry } from '../../../src/limiter/types';

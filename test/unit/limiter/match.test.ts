@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { configFromTexts } from '../../../src/config/load';
+import { configFromTexts } from '../../../src/config/files';
 import { detailedStatKey, matchDescriptor } from '../../../src/limiter/match';
 import { compileWildcard, isWildcard } from '../../../src/config/wildcard';
 import type { Entry } from '../../../src/limiter/types';

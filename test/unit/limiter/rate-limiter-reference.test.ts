@@ -1,4 +1,4 @@
-import { configFromTexts } from '../../../src/config/load';
+import { configFromTexts } from '../../../src/config/files';
 import type { RateLimitConfig } from '../../../src/limiter/rules';
 import { RateLimiter, type RateLimiterOptions } from '../../../src/limiter/rate-limiter';
 import type { DescriptorOutcome } from '../../../src/limiter/types';

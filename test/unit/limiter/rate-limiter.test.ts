@@ -1,4 +1,5 @@
-import { buildConfig, parseConfigText } from '../../../src/config/load';
+import { buildConfig } from '../../../src/config/rule-tree';
+import { parseConfigText } from '../../../src/config/rule-reader';
 import type { RateLimitConfig } from '../../../src/limiter/rules';
 import { InvalidRequestError, NotReadyError } from '../../../src/errors';
 import { counterKey, counterKeyPrefix } from '../../../src/limiter/keys';

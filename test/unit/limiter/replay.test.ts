@@ -1,5 +1,6 @@
 import fc from 'fast-check';
-import { buildConfig, parseConfigText } from '../../../src/config/load';
+import { buildConfig } from '../../../src/config/rule-tree';
+import { parseConfigText } from '../../../src/config/rule-reader';
 import type { RateLimitConfig } from '../../../src/limiter/rules';
 import { RateLimiter, type RateLimiterOptions } from '../../../src/limiter/rate-limiter';
 import { Replays } from '../../../src/limiter/replay';

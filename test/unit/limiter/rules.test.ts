@@ -1,4 +1,5 @@
-import { configFromTexts, parseConfigText } from '../../../src/config/load';
+import { configFromTexts } from '../../../src/config/files';
+import { parseConfigText } from '../../../src/config/rule-reader';
 import { matchDescriptor } from '../../../src/limiter/match';
 import { RULE_SETTINGS, type RuleNode } from '../../../src/limiter/rules';
 import { configFromResources, encodeRateLimitConfig, RATE_LIMIT_CONFIG_TYPE_URL } from '../../../src/xds/rate-limit-config';

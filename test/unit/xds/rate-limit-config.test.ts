@@ -1,4 +1,4 @@
-import { parseConfigText } from '../../../src/config/load';
+import { parseConfigText } from '../../../src/config/rule-reader';
 import { loadSettings, SettingsError } from '../../../src/settings/settings';
 import { backoffDelayMs } from '../../../src/xds/ads-client';
 import { RULE_SETTINGS, type RuleSetting } from '../../../src/limiter/rules';

@@ -2,7 +2,9 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileS
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describeConfig } from '../../../src/config/describe';
-import { buildConfig, configFromTexts, emptyConfig, listConfigFiles, loadConfigPath, parseConfigText } from '../../../src/config/load';
+import { buildConfig, emptyConfig } from '../../../src/config/rule-tree';
+import { configFromTexts, listConfigFiles, loadConfigPath } from '../../../src/config/files';
+import { parseConfigText } from '../../../src/config/rule-reader';
 import { ConfigError } from '../../../src/config/config-error';
 import { type RuleNode } from '../../../src/limiter/rules';
 import { counterKeyPrefix } from '../../../src/limiter/keys';

@@ -1,0 +1,287 @@
+import { Document, isMap, isSeq, parseDocument, type YAMLError } from 'yaml';
+import { counterKeyPrefix } from '../limiter/keys';
+import { ALGORITHMS, isBucket, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
+import { ConfigError } from './config-error';
+import { type DomainConfig, type Metadata, type RuleIdentity, type RuleLevel, type RuleNode, type RuleSettings } from '../limiter/rules';
+import { isWildcard } from './wildcard';
+import { Context, fail, child, resolve, describe, fields, readMetadata, text, bool, integer, requiredText } from './yaml-reader';
+import { EMPTY_LEVEL, NO_WARNINGS, LevelBuilder, addRule, duplicateRule, freezeLevel } from './rule-tree';
+import { SETTINGS, ROOT_KEYS, RULE_KEYS, LIMIT_KEYS, REPLACES_KEYS } from './format-keys';
+/**
+ * YAML text -> one validated, deeply frozen domain. The format is envoyproxy/ratelimit's plus this
+ * service's extensions (`unit_multiplier`, `algorithm` and its shape). Everything the matcher and the
+ * limiter need per rule (window, counter key prefix, stat key, wildcard test) is computed here, once.
+ */
+
+export interface ParseOptions {
+  /** Algorithm of rules that do not name one (DEFAULT_ALGORITHM). */
+  readonly defaultAlgorithm: Algorithm;
+}
+
+const MAX_REQUESTS_PER_UNIT = 4_294_967_295; // uint32, the wire type of requests_per_unit
+const MAX_UNIT_MULTIPLIER = 1_000_000;
+// Each sub-window is one counter read per decision: a bound keeps one decision O(1).
+const MAX_SUB_WINDOWS = 100;
+
+interface ParsedLimit {
+  readonly limit: Limit;
+  readonly replaces: readonly string[];
+}
+
+function readLimit(ctx: Context, node: unknown, path: string): ParsedLimit | undefined {
+  const n = resolve(ctx, node);
+  if (n === undefined) return undefined; // `rate_limit:` with nothing under it: no limit, as the reference reads it
+  const f = fields(ctx, n, path, LIMIT_KEYS);
+  const unlimited = bool(ctx, f.get('unlimited'), child(path, 'unlimited'));
+  const unitText = text(ctx, f.get('unit'), child(path, 'unit'));
+  let unit: Unit = 'second'; // an unlimited rule has no window; this placeholder is never used to count
+  if (unlimited) {
+    if (unitText !== undefined && unitText !== '') fail(ctx, child(path, 'unit'), 'not allowed with unlimited: true');
+    if (resolve(ctx, f.get('unit_multiplier')) !== undefined) {
+      fail(ctx, child(path, 'unit_multiplier'), 'not allowed with unlimited: true');
+    }
+  } else {
+    if (unitText === undefined || unitText === '') fail(ctx, child(path, 'unit'), 'required (or unlimited: true)');
+    const folded = unitText.toLowerCase();
+    if (!(UNITS as readonly string[]).includes(folded)) fail(ctx, child(path, 'unit'), `unknown unit ${JSON.stringify(unitText)}`);
+    unit = folded as Unit;
+  }
+  // Absent requests_per_unit is 0 (deny everything), as in the reference format.
+  const requestsPerUnit = integer(ctx, f.get('requests_per_unit'), child(path, 'requests_per_unit'), 0, MAX_REQUESTS_PER_UNIT, 0);
+  const unitMultiplier = integer(ctx, f.get('unit_multiplier'), child(path, 'unit_multiplier'), 1, MAX_UNIT_MULTIPLIER, 1);
+
+  let algorithm = ctx.defaultAlgorithm;
+  const algorithmText = text(ctx, f.get('algorithm'), child(path, 'algorithm'));
+  if (algorithmText !== undefined) {
+    const folded = algorithmText.toLowerCase();
+    if (!(ALGORITHMS as readonly string[]).includes(folded)) {
+      fail(ctx, child(path, 'algorithm'), `unknown algorithm ${JSON.stringify(algorithmText)} (expected one of: ${ALGORITHMS.join(', ')})`);
+    }
+    algorithm = folded as Algorithm;
+  }
+  const windowMs = UNIT_MS[unit] * unitMultiplier;
+  const shape = readAlgorithmShape(ctx, f, path, { algorithm, requestsPerUnit, windowMs, unlimited });
+
+  const nameText = text(ctx, f.get('name'), child(path, 'name'));
+  const name = nameText === '' ? undefined : nameText;
+  const replaces = readReplaces(ctx, f.get('replaces'), child(path, 'replaces'), name);
+
+  const limit: Limit = Object.freeze({
+    requestsPerUnit,
+    unit,
+    unitMultiplier,
+    windowMs,
+    algorithm,
+    ...shape,
+    name,
+    unlimited,
+  });
+  return { limit, replaces };
+}
+
+/** `burst` (buckets), `sub_windows` and `strict` (sliding_window): each only where its algorithm reads it. */
+function readAlgorithmShape(
+  ctx: Context,
+  f: Map<string, unknown>,
+  path: string,
+  o: { algorithm: Algorithm; requestsPerUnit: number; windowMs: number; unlimited: boolean },
+): Pick<Limit, 'burst' | 'subWindows' | 'strict'> {
+  const only = (key: string, allowed: boolean, which: string): void => {
+    if (!allowed && resolve(ctx, f.get(key)) !== undefined) fail(ctx, child(path, key), `only with algorithm ${which} (this rule uses ${o.algorithm})`);
+  };
+  const bucket = isBucket(o.algorithm) && !o.unlimited;
+  const sliding = o.algorithm === 'sliding_window' && !o.unlimited;
+  only('burst', bucket, 'token_bucket or leaky_bucket');
+  only('sub_windows', sliding, 'sliding_window');
+  only('strict', sliding, 'sliding_window');
+  const burst = bucket ? integer(ctx, f.get('burst'), child(path, 'burst'), 1, MAX_REQUESTS_PER_UNIT, o.requestsPerUnit) : o.requestsPerUnit;
+  const subWindows = sliding ? integer(ctx, f.get('sub_windows'), child(path, 'sub_windows'), 1, MAX_SUB_WINDOWS, 1) : 1;
+  if (o.windowMs % subWindows !== 0) {
+    fail(ctx, child(path, 'sub_windows'), `${subWindows} does not divide the window of ${o.windowMs} ms into whole milliseconds`);
+  }
+  const strict = sliding ? bool(ctx, f.get('strict'), child(path, 'strict')) : false;
+  return { burst, subWindows, strict };
+}
+
+function readReplaces(ctx: Context, node: unknown, path: string, ownName: string | undefined): readonly string[] {
+  const n = resolve(ctx, node);
+  if (n === undefined) return Object.freeze([]);
+  if (!isSeq(n)) fail(ctx, path, `expected a list, got ${describe(n)}`);
+  const names = n.items.map((item, i) => {
+    const itemPath = `${path}[${i}]`;
+    const f = fields(ctx, resolve(ctx, item), itemPath, REPLACES_KEYS);
+    const name = requiredText(ctx, f.get('name'), child(itemPath, 'name'));
+    if (name === ownName) fail(ctx, child(itemPath, 'name'), `a rule cannot replace its own name ${JSON.stringify(name)}`);
+    return name;
+  });
+  return Object.freeze(names);
+}
+
+/**
+ * The RULE_SETTINGS fields of the rule at `path`, each read by its setting's type: absent, its
+ * default, or for an inherited setting the value `above`; set to other than the default, checked.
+ */
+function readSettings(ctx: Context, f: Map<string, unknown>, path: string, rule: RuleIdentity, above: RuleSettings): RuleSettings {
+  const out: Record<string, boolean | number> = {};
+  for (const [field, setting] of SETTINGS) {
+    const at = child(path, setting.yaml);
+    const node = f.get(setting.yaml);
+    if (setting.type === 'boolean') {
+      const own = bool(ctx, node, at);
+      checkSetting(ctx, setting, own, at, rule);
+      out[field] = own || (setting.inherited && above[field] === true);
+    } else {
+      const own = resolve(ctx, node) === undefined ? undefined : integer(ctx, node, at, setting.min, setting.max, setting.default);
+      checkSetting(ctx, setting, own, at, rule);
+      out[field] = own ?? (setting.inherited ? above[field] : setting.default);
+    }
+  }
+  return out as RuleSettings;
+}
+
+function checkSetting<V>(
+  ctx: Context,
+  setting: { readonly default: V; readonly check?: (value: V, rule: RuleIdentity) => string | undefined },
+  own: V | undefined,
+  at: string,
+  rule: RuleIdentity,
+): void {
+  if (own === undefined || own === setting.default || setting.check === undefined) return;
+  const problem = setting.check(own, rule);
+  if (problem !== undefined) fail(ctx, at, problem);
+}
+
+/** What a rule inherits from the rules above it. */
+interface Parent {
+  readonly statKey: string;
+  readonly requestKeyed: boolean;
+  /** The parent's settings; a child reads the `inherited` ones. */
+  readonly settings: RuleSettings;
+}
+
+const ROOT: Parent = { statKey: '', requestKeyed: false, settings: Object.fromEntries(SETTINGS.map(([field, s]) => [field, s.default])) as RuleSettings };
+
+function readRule(ctx: Context, node: unknown, path: string, domain: string, parent: Parent): RuleNode {
+  const f = fields(ctx, resolve(ctx, node), path, RULE_KEYS);
+  const key = requiredText(ctx, f.get('key'), child(path, 'key'));
+  const valueText = text(ctx, f.get('value'), child(path, 'value'));
+  const value = valueText === '' ? undefined : valueText; // an empty value is a key-only rule, as in the reference
+  const own = value === undefined ? key : `${key}_${value}`;
+  const statKey = parent.statKey === '' ? own : `${parent.statKey}.${own}`;
+  const parsed = readLimit(ctx, f.get('rate_limit'), child(path, 'rate_limit'));
+  const settings = readSettings(ctx, f, path, { key, value }, parent.settings);
+  const valueToMetric = bool(ctx, f.get('value_to_metric'), child(path, 'value_to_metric'));
+  const shareThreshold = bool(ctx, f.get('share_threshold'), child(path, 'share_threshold'));
+  if (shareThreshold && (value === undefined || !isWildcard(value))) {
+    fail(ctx, child(path, 'share_threshold'), "only allowed on a rule whose value is a wildcard (contains '*')");
+  }
+  const metadata = readMetadata(ctx, f.get('metadata'), child(path, 'metadata'));
+  const requestKeyed = parent.requestKeyed || valueToMetric || shareThreshold;
+  const children = readLevel(ctx, f.get('descriptors'), child(path, 'descriptors'), domain, { statKey, requestKeyed, settings });
+  const limit = parsed?.limit;
+  const fixed: FixedFields = {
+    key,
+    path,
+    value,
+    limit,
+    shareThreshold,
+    valueToMetric,
+    requestKeyed,
+    metadata,
+    replaces: parsed?.replaces ?? Object.freeze([]),
+    statKey,
+    keyPrefix: limit === undefined ? undefined : counterKeyPrefix(domain, limit.algorithm, limit.windowMs, limit.subWindows),
+    children,
+  };
+  return new BuiltRule(fixed, settings) as unknown as RuleNode;
+}
+
+/** A RuleNode's fields other than its RULE_SETTINGS ones. */
+type FixedFields = Omit<RuleNode, keyof RuleSettings>;
+
+/**
+ * A frozen RuleNode. Built by a constructor rather than an object literal so that V8 keeps every
+ * field inside the object, the table's ones included: matching and the decision read them on every
+ * request, and a literal with `...settings` in it keeps fields after the spread in a separate array.
+ */
+class BuiltRule implements FixedFields {
+  declare readonly key: string;
+  declare readonly path: string;
+  declare readonly value?: string;
+  declare readonly limit?: Limit;
+  declare readonly shareThreshold: boolean;
+  declare readonly valueToMetric: boolean;
+  declare readonly requestKeyed: boolean;
+  declare readonly metadata?: Metadata;
+  declare readonly replaces: readonly string[];
+  declare readonly statKey: string;
+  declare readonly keyPrefix?: string;
+  declare readonly children: RuleLevel;
+
+  constructor(fixed: FixedFields, settings: RuleSettings) {
+    // Plain `this.x =` assignments: V8 sizes the object by counting them (plus slack the settings fill).
+    this.key = fixed.key;
+    this.path = fixed.path;
+    this.value = fixed.value;
+    this.limit = fixed.limit;
+    for (const [field] of SETTINGS) (this as unknown as Record<string, unknown>)[field] = settings[field];
+    this.shareThreshold = fixed.shareThreshold;
+    this.valueToMetric = fixed.valueToMetric;
+    this.requestKeyed = fixed.requestKeyed;
+    this.metadata = fixed.metadata;
+    this.replaces = fixed.replaces;
+    this.statKey = fixed.statKey;
+    this.keyPrefix = fixed.keyPrefix;
+    this.children = fixed.children;
+    Object.freeze(this);
+  }
+}
+
+function readLevel(ctx: Context, node: unknown, path: string, domain: string, parent: Parent): RuleLevel {
+  const n = resolve(ctx, node);
+  if (n === undefined) return EMPTY_LEVEL;
+  if (!isSeq(n)) fail(ctx, path, `expected a list, got ${describe(n)}`);
+  if (n.items.length === 0) return EMPTY_LEVEL;
+  const builders = new Map<string, LevelBuilder>();
+  n.items.forEach((item, i) => {
+    const itemPath = `${path}[${i}]`;
+    const rule = readRule(ctx, item, itemPath, domain, parent);
+    const first = addRule(builders, rule);
+    if (first !== undefined) fail(ctx, itemPath, duplicateRule(rule, first.path));
+  });
+  return freezeLevel(builders);
+}
+
+function syntaxError(file: string, err: YAMLError): ConfigError {
+  const pos = err.linePos?.[0];
+  // The parser's message repeats the position and quotes the source; keep the first sentence.
+  const first = err.message.split('\n')[0].replace(/ at line \d+, column \d+:?\s*$/, '');
+  return new ConfigError(file, pos ? `line ${pos.line}, column ${pos.col}` : '', `invalid YAML: ${first}`);
+}
+
+/** Parses and validates one file. Throws ConfigError naming `file` and the path inside it. */
+export function parseConfigText(file: string, text: string, opts: ParseOptions): DomainConfig {
+  // YAML 1.1, as the reference's parser: `on`/`yes` are booleans there too.
+  const doc = parseDocument(text, { version: '1.1' });
+  if (doc.errors.length > 0) throw syntaxError(file, doc.errors[0]);
+  return parseConfigDocument(file, doc, opts);
+}
+
+/**
+ * Validates a config given as plain data in the file's shape (an xDS resource, see src/xds) by the
+ * same rules as a file's text. Throws ConfigError naming `source` and the path inside it.
+ */
+export function parseConfigValue(source: string, value: unknown, opts: ParseOptions): DomainConfig {
+  return parseConfigDocument(source, new Document(value, { version: '1.1' }), opts);
+}
+
+function parseConfigDocument(file: string, doc: Document, opts: ParseOptions): DomainConfig {
+  const ctx: Context = { file, doc, defaultAlgorithm: opts.defaultAlgorithm, warnings: [] };
+  const root = resolve(ctx, doc.contents);
+  if (root === undefined) fail(ctx, '', 'the file is empty (expected a mapping with "domain" and "descriptors")');
+  if (!isMap(root)) fail(ctx, '', `expected a mapping with "domain" and "descriptors", got ${describe(root)}`);
+  const f = fields(ctx, root, '', ROOT_KEYS);
+  const domain = requiredText(ctx, f.get('domain'), 'domain');
+  const rules = readLevel(ctx, f.get('descriptors'), 'descriptors', domain, ROOT);
+  return Object.freeze({ domain, file, rules, warnings: ctx.warnings.length === 0 ? NO_WARNINGS : Object.freeze(ctx.warnings) });
+}
