@@ -21,7 +21,7 @@ import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../l
  *
  * Memory is bounded twice: a record is dropped once it can no longer influence a decision (its
  * expiry, see below), and the map never holds more than `maxKeys` records, evicting the least
- * recently used one. Evicting a live counter forgets its hits, so `maxKeys` should exceed the
+ * recently used one (as live() orders them). Evicting a live counter forgets its hits, so `maxKeys` should exceed the
  * number of distinct active descriptors.
  */
 
@@ -145,10 +145,13 @@ export class MemoryStore implements Store {
     const now = this.clock.nowMs();
     const n = counters.length;
     const decisions: CounterDecision[] = new Array<CounterDecision>(n);
+    // Each counter's record as read here, so that charging it takes no second lookup.
+    const records: (CounterRecord | undefined)[] = new Array<CounterRecord | undefined>(n);
     let allAllowed = true;
     for (let i = 0; i < n; i++) {
       const c = counters[i];
       const record = this.live(c, now);
+      records[i] = record;
       // The same counter twice in one call: the later one sees the earlier one's hits, as it would
       // had the two arrived one after the other.
       const pending = i > 0 ? pendingHits(counters, decisions, i, countDenied) : 0;
@@ -159,7 +162,8 @@ export class MemoryStore implements Store {
     if (allAllowed || countDenied) {
       for (let i = 0; i < n; i++) {
         const c = counters[i];
-        if (c.hits > 0) this.charge(c, now);
+        // A record absent above may have been created by an earlier counter of this call (same key).
+        if (c.hits > 0) this.charge(c, now, records[i] ?? this.live(c, now));
       }
     }
     this.dropColdExpired(now);
@@ -176,16 +180,22 @@ export class MemoryStore implements Store {
       return undefined;
     }
     // Reads count as use: a counter that only ever denies is as hot as one that admits, and
-    // evicting it would hand its caller a fresh quota.
-    this.records.delete(c.key);
-    this.records.set(c.key, record);
+    // evicting it would hand its caller a fresh quota. The order only decides evictions, which
+    // begin at maxKeys: below half of it a read skips the two hash operations of the move, so the
+    // order is exact among the counters used since the store last held maxKeys / 2 records, and
+    // those are all younger than the ones not used since.
+    if (this.records.size * 2 > this.maxKeys) {
+      this.records.delete(c.key);
+      this.records.set(c.key, record);
+    }
     return record;
   }
 
-  private charge(c: CounterRequest, now: number): void {
+  /** Adds c's hits to `record`, its live record (undefined: none yet, one is created). */
+  private charge(c: CounterRequest, now: number, existing: CounterRecord | undefined): void {
     const w = c.windowMs;
     const index = Math.floor(now / w);
-    let record = this.live(c, now);
+    let record = existing;
     if (record === undefined) {
       const subWindows = c.subWindows ?? 1;
       record = {

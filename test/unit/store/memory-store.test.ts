@@ -122,6 +122,20 @@ describe('MemoryStore', () => {
       expect((await store.decide([c('a', 1)]))[0].allowed).toBe(false); // kept
     });
 
+    it('evicts a counter used since the store grew past half of maxKeys after every counter not used since', async () => {
+      store = make(4);
+      for (const key of ['a', 'b']) await store.decide([c(key, 1)]);
+      // At half of maxKeys or below, reads leave the order alone; above it, a read makes a record the youngest.
+      expect((await store.decide([c('a', 1)]))[0].allowed).toBe(false);
+      await store.decide([c('c', 1)]);
+      expect((await store.decide([c('a', 1)]))[0].allowed).toBe(false);
+      await store.decide([c('d', 1)]);
+      await store.decide([c('e', 1)]);
+      expect(store.size).toBe(4);
+      expect((await store.decide([c('a', 1)]))[0].allowed).toBe(false); // kept
+      expect((await store.decide([c('b', 1)]))[0].allowed).toBe(true); // the coldest: forgotten
+    });
+
     it('stays bounded under many distinct keys', async () => {
       store = make(100);
       for (let i = 0; i < 1_000; i++) await store.decide([c(`k${i}`, 10)]);
