@@ -98,6 +98,20 @@ interface Plan {
   readonly quotaAt: boolean[] | undefined;
 }
 
+/**
+ * What a descriptor alone decides under one config and domain: its rule, and its counter for the
+ * hits it was last counted with. Kept per frozen descriptor object (a frozen descriptor cannot
+ * change, and the codec hands out one object per distinct descriptor, see src/wire/rls-codec.ts):
+ * a descriptor seen again is neither validated, nor matched, nor keyed again.
+ */
+interface DescriptorMemo {
+  readonly config: RateLimitConfig;
+  readonly domain: string;
+  readonly rule: MatchedRule | undefined;
+  counter: CounterRequest | undefined;
+  statKey: string | undefined;
+}
+
 /** A counted descriptor: its rule, its position in the request and its store request. */
 interface Counted {
   readonly index: number;
@@ -122,6 +136,8 @@ export class RateLimiter {
   private readonly observer: LimiterObserver | undefined;
   private readonly headers: ResponseHeadersBuilder | undefined;
   private readonly decideOptions: { readonly countDenied: boolean };
+  // Weak: a descriptor the codec no longer holds takes its memo with it.
+  private readonly memos = new WeakMap<Descriptor, DescriptorMemo>();
 
   constructor(options: RateLimiterOptions) {
     if (!(options.nearLimitRatio >= 0 && options.nearLimitRatio <= 1)) {
@@ -210,12 +226,21 @@ export class RateLimiter {
 
     // Pass 1: validate and match every descriptor, collecting the names replaced by any match.
     const rules: (MatchedRule | undefined)[] = new Array<MatchedRule | undefined>(n);
+    const memos: (DescriptorMemo | undefined)[] = new Array<DescriptorMemo | undefined>(n);
     let replaced: Set<string> | undefined;
     for (let i = 0; i < n; i++) {
       const d = descriptors[i];
-      validateDescriptor(d, i);
-      if (!domainKnown) continue;
-      const rule = d.limit !== undefined ? this.overrideRule(domain, d) : matchDescriptor(config!, domain, d.entries);
+      let rule: MatchedRule | undefined;
+      const memo = config === undefined ? undefined : this.memos.get(d);
+      if (memo !== undefined && memo.config === config && memo.domain === domain) {
+        rule = memo.rule;
+        memos[i] = memo;
+      } else {
+        validateDescriptor(d, i);
+        if (!domainKnown) continue;
+        rule = d.limit !== undefined ? this.overrideRule(domain, d) : matchDescriptor(config!, domain, d.entries);
+        if (Object.isFrozen(d)) this.memos.set(d, (memos[i] = { config: config!, domain, rule, counter: undefined, statKey: undefined }));
+      }
       rules[i] = rule;
       if (rule !== undefined && rule.replaces.length > 0) {
         replaced ??= new Set<string>();
@@ -254,11 +279,12 @@ export class RateLimiter {
       const hits = d.hitsAddend ?? requestHits;
       const soft = rule.shadowMode || quota;
       if (soft) softCount++;
-      const keys = rule.requestKeyed ? requestKeys(config, domain, d.entries, rule) : undefined;
-      counted.push({
-        index: i,
-        rule,
-        counter: {
+      const memo = memos[i];
+      let counter = memo?.counter;
+      let statKey = memo?.statKey;
+      if (counter === undefined) {
+        const keys = rule.requestKeyed ? requestKeys(config, domain, d.entries, rule) : undefined;
+        counter = {
           key: counterKey(rule.keyPrefix, keys === undefined ? d.entries : keys.entries),
           limit: limit.requestsPerUnit,
           windowMs: limit.windowMs,
@@ -267,10 +293,17 @@ export class RateLimiter {
           burst: limit.burst,
           subWindows: limit.subWindows,
           strict: limit.strict,
-        },
-        soft,
-        statKey: keys?.statKey,
-      });
+        };
+        statKey = keys?.statKey;
+        if (memo !== undefined) {
+          memo.counter = counter;
+          memo.statKey = statKey;
+        }
+      } else if (counter.hits !== hits) {
+        counter = { ...counter, hits };
+        memo!.counter = counter;
+      }
+      counted.push({ index: i, rule, counter, soft, statKey });
     }
 
     return { config, domain, descriptors, hitsAddend: req.hitsAddend, statuses, counted, softCount, quotaAt };

@@ -6,7 +6,7 @@ import type { CallSpan, CallTracer } from '../tracing/call-tracer';
 import { GrpcStatus } from '../wire/grpc-framing';
 import type { HealthState, ServingStatus } from './health';
 import { ServingStatusNumber } from '../wire/proto';
-import { decodeRateLimitRequest, frameResponse } from '../wire/rls-codec';
+import { decodeRateLimitRequest, DescriptorCache, frameResponse } from '../wire/rls-codec';
 
 /**
  * The rate-limit service as every gRPC transport serves it (GRPC_TRANSPORT: ./http2-grpc-server on
@@ -21,6 +21,13 @@ import { decodeRateLimitRequest, frameResponse } from '../wire/rls-codec';
  * (src/limiter/replay.ts); Envoy's requests are far smaller, and the bound caps what is kept.
  */
 const REPLAY_KEY_MAX_BYTES = 512;
+
+/**
+ * Distinct descriptors kept decoded (src/wire/rls-codec.ts DescriptorCache), and the largest one
+ * kept: a few MB at most, far more than the descriptors a fleet of proxies sends again and again.
+ */
+export const DESCRIPTOR_CACHE_MAX_ENTRIES = 10_000;
+export const DESCRIPTOR_CACHE_MAX_BYTES = 256;
 
 /** A failed call's gRPC status and message. */
 export interface CallFailure {
@@ -60,6 +67,7 @@ export class RlsService {
   private readonly logger: Logger;
   private readonly tracer: CallTracer | undefined;
   private readonly replays: ServiceReplays | undefined;
+  private readonly descriptors = new DescriptorCache({ maxEntries: DESCRIPTOR_CACHE_MAX_ENTRIES, maxDescriptorBytes: DESCRIPTOR_CACHE_MAX_BYTES });
   private readonly watches = new Map<WatchSink, () => void>();
   private stopping = false;
 
@@ -99,7 +107,7 @@ export class RlsService {
     }
     let pending: Promise<RateLimitResponse>;
     try {
-      const request: RateLimitRequest = decodeRateLimitRequest(message);
+      const request: RateLimitRequest = decodeRateLimitRequest(message, this.descriptors);
       pending = this.limiter.shouldRateLimit(request, replayKey === undefined ? undefined : replays!.remembering(replayKey));
     } catch (err) {
       sink.fail(err);
@@ -121,7 +129,7 @@ export class RlsService {
     let request: RateLimitRequest;
     let pending: Promise<RateLimitResponse>;
     try {
-      request = decodeRateLimitRequest(message);
+      request = decodeRateLimitRequest(message, this.descriptors);
     } catch (err) {
       this.failTraced(span, undefined, sink, err);
       return;

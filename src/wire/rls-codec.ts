@@ -185,11 +185,69 @@ function decodeDescriptor(r: Reader, end: number, index: number): Descriptor {
   return hitsAddend === undefined ? { entries, limit } : { entries, limit, hitsAddend };
 }
 
+/** DescriptorCache bounds: the entries kept, and the encoded size of a descriptor it keeps. */
+export interface DescriptorCacheOptions {
+  readonly maxEntries: number;
+  readonly maxDescriptorBytes: number;
+}
+
+/**
+ * Decoded descriptors by their encoded bytes. Proxies send the same few descriptors over and over
+ * (one per rate-limit action: the client, the path, the tenant ...): a descriptor seen before is
+ * neither decoded nor allocated again, and it comes back as the same frozen object, so that what
+ * the limiter derives from it alone (its rule, its counter key) is kept per object too
+ * (src/limiter/rate-limiter.ts). Bounded in entries and in bytes: only descriptors of at most
+ * `maxDescriptorBytes` are kept, at most `maxEntries` of them; beyond that the oldest entry is
+ * dropped (insertion order: a hit costs no reordering).
+ */
+export class DescriptorCache {
+  private readonly byBytes = new Map<string, Descriptor>();
+  private readonly maxEntries: number;
+  private readonly maxDescriptorBytes: number;
+
+  constructor(options: DescriptorCacheOptions) {
+    for (const [name, v] of Object.entries(options)) {
+      if (!Number.isInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
+    }
+    this.maxEntries = options.maxEntries;
+    this.maxDescriptorBytes = options.maxDescriptorBytes;
+  }
+
+  /** Descriptors kept. */
+  get size(): number {
+    return this.byBytes.size;
+  }
+
+  /** The descriptor encoded in r.buf[r.pos, end), from the cache when it is there; leaves r at `end`. */
+  decode(r: Reader, end: number, index: number): Descriptor {
+    if (end - r.pos > this.maxDescriptorBytes) return decodeDescriptor(r, end, index);
+    // latin1: one character per byte, so equal strings are equal bytes.
+    const bytes = r.buf.toString('latin1', r.pos, end);
+    const known = this.byBytes.get(bytes);
+    if (known !== undefined) {
+      r.pos = end;
+      return known;
+    }
+    const d = freezeDescriptor(decodeDescriptor(r, end, index));
+    this.byBytes.set(bytes, d);
+    if (this.byBytes.size > this.maxEntries) this.byBytes.delete(this.byBytes.keys().next().value!);
+    return d;
+  }
+}
+
+function freezeDescriptor(d: Descriptor): Descriptor {
+  for (const e of d.entries) Object.freeze(e);
+  Object.freeze(d.entries);
+  if (d.limit !== undefined) Object.freeze(d.limit);
+  return Object.freeze(d);
+}
+
 /**
  * A RateLimitRequest message as the limiter's request. Throws MalformedMessageError for bytes that
  * are not a valid encoding, InvalidRequestError for an undefined override unit (as requestFromWire).
+ * With a `cache`, descriptors it holds are taken from it (see DescriptorCache).
  */
-export function decodeRateLimitRequest(buf: Buffer): RateLimitRequest {
+export function decodeRateLimitRequest(buf: Buffer, cache?: DescriptorCache): RateLimitRequest {
   const r = new Reader(buf, 0, buf.length);
   let domain = '';
   const descriptors: Descriptor[] = [];
@@ -197,8 +255,10 @@ export function decodeRateLimitRequest(buf: Buffer): RateLimitRequest {
   while (r.pos < r.end) {
     const tag = r.varint();
     if (tag === 0x0a) domain = r.string();
-    else if (tag === 0x12) descriptors.push(decodeDescriptor(r, r.lengthEnd(), descriptors.length));
-    else if (tag === 0x18) hitsAddend = r.uint32();
+    else if (tag === 0x12) {
+      const end = r.lengthEnd();
+      descriptors.push(cache === undefined ? decodeDescriptor(r, end, descriptors.length) : cache.decode(r, end, descriptors.length));
+    } else if (tag === 0x18) hitsAddend = r.uint32();
     else r.skip(tag & 7);
   }
   return { domain, descriptors, hitsAddend };

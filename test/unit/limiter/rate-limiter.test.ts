@@ -218,6 +218,42 @@ describe('RateLimiter', () => {
     expect(alone.statuses[0]).toMatchObject({ currentLimit: { name: 'acme_path', requestsPerUnit: 3 }, limitRemaining: 2 });
   });
 
+  describe('frozen descriptors (the codec hands out one object per distinct descriptor)', () => {
+    const frozen = (descriptor: Descriptor): Descriptor => {
+      for (const e of descriptor.entries) Object.freeze(e);
+      Object.freeze(descriptor.entries);
+      return Object.freeze(descriptor);
+    };
+
+    it('are matched and keyed once: a repeat reuses the counter, with the hits of each request', async () => {
+      const rl = limiter();
+      const big = frozen(d(['big', 'a']));
+      expect((await rl.shouldRateLimit(req([big]))).statuses[0].limitRemaining).toBe(99);
+      expect((await rl.shouldRateLimit(req([big]))).statuses[0].limitRemaining).toBe(98);
+      expect(store.calls[1].counters[0]).toBe(store.calls[0].counters[0]);
+      expect((await rl.shouldRateLimit(req([big], 3))).statuses[0].limitRemaining).toBe(95);
+      expect(store.calls[2].counters[0]).toMatchObject({ key: store.calls[0].counters[0].key, hits: 3 });
+      expect((await rl.shouldRateLimit(req([big], 3))).statuses[0].limitRemaining).toBe(92);
+    });
+
+    it('are matched again under a new config and in another domain', async () => {
+      const rl = limiter();
+      const big = frozen(d(['big', 'a']));
+      expect((await rl.shouldRateLimit(req([big]))).statuses[0].limitRemaining).toBe(99);
+      config = buildConfig([
+        parseConfigText('edge.yaml', EDGE.replace('requests_per_unit: 100', 'requests_per_unit: 50'), { defaultAlgorithm: 'sliding_window' }),
+      ]);
+      expect((await rl.shouldRateLimit(req([big]))).statuses[0]).toMatchObject({ currentLimit: { requestsPerUnit: 50 }, limitRemaining: 48 });
+      expect((await rl.shouldRateLimit(req([big], 0, 'elsewhere'))).statuses[0]).toEqual({ code: 'OK', limitRemaining: 0 });
+      config = undefined;
+      await expect(rl.shouldRateLimit(req([big]))).rejects.toBeInstanceOf(NotReadyError);
+    });
+
+    it('are still validated when first seen', async () => {
+      await expect(limiter().shouldRateLimit(req([frozen({ entries: [] })]))).rejects.toBeInstanceOf(InvalidRequestError);
+    });
+  });
+
   it('makes one store call for all counted descriptors, in request order', async () => {
     await limiter().shouldRateLimit(req([d(['api_key', 'a']), d(['nope', 'x']), d(['big', 'b']), d(['internal', 'i']), d(['fixed', 'f'])]));
     expect(store.calls).toHaveLength(1);

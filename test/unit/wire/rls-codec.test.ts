@@ -4,7 +4,7 @@ import type { DescriptorStatus, RateLimitResponse, Unit } from '../../../src/lim
 import { requestFromWire } from '../../../src/wire/convert';
 import { responseToWire } from '../../helpers/response-oracle';
 import { protoRoot, type WireRateLimitRequest } from '../../../src/wire/proto';
-import { decodeRateLimitRequest, frameResponse, MalformedMessageError } from '../../../src/wire/rls-codec';
+import { decodeRateLimitRequest, DescriptorCache, frameResponse, MalformedMessageError } from '../../../src/wire/rls-codec';
 import { plainStruct } from '../../helpers/struct';
 
 /**
@@ -101,6 +101,60 @@ const response: fc.Arbitrary<RateLimitResponse> = fc.record(
   },
   { requiredKeys: ['overallCode', 'statuses', 'responseHeaders'] },
 );
+
+describe('DescriptorCache', () => {
+  const encode = (domain: string, values: string[]): Buffer =>
+    Buffer.from(RequestType.encode(RequestType.fromObject({ domain, descriptors: values.map((v) => ({ entries: [{ key: 'k', value: v }] })) })).finish());
+
+  it('decodes every request, again and again, exactly as without it', () => {
+    const cache = new DescriptorCache({ maxEntries: 8, maxDescriptorBytes: 24 });
+    fc.assert(
+      fc.property(wireRequest, (msg) => {
+        const bytes = Buffer.from(RequestType.encode(RequestType.fromObject(msg)).finish());
+        const plain = decodeRateLimitRequest(bytes);
+        expect(decodeRateLimitRequest(bytes, cache)).toEqual(plain);
+        expect(decodeRateLimitRequest(bytes, cache)).toEqual(plain);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('hands out one frozen object per distinct descriptor, whatever request it comes in', () => {
+    const cache = new DescriptorCache({ maxEntries: 10, maxDescriptorBytes: 64 });
+    const first = decodeRateLimitRequest(encode('a', ['x', 'y']), cache);
+    const second = decodeRateLimitRequest(encode('b', ['y', 'x', 'z']), cache);
+    expect(second.descriptors[0]).toBe(first.descriptors[1]);
+    expect(second.descriptors[1]).toBe(first.descriptors[0]);
+    expect(second.descriptors[2]).toEqual({ entries: [{ key: 'k', value: 'z' }] });
+    for (const d of second.descriptors) {
+      expect(Object.isFrozen(d)).toBe(true);
+      expect(Object.isFrozen(d.entries)).toBe(true);
+      expect(Object.isFrozen(d.entries[0])).toBe(true);
+    }
+    expect(cache.size).toBe(3);
+  });
+
+  it('keeps at most maxEntries descriptors, dropping the oldest, and none larger than maxDescriptorBytes', () => {
+    const cache = new DescriptorCache({ maxEntries: 2, maxDescriptorBytes: 10 });
+    const a = decodeRateLimitRequest(encode('d', ['a']), cache).descriptors[0];
+    decodeRateLimitRequest(encode('d', ['b', 'c']), cache);
+    expect(cache.size).toBe(2);
+    // "a" was dropped: decoded again, as a new object.
+    const again = decodeRateLimitRequest(encode('d', ['a']), cache).descriptors[0];
+    expect(again).toEqual(a);
+    expect(again).not.toBe(a);
+    // A descriptor of 11 encoded bytes is decoded, not kept.
+    const big = decodeRateLimitRequest(encode('d', ['0123456']), cache).descriptors[0];
+    expect(big).toEqual({ entries: [{ key: 'k', value: '0123456' }] });
+    expect(Object.isFrozen(big)).toBe(false);
+    expect(cache.size).toBe(2);
+  });
+
+  it('rejects bounds that are not positive integers', () => {
+    expect(() => new DescriptorCache({ maxEntries: 0, maxDescriptorBytes: 10 })).toThrow(RangeError);
+    expect(() => new DescriptorCache({ maxEntries: 10, maxDescriptorBytes: 1.5 })).toThrow(RangeError);
+  });
+});
 
 describe('frameResponse', () => {
   it('frames the same bytes protobufjs would after responseToWire', () => {
