@@ -3,7 +3,7 @@ import { decideAcrossSlots, refundArgs, type SlotShare } from './cluster-slots';
 import type { RedisClient } from './connection';
 import { HealthProbe } from './health-probe';
 import { keySlot } from './key-slot';
-import { DECIDE_COMMAND, DECIDE_SCRIPT, DecideReplyReader, REFUND_COMMAND, pushCounterArgs, REFUND_SCRIPT } from './script';
+import { counterSpec, DECIDE_COMMAND, DECIDE_SCRIPT, DecideReplyReader, REFUND_COMMAND, REFUND_SCRIPT } from './script';
 import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../../limiter/store';
 
 /**
@@ -45,6 +45,12 @@ export const MAX_BATCH_KEYS = 256;
 
 type ScriptCall = (args: (string | number)[]) => Promise<unknown>;
 
+/** A counter's DECIDE arguments that depend only on it: its Redis key and its limit (counterSpec). */
+interface CounterArgs {
+  readonly key: string;
+  readonly spec: string;
+}
+
 /** One decide() call (on a cluster, one slot's share of it) as the batcher carries it. */
 interface RedisCall {
   readonly counters: readonly CounterRequest[];
@@ -78,6 +84,9 @@ export class RedisStore implements Store {
   private readonly isCluster: boolean;
   private readonly batcher: CallBatcher<RedisCall, CounterDecision[] | SlotShare>;
   private readonly probe: HealthProbe;
+  // The limiter hands out one CounterRequest per distinct descriptor (src/limiter/rate-limiter.ts):
+  // its arguments are strings built once, which ioredis then writes without converting them.
+  private readonly counterArgs = new WeakMap<CounterRequest, CounterArgs>();
   private closed = false;
 
   constructor(options: RedisStoreOptions) {
@@ -215,19 +224,31 @@ export class RedisStore implements Store {
 
   private readonly keyOf = (c: CounterRequest): string => this.tagOpen + c.key + '}';
 
+  private argsOf(c: CounterRequest): CounterArgs {
+    let a = this.counterArgs.get(c);
+    if (a === undefined) {
+      a = { key: this.keyOf(c), spec: counterSpec(c) };
+      this.counterArgs.set(c, a);
+    }
+    return a;
+  }
+
   /** One DECIDE call for calls[from, to) of a batch, which hold `keys` counters in all. */
   private readonly send = (batch: Batch, calls: readonly Pending[], from: number, to: number, keys: number): void => {
     // Keys first, then ARGV: filled by push, so that the array stays packed (ioredis copies it).
     const args: (string | number)[] = [keys];
     for (let i = from; i < to; i++) {
       const counters = calls[i].request.counters;
-      for (let j = 0; j < counters.length; j++) args.push(this.tagOpen + counters[j].key + '}');
+      for (let j = 0; j < counters.length; j++) args.push(this.argsOf(counters[j]).key);
     }
     for (let i = from; i < to; i++) {
       const call = calls[i].request;
       const counters = call.counters;
       args.push(call.countDenied ? '1' : '0', counters.length);
-      for (let j = 0; j < counters.length; j++) pushCounterArgs(args, counters[j]);
+      for (let j = 0; j < counters.length; j++) {
+        const c = counters[j];
+        args.push(this.argsOf(c).spec, c.hits);
+      }
     }
     this.decideCall(args).then(
       (reply) => this.answer(batch, calls, from, to, new DecideReplyReader(reply as string)),

@@ -8,7 +8,7 @@ import type { CounterRequest } from '../../limiter/store';
  * at that one instant): every replica of the service shares Redis's clock, whatever its own clock says.
  */
 
-/** Algorithm codes passed in ARGV (a strict sliding window is 'ss', see scriptCounterArgs). */
+/** Algorithm codes passed in ARGV (a strict sliding window is 'ss', see counterSpec). */
 export const ALGORITHM_CODE: Readonly<Record<Algorithm, string>> = {
   sliding_window: 'sw',
   fixed_window: 'fw',
@@ -17,15 +17,20 @@ export const ALGORITHM_CODE: Readonly<Record<Algorithm, string>> = {
   leaky_bucket: 'lb',
 };
 
-/** A counter's DECIDE arguments after its key: algorithm code, W, L, h and its shape (sub-windows or burst). */
+/**
+ * A counter's limit as DECIDE reads it, `<algorithm code>:<W>:<L>:<shape>` (shape: sub-windows for
+ * sw/ss, burst for tb/lb, 0 otherwise). One string per limit, not four numbers per counter: the
+ * client encodes half the arguments, and the script parses each distinct limit once per call.
+ */
+export function counterSpec(c: CounterRequest): string {
+  if (c.algorithm === 'sliding_window') return `${c.strict === true ? 'ss' : 'sw'}:${c.windowMs}:${c.limit}:${c.subWindows ?? 1}`;
+  const shape = c.algorithm === 'token_bucket' || c.algorithm === 'leaky_bucket' ? (c.burst ?? c.limit) : 0;
+  return `${ALGORITHM_CODE[c.algorithm]}:${c.windowMs}:${c.limit}:${shape}`;
+}
+
+/** A counter's DECIDE arguments after its key: its limit (counterSpec) and its hits. */
 export function pushCounterArgs(args: (string | number)[], c: CounterRequest): void {
-  if (c.algorithm === 'sliding_window') {
-    args.push(c.strict === true ? 'ss' : 'sw', c.windowMs, c.limit, c.hits, c.subWindows ?? 1);
-  } else if (c.algorithm === 'token_bucket' || c.algorithm === 'leaky_bucket') {
-    args.push(ALGORITHM_CODE[c.algorithm], c.windowMs, c.limit, c.hits, c.burst ?? c.limit);
-  } else {
-    args.push(ALGORITHM_CODE[c.algorithm], c.windowMs, c.limit, c.hits, 0);
-  }
+  args.push(counterSpec(c), c.hits);
 }
 
 /**
@@ -99,9 +104,10 @@ export const REFUND_COMMAND = 'slidegate_refund';
  * ARGV     for each request, in KEYS order:
  *            countDenied ('1' to charge every counter even when one is denied, else '0'),
  *            number of counters c, then for each of its c counters:
- *              algorithm ('sw' | 'ss' (strict sliding window) | 'fw' | 'sl' | 'tb' | 'lb'), window W in ms
- *              (integer), limit L, hits h (0 = check only), shape p: sub-windows k for sw/ss (dividing W),
- *              burst for tb/lb, 0 otherwise
+ *              its limit `<algorithm>:<W>:<L>:<p>` (counterSpec): algorithm 'sw' | 'ss' (strict
+ *              sliding window) | 'fw' | 'sl' | 'tb' | 'lb', window W in ms (integer), limit L, shape p:
+ *              sub-windows k for sw/ss (dividing W), burst for tb/lb, 0 otherwise;
+ *              then its hits h (0 = check only)
  *
  * Reply: one string, 3 comma-separated fields per counter in KEYS order (one bulk string is far
  *   cheaper for the client to read than an array of 4 entries per counter; see DecideReplyReader):
@@ -109,9 +115,13 @@ export const REFUND_COMMAND = 'slidegate_refund';
  *   nothing was added; else the (sub-)window number n for sw/ss/fw, the sorted-set member for sl, or
  *   `<W>:<L>` for tb/lb: exactly what REFUND_SCRIPT needs to take it back). Tokens hold digits and ':' only.
  *
+ * Work per counter: a hot counter costs one read and one write per call, not per request: string
+ * counters are read once per call (one MGET of both windows) and written once per call (INCRBY of
+ * the batch's total); a limit's spec is parsed, and a window counter's keys derived, once per call.
+ * What is left per counter is arithmetic on tables the call keeps (see the bench's per-counter figures).
+ *
  * Writes: only for a request whose counters are all allowed (or with countDenied), only counters
- * with h > 0. String counters are read once per call and written once per call (INCRBY of the
- * batch's total), so a hot counter costs one read and one write per batch, not per request.
+ * with h > 0.
  * TTLs, set when a key is created (INCRBY returns exactly what was added), never refreshed:
  *   sliding_window W + W/k: `<base>:<n>` is created inside sub-window n and read until the end of
  *     sub-window n+k (as the oldest), so at most (k+1) x W/k after its creation (2W for k = 1);
@@ -129,14 +139,29 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nowUs = t[1] .. string.format('%06d', tonumber(t[2]))
 local function fmt(x) return string.format('%.0f', x) end
 
+-- Limit specs as this call has parsed them: {alg, W, L, shape, TTL of a window key}.
+local specs = {}
+local function parseSpec(s)
+  local alg, w, limit, shape = string.match(s, '^(%a+):(%d+):(%d+):(%d+)$')
+  w, limit, shape = tonumber(w), tonumber(limit), tonumber(shape)
+  local life = w
+  if alg == 'sw' or alg == 'ss' then life = w + w / shape end
+  local sp = {alg, w, limit, shape, life}
+  specs[s] = sp
+  return sp
+end
 -- String counters as this call sees them (read once, then kept current here); what the call adds
 -- to each, and the TTL it gets if the call creates it, written once at the end in first-charge order.
 local val, added, ttl, written = {}, {}, {}, {}
+-- Per base key of a window counter (sw, fw): its current window number n (the charge token), and
+-- the keys of windows n and n - 1, derived once per call (for the window W they were derived with:
+-- a counter key names its window, but a caller's base need not).
+local winOf, curKeyOf, prevKeyOf, wOf = {}, {}, {}, {}
+local fwWinOf, fwKeyOf, fwWOf = {}, {}, {}
 -- Sorted sets this call appended to: longest window, trimmed and expired once at the end.
 local logs, logKeys = {}, {}
 -- Buckets as this call sees them ({tatMs, tatRem}), and the ones it charged, written once at the end.
 local bkt, bktKeys, bktWritten = {}, {}, {}
--- GCRA: the TAT after h more hits at now (src/limiter/algorithms.ts chargeBucket).
 local function bcharge(st, h, w, limit)
   if limit == 0 then return st end
   local after = (st[1] - now) * limit + st[2]
@@ -144,12 +169,14 @@ local function bcharge(st, h, w, limit)
   after = after + h * w
   return {now + math.floor(after / limit), after % limit}
 end
--- Window numbers n and n - 1 as key suffixes, by window length.
-local curWin, prevWin = {}, {}
--- Per counter of the batch: its ARGV offset, the key it charges, its charge token.
-local argAt, chargeKey, chargeTok = {}, {}, {}
+-- Hits a request has charged so far, by key: a later counter of the same request on the same key
+-- sees them. pendAt[key] names the request (its first counter's index); stale entries are ignored.
+local pendAt, pendHits = {}, {}
+-- Per counter of the batch: its spec, hits, the key it charges, its charge token.
+local specAt, hitsAt, chargeKey, chargeTok = {}, {}, {}, {}
 
 local out = {}
+local resetStr = {}
 local a = 1
 local k = 0
 local nargs = #ARGV
@@ -158,24 +185,87 @@ while a <= nargs do
   local n = tonumber(ARGV[a + 1])
   a = a + 2
   local first, last = k + 1, k + n
-  -- Hits of this request's earlier counters, by key: a later counter on the same key sees them.
-  local pending = nil
-  if n > 1 then pending = {} end
   local allAllowed = true
 
   for i = first, last do
-    local wArg = ARGV[a + 1]
-    local alg, w, limit, hits = ARGV[a], tonumber(wArg), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    local shape = ARGV[a + 4]
-    argAt[i] = a
-    a = a + 5
+    local specArg = ARGV[a]
+    local sp = specs[specArg] or parseSpec(specArg)
+    local hits = tonumber(ARGV[a + 1])
+    a = a + 2
+    specAt[i] = sp
+    hitsAt[i] = hits
+    local alg, w, limit = sp[1], sp[2], sp[3]
     local base = KEYS[i]
-    local start = now - (now % w)
-    local toEnd = start + w - now
     local allowed, remaining, reset = 0, 0, 0
     local key
+    local p = 0
 
-    if alg == 'sl' then
+    if alg == 'sw' and sp[4] == 1 then
+      key = curKeyOf[base]
+      local prevKey
+      if key == nil or wOf[base] ~= w then
+        local nw = (now - now % w) / w
+        local win = fmt(nw)
+        key = base .. ':' .. win
+        prevKey = base .. ':' .. fmt(nw - 1)
+        winOf[base] = win
+        curKeyOf[base] = key
+        prevKeyOf[base] = prevKey
+        wOf[base] = w
+        if val[key] == nil or val[prevKey] == nil then
+          local got = redis.call('MGET', key, prevKey)
+          if val[key] == nil then val[key] = tonumber(got[1]) or 0 end
+          if val[prevKey] == nil then val[prevKey] = tonumber(got[2]) or 0 end
+        end
+      else
+        prevKey = prevKeyOf[base]
+      end
+      if pendAt[key] == first then p = pendHits[key] end
+      local cur, prev = val[key] + p, val[prevKey]
+      local toEnd = w - now % w
+      local used = math.floor((cur * w + prev * toEnd) / w)
+      if used + hits <= limit then
+        allowed = 1
+        remaining = limit - used - hits
+        if cur + hits > 0 then reset = toEnd + w
+        elseif prev > 0 then reset = toEnd end
+      elseif hits > limit then
+        reset = w
+      else
+        local target = limit - hits + 1
+        if cur < target then
+          reset = toEnd - (math.ceil((target - cur) * w / prev) - 1)
+        else
+          reset = toEnd + w - (math.ceil(target * w / cur) - 1)
+        end
+      end
+      chargeTok[i] = winOf[base]
+
+    elseif alg == 'fw' then
+      key = fwKeyOf[base]
+      if key == nil or fwWOf[base] ~= w then
+        local win = fmt((now - now % w) / w)
+        key = base .. ':' .. win
+        fwWinOf[base] = win
+        fwKeyOf[base] = key
+        fwWOf[base] = w
+        if val[key] == nil then val[key] = tonumber(redis.call('GET', key)) or 0 end
+      end
+      if pendAt[key] == first then p = pendHits[key] end
+      local cur = val[key] + p
+      local toEnd = w - now % w
+      if cur + hits <= limit then
+        allowed = 1
+        remaining = limit - cur - hits
+        reset = toEnd
+      elseif hits > limit then
+        reset = w
+      else
+        reset = toEnd
+      end
+      chargeTok[i] = fwWinOf[base]
+
+    elseif alg == 'sl' then
       key = base
       local from = now - w
       local recs = redis.call('ZRANGEBYSCORE', base, '(' .. fmt(from), '+inf', 'WITHSCORES')
@@ -186,8 +276,7 @@ while a <= nargs do
         local at = tonumber(recs[j + 1])
         if newest == nil or at > newest then newest = at end
       end
-      -- Pending hits act as a record admitted now, after every stored one.
-      local p = pending and pending[key] or 0
+      if pendAt[key] == first then p = pendHits[key] end
       if p > 0 then
         count = count + p
         newest = now
@@ -200,7 +289,6 @@ while a <= nargs do
       elseif hits > limit then
         reset = w
       else
-        -- Drop the oldest records until h fits; if only a pending record is left, it leaves W from now.
         local left = count
         reset = w
         for j = 1, #recs, 2 do
@@ -224,9 +312,9 @@ while a <= nargs do
         end
         bkt[key] = st
       end
-      local p = pending and pending[key] or 0
+      if pendAt[key] == first then p = pendHits[key] end
       if p > 0 then st = bcharge(st, p, w, limit) end
-      local burst = tonumber(shape)
+      local burst = sp[4]
       if limit == 0 or hits > burst then
         if hits == 0 then allowed = 1 else reset = w end
       else
@@ -242,11 +330,11 @@ while a <= nargs do
           reset = math.ceil((after - cap) / limit)
         end
       end
-      chargeTok[i] = wArg .. ':' .. ARGV[argAt[i] + 2]
+      chargeTok[i] = w .. ':' .. limit
 
-    elseif alg == 'ss' or (alg == 'sw' and shape ~= '1') then
-      -- Sliding window over k sub-windows (src/limiter/algorithms.ts subWindowCounter).
-      local k = tonumber(shape)
+    else
+      -- Sliding window over k sub-windows ('ss', or 'sw' with k > 1; src/limiter/algorithms.ts subWindowCounter).
+      local k = sp[4]
       local s = w / k
       local subStart = now - (now % s)
       local toEndS = subStart + s - now
@@ -264,13 +352,15 @@ while a <= nargs do
         local got = redis.call('MGET', unpack(missing))
         for j = 1, #missing do val[missing[j]] = tonumber(got[j]) or 0 end
       end
+      if pendAt[key] == first then p = pendHits[key] end
       local c = {}
       local full = 0
       for j = 0, k do
         c[j] = val[ks[j]]
-        if pending then c[j] = c[j] + (pending[ks[j]] or 0) end
         if j > 0 then full = full + c[j] end
       end
+      c[k] = c[k] + p
+      full = full + p
       local used
       if alg == 'ss' then used = full + c[0] else used = math.floor((full * s + c[0] * toEndS) / s) end
       if used + hits <= limit then
@@ -306,92 +396,42 @@ while a <= nargs do
           end
         end
       end
-
-    else
-      local win = curWin[wArg]
-      if win == nil then
-        win = fmt(start / w)
-        curWin[wArg] = win
-        prevWin[wArg] = fmt(start / w - 1)
-      end
-      key = base .. ':' .. win
-      chargeTok[i] = win
-      local cur = val[key]
-      if alg == 'sw' then
-        local prevKey = base .. ':' .. prevWin[wArg]
-        local prev = val[prevKey]
-        if cur == nil or prev == nil then
-          local got = redis.call('MGET', key, prevKey)
-          if cur == nil then cur = tonumber(got[1]) or 0; val[key] = cur end
-          if prev == nil then prev = tonumber(got[2]) or 0; val[prevKey] = prev end
-        end
-        if pending then
-          cur = cur + (pending[key] or 0)
-          prev = prev + (pending[prevKey] or 0)
-        end
-        local used = math.floor((cur * w + prev * toEnd) / w)
-        if used + hits <= limit then
-          allowed = 1
-          remaining = limit - used - hits
-          if cur + hits > 0 then reset = toEnd + w
-          elseif prev > 0 then reset = toEnd end
-        elseif hits > limit then
-          reset = w
-        else
-          local target = limit - hits + 1
-          if cur < target then
-            reset = toEnd - (math.ceil((target - cur) * w / prev) - 1)
-          else
-            reset = toEnd + w - (math.ceil(target * w / cur) - 1)
-          end
-        end
-      else -- 'fw'
-        if cur == nil then
-          cur = tonumber(redis.call('GET', key)) or 0
-          val[key] = cur
-        end
-        if pending then cur = cur + (pending[key] or 0) end
-        if cur + hits <= limit then
-          allowed = 1
-          remaining = limit - cur - hits
-          reset = toEnd
-        elseif hits > limit then
-          reset = w
-        else
-          reset = toEnd
-        end
-      end
     end
 
     chargeKey[i] = key
     if allowed == 0 then allAllowed = false end
-    if pending and hits > 0 and (allowed == 1 or countDenied) then pending[key] = (pending[key] or 0) + hits end
+    if n > 1 and hits > 0 and (allowed == 1 or countDenied) then
+      if pendAt[key] == first then pendHits[key] = pendHits[key] + hits
+      else
+        pendAt[key] = first
+        pendHits[key] = hits
+      end
+    end
     local o = (i - 1) * 3
     if allowed == 1 then out[o + 1] = remaining else out[o + 1] = -1 end
-    out[o + 2] = reset
+    local rs = resetStr[reset]
+    if rs == nil then rs = tostring(reset); resetStr[reset] = rs end
+    out[o + 2] = rs
     out[o + 3] = ''
   end
 
   if allAllowed or countDenied then
     for i = first, last do
-      local p = argAt[i]
-      local hitsArg = ARGV[p + 3]
-      local hits = tonumber(hitsArg)
+      local hits = hitsAt[i]
       if hits > 0 then
         local key = chargeKey[i]
-        local alg = ARGV[p]
-        local w = tonumber(ARGV[p + 1])
+        local sp = specAt[i]
+        local alg, w = sp[1], sp[2]
         if alg == 'tb' or alg == 'lb' then
-          local limit = tonumber(ARGV[p + 2])
           if bktWritten[key] == nil then
             bktWritten[key] = true
             bktKeys[#bktKeys + 1] = key
           end
-          bkt[key] = bcharge(bkt[key], hits, w, limit)
+          bkt[key] = bcharge(bkt[key], hits, w, sp[3])
           out[i * 3] = chargeTok[i]
         elseif alg == 'sl' then
           -- Written at once: the next request of the batch reads this set again.
-          local member = hitsArg .. ':' .. nowUs .. ':' .. i
+          local member = hits .. ':' .. nowUs .. ':' .. i
           local m = member
           local j = 0
           while redis.call('ZADD', key, 'NX', now, m) == 0 do
@@ -408,8 +448,7 @@ while a <= nargs do
           out[i * 3] = m
         else
           val[key] = val[key] + hits
-          local life = w
-          if alg ~= 'fw' then life = w + w / tonumber(ARGV[p + 4]) end
+          local life = sp[5]
           local sum = added[key]
           if sum == nil then
             written[#written + 1] = key
