@@ -17,6 +17,10 @@ export interface RunMeasure {
   readonly redisScriptsPerDecision?: number;
   /** Every command Redis executed per successful call, those inside scripts included. */
   readonly redisCommandsPerDecision?: number;
+  /** Commands the scripts ran (redis.call) per counter decided: successful calls x descriptors per call. */
+  readonly luaCommandsPerCounter?: number;
+  /** Script time (INFO commandstats) per counter decided, microseconds. */
+  readonly scriptUsPerCounter?: number;
 }
 
 /** Medians over the repeats (errors: the sum). */
@@ -33,6 +37,8 @@ export interface ScenarioSummary {
   readonly ratioToCeiling?: number;
   readonly redisScriptsPerDecision?: number;
   readonly redisCommandsPerDecision?: number;
+  readonly luaCommandsPerCounter?: number;
+  readonly scriptUsPerCounter?: number;
   readonly cpuCores: number;
   readonly redisCpuCores?: number;
   readonly rssMiB: number;

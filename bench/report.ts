@@ -36,7 +36,7 @@ export function benchTable(result: BenchResult): string {
     .filter((s) => s.kind === 'max')
     .map((s) => {
       const m = s.summary;
-      if (!m) return [s.name, String(s.workers ?? '-'), 'failed', '-', '-', '-', '-', '-', '-', '-', '-', '-'];
+      if (!m) return [s.name, String(s.workers ?? '-'), 'failed', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-'];
       return [
         s.name,
         String(s.workers ?? '-'),
@@ -48,6 +48,8 @@ export function benchTable(result: BenchResult): string {
         m.ratioToCeiling === undefined ? '-' : fmt(m.ratioToCeiling, 2),
         m.redisScriptsPerDecision === undefined ? '-' : fmt(m.redisScriptsPerDecision, 2),
         m.redisCommandsPerDecision === undefined ? '-' : fmt(m.redisCommandsPerDecision, 2),
+        m.luaCommandsPerCounter === undefined ? '-' : fmt(m.luaCommandsPerCounter, 3),
+        m.scriptUsPerCounter === undefined ? '-' : fmt(m.scriptUsPerCounter, 2),
         fmt(m.cpuCores * 100),
         fmt(m.rssMiB),
       ];
@@ -64,11 +66,13 @@ export function benchTable(result: BenchResult): string {
       'vs ceiling',
       'Redis calls/decision',
       'Redis cmds/decision',
+      'Lua cmds/counter',
+      'script µs/counter',
       'CPU %',
       'RSS MiB',
     ],
     rows,
-    ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
   );
 }
 

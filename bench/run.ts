@@ -171,7 +171,8 @@ async function generate(
   return JSON.parse(r.stdout.trim().split('\n').pop()!) as LoadResult;
 }
 
-async function measure(run: () => Promise<LoadResult>, target: Target, redis?: RedisProcess): Promise<RunMeasure> {
+/** One run of `run` against `target` (and its Redis); `descriptors`: counters per call, for the per-counter figures. */
+async function measure(run: () => Promise<LoadResult>, target: Target, descriptors: number, redis?: RedisProcess): Promise<RunMeasure> {
   const before = processUsage(target.pid);
   const redisBefore = redis ? processUsage(redis.pid) : undefined;
   const callsBefore = redis ? await redisCommandCalls(redis.port) : undefined;
@@ -184,11 +185,15 @@ async function measure(run: () => Promise<LoadResult>, target: Target, redis?: R
   const callsAfter = await redisCommandCalls(redis.port);
   const redisAfter = processUsage(redis.pid);
   const per = (n: number): number | undefined => (load.ok > 0 ? n / load.ok : undefined);
+  const scripts = callsAfter.scripts - callsBefore.scripts;
+  const perCounter = (n: number): number | undefined => (load.ok > 0 ? n / (load.ok * descriptors) : undefined);
   return {
     ...m,
     redisCpuCores: (redisAfter.cpuSeconds - redisBefore.cpuSeconds) / wallS,
-    redisScriptsPerDecision: per(callsAfter.scripts - callsBefore.scripts),
+    redisScriptsPerDecision: per(scripts),
     redisCommandsPerDecision: per(callsAfter.commands - callsBefore.commands),
+    luaCommandsPerCounter: perCounter(callsAfter.commands - callsBefore.commands - scripts),
+    scriptUsPerCounter: perCounter(callsAfter.scriptUsec - callsBefore.scriptUsec),
   };
 }
 
@@ -210,6 +215,8 @@ function summarise(runs: readonly RunMeasure[], ceiling?: { readonly runs: reado
     ratioToCeiling: ceiling === undefined ? undefined : ratioTo(runs, ceiling.runs, ceiling.paired),
     redisScriptsPerDecision: finite(med((r) => r.redisScriptsPerDecision)),
     redisCommandsPerDecision: finite(med((r) => r.redisCommandsPerDecision)),
+    luaCommandsPerCounter: finite(med((r) => r.luaCommandsPerCounter)),
+    scriptUsPerCounter: finite(med((r) => r.scriptUsPerCounter)),
     cpuCores: med((r) => r.cpuCores),
     redisCpuCores: finite(med((r) => r.redisCpuCores)),
     rssMiB: med((r) => r.rssMiB),
@@ -391,7 +398,9 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
         if (p.error !== undefined) continue;
         try {
           if (p.spec.generator === 'h2load-mix' && i > 0) p.sizes = await sampleMix(p.target.port, p.files);
-          p.runs.push(await measure(() => generate(p.spec, p.target, p.files, p.sizes, opts.durationS, opts, tmp, p.normalRps), p.target, p.redis));
+          p.runs.push(
+            await measure(() => generate(p.spec, p.target, p.files, p.sizes, opts.durationS, opts, tmp, p.normalRps), p.target, p.files.descriptors, p.redis),
+          );
         } catch (e) {
           p.error = message(e);
         }

@@ -14,10 +14,35 @@ import { encodeRateLimitRequest, type BenchDescriptor } from './rls-codec';
  */
 export type Transport = 'grpc-js' | 'http2' | 'node-http2';
 export type Backend = 'memory' | 'redis';
-export type Workload = 'one' | 'five' | 'keys10k' | 'attack' | 'bucket';
+export type Workload = 'one' | 'five' | 'five-fw' | 'five-sl' | 'five-tb' | 'five-lb' | 'keys10k' | 'attack' | 'bucket';
 
 /** Every workload, in the order their request files are written. */
-export const WORKLOADS: readonly Workload[] = ['one', 'five', 'keys10k', 'attack', 'bucket'];
+export const WORKLOADS: readonly Workload[] = ['one', 'five', 'five-fw', 'five-sl', 'five-tb', 'five-lb', 'keys10k', 'attack', 'bucket'];
+
+/**
+ * The five-descriptor workloads by algorithm (`five` is the default sliding window): the same five
+ * descriptors, each on a rule of that algorithm, whose keys start with the prefix here.
+ */
+const FIVE_BY_ALGORITHM = {
+  'five-fw': { prefix: 'fw_', rule: 'algorithm: fixed_window', text: 'fixed window' },
+  'five-sl': { prefix: 'sl_', rule: 'algorithm: sliding_log', text: 'sliding log' },
+  'five-tb': { prefix: 'tb_', rule: 'algorithm: token_bucket, burst: 1000000000', text: 'token bucket' },
+  'five-lb': { prefix: 'lb_', rule: 'algorithm: leaky_bucket, burst: 1000000000', text: 'leaky bucket' },
+} as const;
+
+/** The five descriptors' keys, values and units (their windows differ, as a real route's rules do). */
+const FIVE: readonly (readonly [key: string, value: string, unit: string])[] = [
+  ['client', 'c1', 'second'],
+  ['path', '/api/v1/items', 'second'],
+  ['method', 'GET', 'second'],
+  ['tenant', 't1', 'minute'],
+  ['region', 'eu-west', 'hour'],
+];
+
+/** A workload that sends the five descriptors, whatever their algorithm. */
+export function isFive(w: Workload): boolean {
+  return w === 'five' || w in FIVE_BY_ALGORITHM;
+}
 
 export interface ScenarioSpec {
   /** Unique; `--only` matches it. Shape: `<target>[@<rate>-<conns>c]/<generator>`. */
@@ -75,7 +100,11 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
   - key: bucket
     rate_limit: {unit: second, requests_per_unit: 1000000000, algorithm: token_bucket, burst: 1000000000}
-`;
+${Object.values(FIVE_BY_ALGORITHM)
+  .flatMap(({ prefix, rule }) =>
+    FIVE.map(([key, , unit]) => `  - key: ${prefix}${key}\n    rate_limit: {unit: ${unit}, requests_per_unit: 1000000000, ${rule}}\n`),
+  )
+  .join('')}`;
 
 const d = (key: string, value: string): BenchDescriptor => ({ entries: [[key, value]] });
 
@@ -107,12 +136,21 @@ export function workloadBodies(w: Workload): { bodies: Buffer[]; descriptors: nu
     case 'one':
       return { bodies: [encodeRateLimitRequest(DOMAIN, [d('client', 'c1')])], descriptors: 1 };
     case 'five':
+    case 'five-fw':
+    case 'five-sl':
+    case 'five-tb':
+    case 'five-lb': {
+      const prefix = w === 'five' ? '' : FIVE_BY_ALGORITHM[w].prefix;
       return {
         bodies: [
-          encodeRateLimitRequest(DOMAIN, [d('client', 'c1'), d('path', '/api/v1/items'), d('method', 'GET'), d('tenant', 't1'), d('region', 'eu-west')]),
+          encodeRateLimitRequest(
+            DOMAIN,
+            FIVE.map(([key, value]) => d(prefix + key, value)),
+          ),
         ],
         descriptors: 5,
       };
+    }
     case 'keys10k':
       return { bodies: Array.from({ length: 10_000 }, (_, i) => encodeRateLimitRequest(DOMAIN, [d('client', `c${i}`)])), descriptors: 1 };
     case 'bucket':
@@ -129,6 +167,10 @@ export function workloadBodies(w: Workload): { bodies: Buffer[]; descriptors: nu
 const WORKLOAD_LABEL: Record<Workload, string> = {
   one: '1-descriptor',
   five: '5-descriptors',
+  'five-fw': '5-descriptors-fixed-window',
+  'five-sl': '5-descriptors-sliding-log',
+  'five-tb': '5-descriptors-token-bucket',
+  'five-lb': '5-descriptors-leaky-bucket',
   keys10k: '10k-keys',
   attack: 'attack-90pct',
   bucket: '1-token-bucket',
@@ -136,6 +178,10 @@ const WORKLOAD_LABEL: Record<Workload, string> = {
 const WORKLOAD_TEXT: Record<Workload, string> = {
   one: 'one descriptor, one key',
   five: 'five descriptors per call (one all-or-nothing decision over five counters)',
+  'five-fw': `five descriptors per call on ${FIVE_BY_ALGORITHM['five-fw'].text} rules`,
+  'five-sl': `five descriptors per call on ${FIVE_BY_ALGORITHM['five-sl'].text} rules`,
+  'five-tb': `five descriptors per call on ${FIVE_BY_ALGORITHM['five-tb'].text} rules`,
+  'five-lb': `five descriptors per call on ${FIVE_BY_ALGORITHM['five-lb'].text} rules`,
   keys10k: '10,000 distinct keys in turn',
   attack: '90% of calls on keys already over their limit, 10% normal',
   bucket: 'one descriptor, one key, on a token-bucket rule',
@@ -157,7 +203,7 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
   // A ceiling runs as many processes as the service it bounds: `-w2` in its name when more than one.
   const noop = (transport: Transport, requested: Workload, generator: GeneratorName, workers: number): string => {
     // A no-op server does not read the rule: one descriptor is one descriptor, whatever its algorithm.
-    const workload = requested === 'bucket' ? 'one' : requested;
+    const workload = requested === 'bucket' ? 'one' : isFive(requested) ? 'five' : requested;
     const name = `noop-${transport}${workers > 1 ? `-w${workers}` : ''}${workload === 'one' ? '' : '-' + WORKLOAD_LABEL[workload]}/${generator}`;
     if (specs.some((s) => s.name === name)) return name;
     const procs = workers > 1 ? `, ${workers} processes` : '';
@@ -235,6 +281,12 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
     svc(backend, 'one', p);
     svc(backend, 'bucket', p);
     svc(backend, 'five', p);
+    for (const w of Object.keys(FIVE_BY_ALGORITHM) as (keyof typeof FIVE_BY_ALGORITHM)[]) {
+      // Redis keeps one log record per admitted request (the memory store one per millisecond): at
+      // full speed under a limit never reached, each decision would read tens of thousands of them.
+      if (backend === 'redis' && w === 'five-sl') continue;
+      svc(backend, w, p);
+    }
   }
   svc('redis', 'one', p, { transport: 'grpc-js' });
   svc('memory', 'keys10k', v);

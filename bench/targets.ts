@@ -43,6 +43,8 @@ export interface RedisCommandCount {
   readonly commands: number;
   /** EVAL, EVALSHA and FCALL (and their read-only forms): what a client sends to run a script. */
   readonly scripts: number;
+  /** Microseconds Redis spent running those scripts (the commands they ran included). */
+  readonly scriptUsec: number;
 }
 
 const SCRIPT_CALLS = /^(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro)$/;
@@ -51,12 +53,16 @@ export async function redisCommandCalls(port: number): Promise<RedisCommandCount
   const r = await runCommand('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'INFO', 'commandstats'], 5000);
   let commands = 0;
   let scripts = 0;
-  for (const m of r.stdout.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
+  let scriptUsec = 0;
+  for (const m of r.stdout.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) {
     if (m[1] === 'info') continue;
     commands += Number(m[2]);
-    if (SCRIPT_CALLS.test(m[1])) scripts += Number(m[2]);
+    if (SCRIPT_CALLS.test(m[1])) {
+      scripts += Number(m[2]);
+      scriptUsec += Number(m[3]);
+    }
   }
-  return { commands, scripts };
+  return { commands, scripts, scriptUsec };
 }
 
 /**
