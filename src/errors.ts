@@ -11,9 +11,6 @@ import { StoreUnavailableError } from './limiter/store';
  * anything else is INTERNAL and logged once. Never `overall_code: UNKNOWN`.
  */
 
-export { InvalidRequestError, NotReadyError } from './limiter/errors';
-export { StoreUnavailableError } from './limiter/store';
-
 /** gRPC status codes (numerically equal to grpc-js's `status`). */
 export const GrpcStatus = Object.freeze({
   OK: 0,
@@ -30,6 +27,7 @@ export const GrpcStatus = Object.freeze({
 
 /** The request bytes are not a valid protobuf encoding of the message (the wire decoders throw it). */
 export class MalformedMessageError extends Error {
+  readonly code = 'malformed_message';
   constructor(message: string) {
     super(message);
     this.name = 'MalformedMessageError';

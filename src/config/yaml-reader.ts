@@ -1,7 +1,8 @@
 import { Document, isAlias, isMap, isScalar, isSeq, type Scalar, type YAMLMap } from 'yaml';
 import { type Algorithm } from '../limiter/types';
 import { ConfigError } from './config-error';
-import { type Metadata, type MetadataValue } from '../limiter/rules';
+import type { Metadata } from '../limiter/rules';
+import type { StructValue } from '../limiter/types';
 import { REFERENCE_KEYS } from './format-keys';
 /**
  * Reading YAML nodes the way the reference's YAML 1.1 parser reads them: aliases followed, string
@@ -129,13 +130,13 @@ export function readMetadata(ctx: Context, node: unknown, path: string): Metadat
 
 const MAX_METADATA_DEPTH = 32;
 
-function metadataValue(ctx: Context, node: unknown, path: string, depth: number): MetadataValue {
+function metadataValue(ctx: Context, node: unknown, path: string, depth: number): StructValue {
   if (depth > MAX_METADATA_DEPTH) fail(ctx, path, `nested deeper than ${MAX_METADATA_DEPTH} levels`);
   const n = resolve(ctx, node);
   if (n === undefined) return null;
   if (isMap(n)) {
     const { pairs, bases } = mappingParts(ctx, n, path);
-    const entries: [string, MetadataValue][] = pairs.map(([name, value]) => [name, metadataValue(ctx, value, child(path, name), depth + 1)]);
+    const entries: [string, StructValue][] = pairs.map(([name, value]) => [name, metadataValue(ctx, value, child(path, name), depth + 1)]);
     const seen = new Set(pairs.map(([name]) => name));
     for (const base of bases) {
       const values = metadataValue(ctx, base, path, depth + 1);

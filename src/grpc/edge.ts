@@ -6,11 +6,9 @@ import type { HealthState } from '../service/health';
 import type { ServiceReplays } from '../service/rls-service';
 
 /**
- * The options both gRPC transports take (GRPC_TRANSPORT: ./http2-grpc-server, ./grpc-server); what
- * they serve is ./rls-service. Nothing here loads grpc-js.
+ * The options both gRPC transports take (GRPC_TRANSPORT: ./http2-server, ./grpc-js-server); what
+ * they serve is src/service/rls-service.ts. Nothing here loads grpc-js.
  */
-
-export type { RateLimitDecider } from '../limiter/types';
 
 export interface GrpcServerOptions {
   readonly limiter: RateLimitDecider;

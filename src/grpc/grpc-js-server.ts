@@ -12,8 +12,6 @@ import { grpcServerCredentials, loadTlsMaterial, type TlsMaterial } from './tls'
  * decoder and one encoder; health messages are grpc-js's own (proto-loader).
  */
 
-export type { GrpcServerOptions, RateLimitDecider } from './edge';
-
 type HealthRequest = { service: string };
 
 /** Time for the last answers (and the ended Watch streams) to reach the socket before the cut. */

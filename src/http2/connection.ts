@@ -1,6 +1,7 @@
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { HpackDecoder, HpackError } from './hpack';
+import { HpackDecoder } from './hpack';
+import { HpackError } from './hpack-error';
 import {
   CONNECTION_PREFACE,
   DEFAULT_MAX_FRAME_SIZE,
@@ -221,11 +222,6 @@ export class H2Connection {
     socket.on('drain', this.onDrain);
     socket.on('error', () => socket.destroy());
     socket.on('close', this.onSocketClose);
-  }
-
-  /** Open streams. */
-  get streamCount(): number {
-    return this.streams.size;
   }
 
   /**

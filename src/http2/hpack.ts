@@ -10,8 +10,6 @@ import { HpackError } from './hpack-error';
 import { huffmanDecode } from './huffman';
 import { validFieldName, validFieldValue } from './request-headers';
 
-export { HpackError } from './hpack-error';
-
 /** RFC 7541 Appendix A; index i is STATIC_TABLE[i - 1]. */
 const STATIC_TABLE: ReadonlyArray<readonly [string, string]> = [
   [':authority', ''],

@@ -5,6 +5,8 @@
 
 /** The request is malformed (empty domain, no descriptors, empty key, bad override, ...). */
 export class InvalidRequestError extends Error {
+  /** Its entry in the error catalogue (src/errors.ts). */
+  readonly code = 'invalid_request';
   constructor(message: string) {
     super(message);
     this.name = 'InvalidRequestError';
@@ -16,6 +18,8 @@ export class InvalidRequestError extends Error {
  * failure, so Envoy's failure_mode_deny decides, as it would for any server not ready to serve.
  */
 export class NotReadyError extends Error {
+  /** Its entry in the error catalogue (src/errors.ts). */
+  readonly code = 'not_ready';
   constructor(message: string) {
     super(message);
     this.name = 'NotReadyError';

@@ -1,7 +1,5 @@
 import type { Limit, StructFields } from './types';
 
-export type { StructValue as MetadataValue } from './types';
-
 /**
  * The validated, frozen rule tree the decision walks (./match.ts): built by a config source
  * (src/config/load.ts from YAML files) and replaced as a whole on reload. Everything here is

@@ -77,6 +77,8 @@ export interface LocalAnswer {
 
 /** The store could not answer (down, slow, overloaded). Mapped to gRPC UNAVAILABLE at the edge. */
 export class StoreUnavailableError extends Error {
+  /** Its entry in the error catalogue (src/errors.ts). */
+  readonly code = 'store_unavailable';
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = 'StoreUnavailableError';

@@ -99,14 +99,9 @@ export class DenialCache implements Store {
   }
 
   /** Forgets every denial (the limits may have changed: config reload). */
-  clear(): void {
+  clearCache(): void {
     this.denials.clear();
     this.store.clearCache?.();
-  }
-
-  /** Store port spelling of clear(). */
-  clearCache(): void {
-    this.clear();
   }
 
   isHealthy(): boolean {

@@ -1,4 +1,4 @@
-import { InvalidRequestError } from '../errors';
+import { InvalidRequestError } from '../limiter/errors';
 import type { Code, Descriptor, Entry, RateLimitRequest, Unit } from '../limiter/types';
 import type { WireDescriptor, WireEnum, WireRateLimitRequest, WireUnitName } from './proto';
 

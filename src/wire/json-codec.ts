@@ -1,4 +1,4 @@
-import { InvalidRequestError } from '../errors';
+import { InvalidRequestError } from '../limiter/errors';
 import type { RateLimitRequest, RateLimitResponse, Unit } from '../limiter/types';
 import { durationFromMs, requestFromWire } from './convert';
 import type { WireDescriptor, WireRateLimitRequest, WireUnitName } from './proto';

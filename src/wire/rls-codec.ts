@@ -1,4 +1,5 @@
-import { InvalidRequestError, MalformedMessageError } from '../errors';
+import { MalformedMessageError } from '../errors';
+import { InvalidRequestError } from '../limiter/errors';
 import type { Descriptor, Entry, LimitOverride, RateLimitRequest, RateLimitResponse } from '../limiter/types';
 import { CODE_NUMBER, UINT32_MAX, UNIT_NUMBER, unitFromWire } from './convert';
 import { MESSAGE_PREFIX_BYTES } from './grpc-framing';

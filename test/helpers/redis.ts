@@ -27,7 +27,7 @@ export function requireRedisBinaries(): void {
     try {
       execFileSync(bin, ['--version'], { stdio: 'ignore' });
     } catch {
-      throw new Error(`${bin} is not installed: the Redis tests need it (make redis-server, or apt-get install redis-server)`);
+      throw new Error(`${bin} is not installed: the Redis tests need it (make tools installs it, or apt-get install redis-server)`);
     }
   }
 }

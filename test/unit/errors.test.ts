@@ -20,6 +20,10 @@ describe('the error catalogue', () => {
     expect(classify(EXAMPLES[code])).toBe(kind);
   });
 
+  it.each(entries.filter(([code]) => code !== 'internal'))('gives the error class of %s that code as its `code` property', (code) => {
+    expect((EXAMPLES[code] as { code: unknown }).code).toBe(code);
+  });
+
   it.each(entries)('answers %s with an error status on every edge', (_code, kind) => {
     // Envoy reads anything but an error as an answer: OK and UNKNOWN are never a failure's status.
     expect(kind.grpcStatus).not.toBe(GrpcStatus.OK);

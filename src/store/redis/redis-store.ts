@@ -217,11 +217,6 @@ export class RedisStore implements Store {
     return times[Math.floor(times.length / 2)];
   }
 
-  /** Consecutive failed health probes so far (0 after a successful one or a reconnect). */
-  get consecutiveProbeFailures(): number {
-    return this.probe.consecutiveFailures;
-  }
-
   private readonly keyOf = (c: CounterRequest): string => this.tagOpen + c.key + '}';
 
   private argsOf(c: CounterRequest): CounterArgs {

@@ -1,4 +1,4 @@
-import { StoreUnavailableError } from '../../../src/errors';
+import { StoreUnavailableError } from '../../../src/limiter/store';
 import { silentLogger } from '../../../src/log';
 import { DenialCache } from '../../../src/store/denial-cache';
 import { MemoryStore } from '../../../src/store/memory-store';

@@ -1,10 +1,10 @@
 import * as fs from 'node:fs';
 import * as http2 from 'node:http2';
 import { createRlsClient } from '../../../src/cli/rls-client';
-import { InvalidRequestError } from '../../../src/errors';
+import { InvalidRequestError } from '../../../src/limiter/errors';
 import type { LocalDenial, RateLimitResponse } from '../../../src/limiter/types';
 import { silentLogger } from '../../../src/log';
-import type { RateLimitDecider } from '../../../src/grpc/grpc-js-server';
+import type { RateLimitDecider } from '../../../src/limiter/types';
 import { HealthState } from '../../../src/service/health';
 import { Http2GrpcServer } from '../../../src/grpc/http2-server';
 import { protoRoot } from '../../../src/wire/proto';

@@ -1,4 +1,4 @@
-import { InvalidRequestError, NotReadyError } from '../../../src/errors';
+import { InvalidRequestError, NotReadyError } from '../../../src/limiter/errors';
 import type { RateLimitRequest, RateLimitResponse } from '../../../src/limiter/types';
 import { DebugServer } from '../../../src/http/debug-server';
 import { HttpServer, type JsonDecider } from '../../../src/http/http-server';

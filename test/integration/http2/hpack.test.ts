@@ -3,7 +3,8 @@ import * as http2 from 'node:http2';
 import * as net from 'node:net';
 import fc from 'fast-check';
 import { Flag, frame, FrameReader, FrameType } from '../../../src/http2/frames';
-import { encodeHeaderBlock, HpackDecoder, HpackError } from '../../../src/http2/hpack';
+import { encodeHeaderBlock, HpackDecoder } from '../../../src/http2/hpack';
+import { HpackError } from '../../../src/http2/hpack-error';
 import { huffmanDecode, huffmanEncode } from '../../../src/http2/huffman';
 
 /**

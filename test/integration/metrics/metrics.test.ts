@@ -45,7 +45,8 @@ async function traffic(svc: TestService): Promise<void> {
     );
   await svc.client.shouldRateLimit(req(descriptor([['client', 'web']])));
   await svc.client.shouldRateLimit(req(descriptor([['client', 'ios']])));
-  expect(await grpcCode(svc.client.shouldRateLimit({ domain: '', descriptors: [] }))).toBeDefined();
+  // INVALID_ARGUMENT (3): an empty domain.
+  expect(await grpcCode(svc.client.shouldRateLimit({ domain: '', descriptors: [] }))).toBe(3);
 }
 
 /** The value of one sample line of a Prometheus exposition. */

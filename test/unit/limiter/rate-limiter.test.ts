@@ -1,7 +1,7 @@
 import { buildConfig } from '../../../src/config/rule-tree';
 import { parseConfigText } from '../../../src/config/rule-reader';
 import type { RateLimitConfig } from '../../../src/limiter/rules';
-import { InvalidRequestError, NotReadyError } from '../../../src/errors';
+import { InvalidRequestError, NotReadyError } from '../../../src/limiter/errors';
 import { counterKey, counterKeyPrefix } from '../../../src/limiter/keys';
 import { RateLimiter, type RateLimiterOptions } from '../../../src/limiter/rate-limiter';
 import type { DescriptorOutcome, LimiterObserver } from '../../../src/limiter/types';

@@ -1,5 +1,5 @@
 import { register as globalRegistry } from 'prom-client';
-import { InvalidRequestError, NotReadyError } from '../../../src/errors';
+import { InvalidRequestError, NotReadyError } from '../../../src/limiter/errors';
 import type { RateLimitResponse } from '../../../src/limiter/types';
 import { instrumentDecider, LATENCY_BUCKETS_SECONDS, Metrics, type DescriptorEvent, type StatsdSink } from '../../../src/metrics/metrics';
 import { StoreUnavailableError } from '../../../src/limiter/store';

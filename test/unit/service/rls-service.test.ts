@@ -1,4 +1,5 @@
-import { InvalidRequestError, StoreUnavailableError } from '../../../src/errors';
+import { InvalidRequestError } from '../../../src/limiter/errors';
+import { StoreUnavailableError } from '../../../src/limiter/store';
 import type { RateLimitDecider, RateLimitResponse } from '../../../src/limiter/types';
 import { silentLogger } from '../../../src/log';
 import { GrpcStatus, MESSAGE_PREFIX_BYTES } from '../../../src/wire/grpc-framing';

@@ -1,4 +1,4 @@
-import { InvalidRequestError } from '../../../src/errors';
+import { InvalidRequestError } from '../../../src/limiter/errors';
 import type { RateLimitResponse } from '../../../src/limiter/types';
 import { CODE_NUMBER, UINT32_MAX, UNIT_NUMBER, durationFromMs, requestFromWire, unitFromWire, wireCount } from '../../../src/wire/convert';
 import { responseToWire } from '../../helpers/response-oracle';

@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { InvalidRequestError } from '../../../src/errors';
+import { InvalidRequestError } from '../../../src/limiter/errors';
 import type { DescriptorStatus, RateLimitResponse, Unit } from '../../../src/limiter/types';
 import { requestFromWire } from '../../../src/wire/convert';
 import { responseToWire } from '../../helpers/response-oracle';
