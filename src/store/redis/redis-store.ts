@@ -45,7 +45,7 @@ export const MAX_BATCH_KEYS = 256;
 
 type ScriptCall = (args: (string | number)[]) => Promise<unknown>;
 
-/** A counter's DECIDE arguments that depend only on it: its Redis key and its limit (counterSpec). */
+/** A counter's DECIDE arguments, which depend only on it: its Redis key and its counterSpec. */
 interface CounterArgs {
   readonly key: string;
   readonly spec: string;
@@ -240,10 +240,7 @@ export class RedisStore implements Store {
       const call = calls[i].request;
       const counters = call.counters;
       args.push(call.countDenied ? '1' : '0', counters.length);
-      for (let j = 0; j < counters.length; j++) {
-        const c = counters[j];
-        args.push(this.argsOf(c).spec, c.hits);
-      }
+      for (let j = 0; j < counters.length; j++) args.push(this.argsOf(counters[j]).spec);
     }
     this.decideCall(args).then(
       (reply) => this.answer(batch, calls, from, to, new DecideReplyReader(reply as string)),

@@ -18,19 +18,20 @@ export const ALGORITHM_CODE: Readonly<Record<Algorithm, string>> = {
 };
 
 /**
- * A counter's limit as DECIDE reads it, `<algorithm code>:<W>:<L>:<shape>` (shape: sub-windows for
- * sw/ss, burst for tb/lb, 0 otherwise). One string per limit, not four numbers per counter: the
- * client encodes half the arguments, and the script parses each distinct limit once per call.
+ * A counter's limit and hits as DECIDE reads them, `<algorithm code>:<W>:<L>:<shape>:<hits>`
+ * (shape: sub-windows for sw/ss, burst for tb/lb, 0 otherwise). One string, not five arguments per
+ * counter: the client encodes a third of the arguments, and the script parses each distinct one
+ * once per call (a hot descriptor sends the same string in every request).
  */
 export function counterSpec(c: CounterRequest): string {
-  if (c.algorithm === 'sliding_window') return `${c.strict === true ? 'ss' : 'sw'}:${c.windowMs}:${c.limit}:${c.subWindows ?? 1}`;
+  if (c.algorithm === 'sliding_window') return `${c.strict === true ? 'ss' : 'sw'}:${c.windowMs}:${c.limit}:${c.subWindows ?? 1}:${c.hits}`;
   const shape = c.algorithm === 'token_bucket' || c.algorithm === 'leaky_bucket' ? (c.burst ?? c.limit) : 0;
-  return `${ALGORITHM_CODE[c.algorithm]}:${c.windowMs}:${c.limit}:${shape}`;
+  return `${ALGORITHM_CODE[c.algorithm]}:${c.windowMs}:${c.limit}:${shape}:${c.hits}`;
 }
 
-/** A counter's DECIDE arguments after its key: its limit (counterSpec) and its hits. */
+/** A counter's DECIDE argument after its key (counterSpec). */
 export function pushCounterArgs(args: (string | number)[], c: CounterRequest): void {
-  args.push(counterSpec(c), c.hits);
+  args.push(counterSpec(c));
 }
 
 /**
@@ -103,11 +104,10 @@ export const REFUND_COMMAND = 'slidegate_refund';
  *                            member = `<hits>:<redis time in us>:<i>[:<k>]` (unique per admitted batch)
  * ARGV     for each request, in KEYS order:
  *            countDenied ('1' to charge every counter even when one is denied, else '0'),
- *            number of counters c, then for each of its c counters:
- *              its limit `<algorithm>:<W>:<L>:<p>` (counterSpec): algorithm 'sw' | 'ss' (strict
- *              sliding window) | 'fw' | 'sl' | 'tb' | 'lb', window W in ms (integer), limit L, shape p:
- *              sub-windows k for sw/ss (dividing W), burst for tb/lb, 0 otherwise;
- *              then its hits h (0 = check only)
+ *            number of counters c, then for each of its c counters one string
+ *              `<algorithm>:<W>:<L>:<p>:<h>` (counterSpec): algorithm 'sw' | 'ss' (strict sliding
+ *              window) | 'fw' | 'sl' | 'tb' | 'lb', window W in ms (integer), limit L, shape p:
+ *              sub-windows k for sw/ss (dividing W), burst for tb/lb, 0 otherwise; hits h (0 = check only)
  *
  * Reply: one string, 3 comma-separated fields per counter in KEYS order (one bulk string is far
  *   cheaper for the client to read than an array of 4 entries per counter; see DecideReplyReader):
@@ -139,14 +139,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nowUs = t[1] .. string.format('%06d', tonumber(t[2]))
 local function fmt(x) return string.format('%.0f', x) end
 
--- Limit specs as this call has parsed them: {alg, W, L, shape, TTL of a window key}.
+-- Counter arguments as this call has parsed them: {alg, W, L, shape, TTL of a window key, hits}.
 local specs = {}
 local function parseSpec(s)
-  local alg, w, limit, shape = string.match(s, '^(%a+):(%d+):(%d+):(%d+)$')
+  local alg, w, limit, shape, hits = string.match(s, '^(%a+):(%d+):(%d+):(%d+):(%d+)$')
   w, limit, shape = tonumber(w), tonumber(limit), tonumber(shape)
   local life = w
   if alg == 'sw' or alg == 'ss' then life = w + w / shape end
-  local sp = {alg, w, limit, shape, life}
+  local sp = {alg, w, limit, shape, life, tonumber(hits)}
   specs[s] = sp
   return sp
 end
@@ -190,8 +190,8 @@ while a <= nargs do
   for i = first, last do
     local specArg = ARGV[a]
     local sp = specs[specArg] or parseSpec(specArg)
-    local hits = tonumber(ARGV[a + 1])
-    a = a + 2
+    local hits = sp[6]
+    a = a + 1
     specAt[i] = sp
     hitsAt[i] = hits
     local alg, w, limit = sp[1], sp[2], sp[3]

@@ -49,7 +49,7 @@ describe('the decide script', () => {
     hits: number,
     shape = alg === 'sw' || alg === 'ss' ? 1 : alg === 'tb' || alg === 'lb' ? limit : 0,
   ): Promise<{ verdict: Verdict; token: string }> {
-    const [out] = read((await r.eval(pinned(nowMs), 1, key, '0', 1, `${alg}:${windowMs}:${limit}:${shape}`, hits)) as string, 1);
+    const [out] = read((await r.eval(pinned(nowMs), 1, key, '0', 1, `${alg}:${windowMs}:${limit}:${shape}:${hits}`)) as string, 1);
     return out;
   }
 
@@ -253,7 +253,7 @@ describe('the decide script', () => {
       for (const [key, alg, w, limit, hits] of q.counters) {
         keys.push(key);
         const shape = alg === 'sw' ? '1' : alg === 'ss' ? '2' : alg === 'tb' || alg === 'lb' ? '3' : '0';
-        argv.push(`${alg}:${w}:${limit}:${shape}`, String(hits));
+        argv.push(`${alg}:${w}:${limit}:${shape}:${hits}`);
       }
     }
     return read((await r.eval(pinned(nowMs), keys.length, ...keys, ...argv)) as string, keys.length);
