@@ -105,7 +105,6 @@ interface Plan {
  * a descriptor seen again is neither validated, nor matched, nor keyed again.
  */
 interface DescriptorMemo {
-  readonly config: RateLimitConfig;
   readonly domain: string;
   readonly rule: MatchedRule | undefined;
   counter: CounterRequest | undefined;
@@ -136,8 +135,10 @@ export class RateLimiter {
   private readonly observer: LimiterObserver | undefined;
   private readonly headers: ResponseHeadersBuilder | undefined;
   private readonly decideOptions: { readonly countDenied: boolean };
-  // Weak: a descriptor the codec no longer holds takes its memo with it.
-  private readonly memos = new WeakMap<Descriptor, DescriptorMemo>();
+  // Weak: a descriptor the codec no longer holds takes its memo with it. Replaced as a whole when
+  // the config changes, so that no memo keeps an old config's rules alive.
+  private memos = new WeakMap<Descriptor, DescriptorMemo>();
+  private memosConfig: RateLimitConfig | undefined;
 
   constructor(options: RateLimiterOptions) {
     if (!(options.nearLimitRatio >= 0 && options.nearLimitRatio <= 1)) {
@@ -223,6 +224,10 @@ export class RateLimiter {
     const config = this.config();
     const domainKnown = config !== undefined && config.domains.has(domain);
     const requestHits = req.hitsAddend > 0 ? req.hitsAddend : 1;
+    if (config !== this.memosConfig) {
+      this.memos = new WeakMap();
+      this.memosConfig = config;
+    }
 
     // Pass 1: validate and match every descriptor, collecting the names replaced by any match.
     const rules: (MatchedRule | undefined)[] = new Array<MatchedRule | undefined>(n);
@@ -232,14 +237,14 @@ export class RateLimiter {
       const d = descriptors[i];
       let rule: MatchedRule | undefined;
       const memo = config === undefined ? undefined : this.memos.get(d);
-      if (memo !== undefined && memo.config === config && memo.domain === domain) {
+      if (memo !== undefined && memo.domain === domain) {
         rule = memo.rule;
         memos[i] = memo;
       } else {
         validateDescriptor(d, i);
         if (!domainKnown) continue;
         rule = d.limit !== undefined ? this.overrideRule(domain, d) : matchDescriptor(config!, domain, d.entries);
-        if (Object.isFrozen(d)) this.memos.set(d, (memos[i] = { config: config!, domain, rule, counter: undefined, statKey: undefined }));
+        if (Object.isFrozen(d)) this.memos.set(d, (memos[i] = { domain, rule, counter: undefined, statKey: undefined }));
       }
       rules[i] = rule;
       if (rule !== undefined && rule.replaces.length > 0) {
