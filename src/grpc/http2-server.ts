@@ -8,6 +8,7 @@ import { encodeHeaderBlock } from '../http2/hpack';
 import { watchCertificateFiles } from './certificate-files';
 import { OK_TRAILERS, RESPONSE_HEADERS } from './header-blocks';
 import { H2Server, type H2ServerOptions } from '../http2/server';
+import { WindowBudget } from '../http2/window-budget';
 import { HEALTH_SERVICE, protoRoot, RLS_SERVICE } from '../wire/proto';
 import { RlsService, type CallSink } from '../service/rls-service';
 import { loadTlsMaterial, tlsServerOptions, type TlsMaterial } from './tls';
@@ -47,6 +48,7 @@ export function connectionLimits(h2: Settings['h2']): Omit<H2ServerOptions, 'onS
     maxConcurrentStreams: h2.maxConcurrentStreams,
     initialWindowSize: h2.streamBufferBytes,
     connectionWindowSize: h2.connectionBufferBytes,
+    windowBudget: new WindowBudget(h2.totalBufferBytes),
     maxHeaderListSize: h2.maxHeaderListBytes,
     resetBurst: h2.resetBurst,
     resetsPerSecond: h2.resetsPerSecond,

@@ -19,6 +19,7 @@ import {
 } from './frames';
 import { checkRequestHeaders, checkTrailers, MALFORMED } from './request-headers';
 import { ResetBudget } from './reset-budget';
+import type { WindowBudget } from './window-budget';
 
 /**
  * The server side of one HTTP/2 connection (RFC 9113), written for many small request/response
@@ -45,6 +46,11 @@ export interface ConnectionOptions {
   readonly initialWindowSize: number;
   /** Receive window of the connection: the most request body bytes all its streams may have buffered (at least 65,535). */
   readonly connectionWindowSize: number;
+  /**
+   * Where the connection borrows its receive window beyond the protocol's 65,535 bytes, shared with
+   * the server's other connections; absent: connectionWindowSize is granted in full.
+   */
+  readonly windowBudget?: WindowBudget;
   /** Largest decoded header list accepted (SETTINGS_MAX_HEADER_LIST_SIZE). */
   readonly maxHeaderListSize: number;
   /** Streams a connection may have reset or refused at once (default 1,000); see ResetBudget. */
@@ -165,7 +171,9 @@ export class H2Connection {
   private buffered: Buffer = EMPTY;
   private prefaceSeen = false;
   private settingsSeen = false;
+  // Streams open or half-closed (either side); activeStreams counts those the application still answers.
   private readonly streams = new Map<number, H2Stream>();
+  private activeStreams = 0;
   private lastStreamId = 0;
   private readonly decoder: HpackDecoder;
   // A header block being continued: its stream, flags and fragments.
@@ -180,6 +188,10 @@ export class H2Connection {
   // Received DATA bytes not yet returned by WINDOW_UPDATE, and of those, the ones released.
   private recvUnacked = 0;
   private recvReleased = 0;
+  // The connection's receive window: the protocol's 65,535 bytes and what is borrowed from the
+  // WindowBudget toward connectionWindowSize (given back when the socket closes).
+  private recvWindow = DEFAULT_WINDOW;
+  private borrowed = 0;
   // Until the client acknowledges our SETTINGS it may use the protocol's default stream window.
   private settingsAcked = false;
   private readonly budget: ResetBudget;
@@ -215,9 +227,8 @@ export class H2Connection {
         [Setting.MAX_HEADER_LIST_SIZE, options.maxHeaderListSize],
       ]),
     );
-    if (options.connectionWindowSize > DEFAULT_WINDOW) {
-      this.putWord(FrameType.WINDOW_UPDATE, 0, options.connectionWindowSize - DEFAULT_WINDOW);
-    }
+    const extra = this.borrowWindow();
+    if (extra > 0) this.putWord(FrameType.WINDOW_UPDATE, 0, extra);
     socket.on('data', this.onSocketData);
     socket.on('drain', this.onDrain);
     socket.on('error', () => socket.destroy());
@@ -248,7 +259,7 @@ export class H2Connection {
    */
   checkIdle(): void {
     if (this.closed) return;
-    if (this.streams.size > 0 || this.streamOpened) {
+    if (this.activeStreams > 0 || this.streamOpened) {
       this.streamOpened = false;
       this.idleChecks = 0;
       return;
@@ -366,21 +377,32 @@ export class H2Connection {
     }
   }
 
-  /** Our END_STREAM is out: the stream is done (a client still sending is told to stop). */
+  /**
+   * Our END_STREAM is out: the application is done with the stream. When the client has not ended
+   * its side yet (an answer before the whole request, which RFC 9113 8.1 allows), the stream stays
+   * half-closed (local) until it does or resets it, rather than being reset with NO_ERROR: its frames
+   * are still checked as on any open stream (flow control, content-length, trailers), and the DATA
+   * it still sends is dropped with its windows reopened. Once a stream has left the map, the client
+   * has ended or reset it too, so any later frame on it but PRIORITY is an error (STREAM_CLOSED);
+   * only the streams this layer reset (recentResets) get their frames in flight ignored.
+   */
   private finishLocal(stream: H2Stream): void {
-    if (!stream.remoteEnded) {
-      this.putWord(FrameType.RST_STREAM, stream.id, ErrorCode.NO_ERROR);
-      this.rememberReset(stream.id);
-    }
-    this.closeStream(stream, true);
+    if (stream.remoteEnded) this.closeStream(stream, true);
+    else this.detach(stream, true);
   }
 
   private closeStream(stream: H2Stream, completed: boolean): void {
+    this.detach(stream, completed);
+    this.streams.delete(stream.id);
+  }
+
+  /** The application is done with the stream (it may stay in the map, half-closed (local)). */
+  private detach(stream: H2Stream, completed: boolean): void {
     if (stream.closed) return;
     stream.closed = true;
+    this.activeStreams--;
     stream.pending = undefined;
     this.blocked.delete(stream);
-    this.streams.delete(stream.id);
     this.releaseStream(stream);
     const onAbort = stream.onAbort;
     stream.onData = stream.onEnd = stream.onAbort = undefined;
@@ -389,7 +411,8 @@ export class H2Connection {
   }
 
   private maybeEnd(): void {
-    if (this.goawaySent && this.streams.size === 0 && !this.closed) {
+    // Half-closed (local) streams have their answers: they do not hold the connection open.
+    if (this.goawaySent && this.activeStreams === 0 && !this.closed) {
       this.flush();
       // Closed once the GOAWAY is written, not half-closed: a peer that never answers with its own
       // FIN (one that never sent the preface, say) would otherwise hold the server's close.
@@ -454,6 +477,8 @@ export class H2Connection {
 
   private readonly onSocketClose = (): void => {
     this.closed = true;
+    this.options.windowBudget?.giveBack(this.borrowed);
+    this.borrowed = 0;
     this.endHeaderBlock();
     this.clearHandshakeTimer();
     this.out = EMPTY;
@@ -530,13 +555,24 @@ export class H2Connection {
   /** Received bytes no longer held: the connection window reopens (in batches). */
   private release(bytes: number): void {
     this.recvReleased += bytes;
-    const window = this.options.connectionWindowSize;
+    const window = this.recvWindow;
     // Batched at half the window; sooner when what stays held has left the client little room.
     if (this.recvReleased >= window / 2 || window - this.recvUnacked < window / 4) {
-      this.putWord(FrameType.WINDOW_UPDATE, 0, this.recvReleased);
+      // A connection opened while the budget was spent grows its window as the budget allows.
+      this.putWord(FrameType.WINDOW_UPDATE, 0, this.recvReleased + this.borrowWindow());
       this.recvUnacked -= this.recvReleased;
       this.recvReleased = 0;
     }
+  }
+
+  /** Borrows what the window still lacks toward connectionWindowSize; returns the bytes added to it. */
+  private borrowWindow(): number {
+    const wanted = this.options.connectionWindowSize - DEFAULT_WINDOW - this.borrowed;
+    if (wanted <= 0) return 0;
+    const granted = this.options.windowBudget === undefined ? wanted : this.options.windowBudget.borrow(wanted);
+    this.borrowed += granted;
+    this.recvWindow += granted;
+    return granted;
   }
 
   /** Whatever a stream still holds goes back to the connection window. */
@@ -667,7 +703,7 @@ export class H2Connection {
     }
     // Flow control counts the whole frame, padding included, whatever happens to the stream.
     this.recvUnacked += payload.length;
-    if (this.recvUnacked > this.options.connectionWindowSize) {
+    if (this.recvUnacked > this.recvWindow) {
       this.fail(ErrorCode.FLOW_CONTROL_ERROR, 'connection window exceeded');
       return;
     }
@@ -691,8 +727,14 @@ export class H2Connection {
       this.streamError(streamId, ErrorCode.PROTOCOL_ERROR);
       return;
     }
-    if (data.length > 0 && stream.onData !== undefined) this.guard(stream, stream.onData, data);
-    if ((flags & Flag.END_STREAM) !== 0) this.endRemote(stream);
+    const endStream = (flags & Flag.END_STREAM) !== 0;
+    if (stream.closed) {
+      // Answered already (half-closed (local)): dropped, and the windows reopen so the client can finish.
+      stream.recvUnacked = 0;
+      if (!endStream && payload.length > 0) this.putWord(FrameType.WINDOW_UPDATE, streamId, payload.length);
+      this.release(payload.length);
+    } else if (data.length > 0 && stream.onData !== undefined) this.guard(stream, stream.onData, data);
+    if (endStream) this.endRemote(stream);
   }
 
   /** The client has ended its side: the handler hears of it, and the body it sent is released. */
@@ -703,7 +745,12 @@ export class H2Connection {
       return;
     }
     stream.remoteEnded = true;
-    if (!stream.closed && stream.onEnd !== undefined) this.guard(stream, stream.onEnd, undefined);
+    if (stream.closed) {
+      // Both sides have ended: the stream is closed.
+      this.streams.delete(stream.id);
+      return;
+    }
+    if (stream.onEnd !== undefined) this.guard(stream, stream.onEnd, undefined);
     this.releaseStream(stream);
   }
 
@@ -809,6 +856,7 @@ export class H2Connection {
     const stream = new H2Stream(streamId, this, this.peerInitialWindow);
     stream.expectedLength = expectedLength;
     this.streams.set(streamId, stream);
+    this.activeStreams++;
     this.streamOpened = true;
     this.guard(stream, (h: readonly string[]) => this.options.onStream(stream, h), headers);
     if (endStream) this.endRemote(stream);

@@ -153,6 +153,11 @@ export interface Settings {
     readonly streamBufferBytes: number;
     /** Request body bytes all streams of one connection may have buffered (the connection's receive window). */
     readonly connectionBufferBytes: number;
+    /**
+     * Receive window all connections of the port together may hold beyond the 65,535 bytes each is
+     * granted by the protocol; a connection opened while it is spent gets those 65,535 until it has room.
+     */
+    readonly totalBufferBytes: number;
     /** Streams one connection may have reset or refused at once, and per second beyond that. */
     readonly resetBurst: number;
     readonly resetsPerSecond: number;
@@ -387,6 +392,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
       maxHeaderListBytes: int(env, 'H2_MAX_HEADER_LIST_BYTES', 16 * 1024, 1024, 1024 * 1024),
       streamBufferBytes: h2StreamBufferBytes,
       connectionBufferBytes: h2ConnectionBufferBytes,
+      totalBufferBytes: int(env, 'H2_TOTAL_BUFFER_BYTES', 64 * 1024 * 1024, 0, 2 ** 40),
       resetBurst: int(env, 'H2_RESET_BURST', 1_000, 1, 1_000_000_000),
       resetsPerSecond: int(env, 'H2_RESETS_PER_SECOND', 33, 0, 1_000_000_000),
       idleTimeoutMs: int(env, 'H2_IDLE_TIMEOUT_MS', 300_000, 0, 86_400_000),

@@ -5,6 +5,7 @@ import type { H2Stream } from '../../../src/http2/connection';
 import { CONNECTION_PREFACE, ErrorCode, Flag, frame, FrameType, Setting, settingsFrame, wordFrame } from '../../../src/http2/frames';
 import { encodeHeaderBlock } from '../../../src/http2/hpack';
 import { H2Server, type H2ServerOptions } from '../../../src/http2/server';
+import { WindowBudget } from '../../../src/http2/window-budget';
 import { makeTestCerts } from '../../helpers/certs';
 import { dataFrame, headersFrame, isType, legitRoundTrip, RawClient, REQUEST, RESPONSE, TRAILERS } from '../../helpers/h2-raw-client';
 
@@ -226,6 +227,49 @@ describe('the HTTP/2 layer under attack', () => {
       [0, 256 * 1024 - 65_535],
     ]);
     expect(await legitRoundTrip(port)).toBeLessThan(LEGIT_MAX_MS);
+  });
+
+  it('request bodies: connections share one window budget, so many connections pin at most 65,535 bytes each beyond it', async () => {
+    const windowBudget = new WindowBudget(600_000);
+    await start({ initialWindowSize: 65_536, connectionWindowSize: 65_535 + 400_000, windowBudget });
+    const connectionWindow = (c: RawClient): number =>
+      65_535 + c.frames.filter(isType(FrameType.WINDOW_UPDATE, 0)).reduce((sum, f) => sum + f.payload.readUInt32BE(0), 0);
+    const settled = async (c: RawClient): Promise<void> => void (await c.waitFor((f) => f.type === FrameType.SETTINGS && f.flags === Flag.ACK));
+    // The first connection gets its whole window, the second what is left, the third the protocol's own.
+    const first = await RawClient.connect(port);
+    await settled(first);
+    const second = await RawClient.connect(port);
+    await settled(second);
+    const third = await RawClient.connect(port);
+    await settled(third);
+    expect([connectionWindow(first), connectionWindow(second), connectionWindow(third)]).toEqual([465_535, 265_535, 65_535]);
+    expect(windowBudget.lentBytes).toBe(600_000);
+    // The third may not send past its 65,535 bytes: held bodies of 80,000 bytes end it.
+    third.send(headersFrame(1, Flag.END_HEADERS, HOLD), dataFrame(1, Buffer.alloc(16_000), 0), dataFrame(1, Buffer.alloc(16_000), 0));
+    third.send(headersFrame(3, Flag.END_HEADERS, HOLD), dataFrame(3, Buffer.alloc(16_000), 0), dataFrame(3, Buffer.alloc(16_000), 0));
+    third.send(headersFrame(5, Flag.END_HEADERS, HOLD), dataFrame(5, Buffer.alloc(16_000), 0));
+    await third.waitClosed();
+    expect(third.goaway()?.code).toBe(ErrorCode.FLOW_CONTROL_ERROR);
+    // A closed connection gives its share back; a starved one takes it as soon as it releases bytes.
+    const starved = await RawClient.connect(port);
+    await settled(starved);
+    expect(connectionWindow(starved)).toBe(65_535);
+    first.close();
+    await first.waitClosed();
+    for (let i = 0; i < 50 && windowBudget.lentBytes > 200_000; i++) await pause(10);
+    expect(windowBudget.lentBytes).toBe(200_000);
+    // 48,000 bytes: past half its window, so their release is returned (with what it now borrows).
+    starved.send(
+      headersFrame(1, Flag.END_HEADERS),
+      dataFrame(1, Buffer.alloc(16_000), 0),
+      dataFrame(1, Buffer.alloc(16_000), 0),
+      dataFrame(1, Buffer.alloc(16_000)),
+    );
+    await starved.waitFor(isType(FrameType.WINDOW_UPDATE, 0));
+    expect(connectionWindow(starved)).toBe(465_535 + 48_000);
+    expect(windowBudget.lentBytes).toBe(600_000);
+    second.close();
+    starved.close();
   });
 
   it('request bodies: one stream sending past its window is reset with FLOW_CONTROL_ERROR', async () => {

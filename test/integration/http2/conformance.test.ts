@@ -1028,16 +1028,127 @@ describe('RFC 9113 / RFC 7541 conformance of the HTTP/2 layer (after h2spec)', (
   });
 });
 
+// h2spec's own request: GET /, which the service answers (405) as soon as its headers are in, before
+// the client has ended it. What follows on the stream must be judged as on any stream: the answer
+// must not hide a protocol error, and a stream the client has ended or reset is known closed.
+const GET_FIELDS: Fields = [
+  [':method', 'GET'],
+  [':scheme', 'http'],
+  [':path', '/'],
+  [':authority', 'localhost'],
+];
+const GET = block(GET_FIELDS);
+const TEST = Buffer.from('test');
+
+type ErrorExpectation = Extract<Expectation, { readonly connectionError: ErrorCode } | { readonly streamError: ErrorCode }>;
+interface ServiceCase {
+  readonly id: string;
+  readonly does: string;
+  readonly send: (client: RawClient) => void | Promise<void>;
+  readonly expect: ErrorExpectation;
+}
+
+// Each sends exactly the frames of the h2spec case of the same number, and expects its answer.
+const SERVICE_CASES: ServiceCase[] = [
+  {
+    id: '5.1/5',
+    does: 'half-closed (remote): DATA after a request that ended with its HEADERS',
+    send: (c) => c.send(headersFrame(1, END, GET), dataFrame(1, TEST)),
+    expect: { streamError: ErrorCode.STREAM_CLOSED, streamId: 1 },
+  },
+  {
+    id: '5.1/6',
+    does: 'half-closed (remote): a second HEADERS',
+    send: (c) => c.send(headersFrame(1, END, GET), headersFrame(1, END, GET)),
+    expect: { connectionError: ErrorCode.STREAM_CLOSED },
+  },
+  {
+    id: '5.1/8',
+    does: 'closed: DATA after the client reset the stream',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS, GET), wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL), dataFrame(1, TEST)),
+    expect: { streamError: ErrorCode.STREAM_CLOSED, streamId: 1 },
+  },
+  {
+    id: '5.1/9',
+    does: 'closed: HEADERS after the client reset the stream',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS, GET), wordFrame(FrameType.RST_STREAM, 1, ErrorCode.CANCEL), headersFrame(1, END, GET)),
+    expect: { connectionError: ErrorCode.STREAM_CLOSED },
+  },
+  {
+    id: '5.1/11',
+    does: 'closed: DATA after the exchange ended',
+    send: async (c) => {
+      c.send(headersFrame(1, END, GET));
+      await answered(c, 1);
+      c.send(dataFrame(1, TEST));
+    },
+    expect: { streamError: ErrorCode.STREAM_CLOSED, streamId: 1 },
+  },
+  {
+    id: '5.1/12',
+    does: 'closed: HEADERS after the exchange ended',
+    send: async (c) => {
+      c.send(headersFrame(1, END, GET));
+      await answered(c, 1);
+      c.send(headersFrame(1, END, GET));
+    },
+    expect: { connectionError: ErrorCode.STREAM_CLOSED },
+  },
+  {
+    id: '6.1/2',
+    does: 'DATA on a stream neither open nor half-closed (local)',
+    send: (c) => c.send(headersFrame(1, END, GET), dataFrame(1, TEST)),
+    expect: { streamError: ErrorCode.STREAM_CLOSED, streamId: 1 },
+  },
+  {
+    id: '6.3/2',
+    does: 'PRIORITY of 4 octets',
+    send: (c) => c.send(headersFrame(1, END, GET), frame(FrameType.PRIORITY, 0, 1, Buffer.alloc(4))),
+    expect: { streamError: ErrorCode.FRAME_SIZE_ERROR, streamId: 1 },
+  },
+  {
+    id: '6.9/2',
+    does: 'WINDOW_UPDATE of 0 on a stream',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS, GET), wordFrame(FrameType.WINDOW_UPDATE, 1, 0)),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '6.9.1/3',
+    does: 'WINDOW_UPDATEs pushing a stream window past 2^31-1',
+    send: (c) =>
+      c.send(headersFrame(1, Flag.END_HEADERS, GET), wordFrame(FrameType.WINDOW_UPDATE, 1, 0x7fff_ffff), wordFrame(FrameType.WINDOW_UPDATE, 1, 0x7fff_ffff)),
+    expect: { streamError: ErrorCode.FLOW_CONTROL_ERROR, streamId: 1 },
+  },
+  {
+    id: '8.1/1',
+    does: 'a second HEADERS without END_STREAM',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS, GET), dataFrame(1, TEST, 0), headersFrame(1, Flag.END_HEADERS, block([['x-test', 'ok']]))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '8.1.2.1/3',
+    does: 'a pseudo-header field in trailers',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS, GET), dataFrame(1, TEST, 0), headersFrame(1, END, block([[':method', 'POST']]))),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '8.1.2.6/1',
+    does: 'content-length not the DATA length',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS, with_([['content-length', '1']], GET_FIELDS)), dataFrame(1, TEST)),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+  {
+    id: '8.1.2.6/2',
+    does: 'content-length not the sum of several DATA',
+    send: (c) => c.send(headersFrame(1, Flag.END_HEADERS, with_([['content-length', '1']], GET_FIELDS)), dataFrame(1, TEST, 0), dataFrame(1, TEST)),
+    expect: { streamError: ErrorCode.PROTOCOL_ERROR, streamId: 1 },
+  },
+];
+
 describe("the gRPC service's HTTP/2 port, as h2spec sees it (GET /, a request no gRPC client sends)", () => {
   let server: Http2GrpcServer;
   let port: number;
   const decided: unknown[] = [];
-  const GET = block([
-    [':method', 'GET'],
-    [':scheme', 'http'],
-    [':path', '/'],
-    [':authority', 'localhost'],
-  ]);
 
   beforeAll(async () => {
     const health = new HealthState();
@@ -1053,6 +1164,48 @@ describe("the gRPC service's HTTP/2 port, as h2spec sees it (GET /, a request no
   });
 
   afterAll(() => server.stop(100));
+
+  it.each(SERVICE_CASES.map((c) => [c.id, c.does, c] as const))('%s %s, answered before the request ended', async (_id, _does, c) => {
+    const client = await RawClient.connect(port);
+    try {
+      await c.send(client);
+      const e = c.expect;
+      if ('connectionError' in e) {
+        await client.waitClosed(3000);
+        expect(client.goaway()?.code).toBe(e.connectionError);
+        return;
+      }
+      const rst = await client.waitFor(isType(FrameType.RST_STREAM, e.streamId), 3000);
+      expect(rst?.payload.readUInt32BE(0)).toBe(e.streamError);
+      // One RST_STREAM, the error's; the 405 answer came first, and the connection is still served.
+      expect(client.frames.filter(isType(FrameType.RST_STREAM, e.streamId))).toHaveLength(1);
+      expect(client.decode(client.frames.find(isType(FrameType.HEADERS, 1))!).slice(0, 2)).toEqual([':status', '405']);
+      client.send(frame(FrameType.PING, 0, 0, Buffer.from('stillok!')));
+      const pong = await client.waitFor((f) => f.type === FrameType.PING && (f.flags & Flag.ACK) !== 0 && f.payload.toString() === 'stillok!', 3000);
+      expect(pong).toBeDefined();
+      expect(client.goaway()).toBeUndefined();
+    } finally {
+      client.close();
+    }
+  });
+
+  it('lets a client finish sending a request answered before it ended, and then serves the next', async () => {
+    const client = await RawClient.connect(port, [[Setting.INITIAL_WINDOW_SIZE, 1 << 20]]);
+    // 200,000 bytes, past the stream's and the connection's initial windows: only reopened windows let them through.
+    client.send(headersFrame(1, Flag.END_HEADERS, GET));
+    for (let i = 0; i < 12; i++) client.send(dataFrame(1, Buffer.alloc(16_384), 0));
+    for (let sent = 0; sent < 50; sent++) {
+      if (client.frames.filter(isType(FrameType.WINDOW_UPDATE, 1)).length > 0) break;
+      await pause(20);
+    }
+    client.send(dataFrame(1, Buffer.alloc(3_392)));
+    client.send(headersFrame(3, END, GET));
+    const next = await client.waitFor((f) => f.type === FrameType.HEADERS && f.streamId === 3);
+    expect(client.decode(next!).slice(0, 2)).toEqual([':status', '405']);
+    expect(client.frames.filter(isType(FrameType.RST_STREAM))).toEqual([]);
+    expect(client.goaway()).toBeUndefined();
+    client.close();
+  });
 
   it('answers 405 with a body, which a window of one octet lets out one octet at a time', async () => {
     const client = await RawClient.connect(port, [[Setting.INITIAL_WINDOW_SIZE, 1]]);
