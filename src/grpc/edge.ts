@@ -4,6 +4,7 @@ import type { CallTracer } from '../tracing/call-tracer';
 import type { Settings } from '../settings/settings';
 import type { HealthState } from '../service/health';
 import type { ServiceReplays } from '../service/rls-service';
+import type { StreamingMethod } from '../service/streaming';
 
 /**
  * The options both gRPC transports take (GRPC_TRANSPORT: ./http2-server, ./grpc-js-server); what
@@ -20,4 +21,6 @@ export interface GrpcServerOptions {
   readonly tracer?: CallTracer;
   /** Repeats of requests answered from local denials, answered by their bytes (src/limiter/replay.ts); absent: none kept. */
   readonly replays?: ServiceReplays;
+  /** Bidirectional streaming methods served beside RLS and health (src/service/streaming.ts), by path. */
+  readonly streamingMethods?: readonly StreamingMethod[];
 }

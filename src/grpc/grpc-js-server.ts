@@ -3,6 +3,7 @@ import { grpcServiceDefinitions } from '../wire/grpc-definitions';
 import type { GrpcServerOptions } from './edge';
 import { MESSAGE_PREFIX_BYTES } from '../wire/grpc-framing';
 import { RlsService, type CallSink } from '../service/rls-service';
+import { GrpcJsStreamingCall, streamingDefinition } from './grpc-js-streaming';
 import { grpcServerCredentials, loadTlsMaterial, type TlsMaterial } from './tls';
 
 /**
@@ -42,6 +43,8 @@ export class GrpcServer {
   /** Unary calls not yet answered; stop() waits for them, then cuts what is left (idle connections). */
   private inFlight = 0;
   private onDrained: (() => void) | undefined;
+  /** Streaming calls open now; shutdown ends them. */
+  private readonly streamingCalls = new Set<GrpcJsStreamingCall>();
 
   constructor(private readonly options: GrpcServerOptions) {
     this.service = new RlsService(options);
@@ -55,6 +58,23 @@ export class GrpcServer {
     });
     this.server.addService(rawRlsDefinition(), { shouldRateLimit: this.shouldRateLimit });
     this.server.addService(grpcServiceDefinitions().health, { check: this.check, watch: this.watch });
+    for (const method of options.streamingMethods ?? []) {
+      const [name] = Object.keys(streamingDefinition(method));
+      this.server.addService(streamingDefinition(method), {
+        [name]: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
+          if (this.stopping !== undefined) {
+            call.emit('error', { code: grpc.status.UNAVAILABLE, details: 'server is shutting down' });
+            return;
+          }
+          new GrpcJsStreamingCall(call, {
+            method,
+            maxMessageBytes: Math.min(grpcMaxMessageBytes, method.maxMessageBytes ?? Infinity),
+            registry: this.streamingCalls,
+            onError: (err) => options.logger.error({ err, path: method.path }, 'streaming call handler failed'),
+          }).open();
+        },
+      });
+    }
   }
 
   /** Binds GRPC_HOST:GRPC_PORT, or the Unix socket GRPC_UDS, and starts serving; resolves to the bound port (0 on a socket). */
@@ -76,6 +96,7 @@ export class GrpcServer {
   stop(graceMs: number): Promise<void> {
     this.stopping ??= new Promise<void>((resolve) => {
       this.service.shutdown();
+      for (const call of [...this.streamingCalls]) call.goAway();
       const timer = setTimeout(() => {
         this.server.forceShutdown();
         resolve();

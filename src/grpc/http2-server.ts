@@ -1,16 +1,18 @@
 import { performance } from 'node:perf_hooks';
 import type { Type } from 'protobufjs';
 import { loadSettings, type Settings } from '../settings/settings';
-import { checkPrefix, encodeGrpcMessage, frameMessage, GrpcStatus, MESSAGE_PREFIX_BYTES, parseGrpcTimeout, unaryMessage } from '../wire/grpc-framing';
+import { checkPrefix, frameMessage, GrpcStatus, MESSAGE_PREFIX_BYTES, parseGrpcTimeout, unaryMessage } from '../wire/grpc-framing';
 import type { GrpcServerOptions } from './edge';
 import type { H2Stream } from '../http2/connection';
 import { encodeHeaderBlock } from '../http2/hpack';
 import { watchCertificateFiles } from './certificate-files';
-import { OK_TRAILERS, RESPONSE_HEADERS } from './header-blocks';
+import { OK_TRAILERS, RESPONSE_HEADERS, trailersOnly } from './header-blocks';
 import { H2Server, type H2ServerOptions } from '../http2/server';
 import { WindowBudget } from '../http2/window-budget';
 import { HEALTH_SERVICE, protoRoot, RLS_SERVICE } from '../wire/proto';
 import { RlsService, type CallSink } from '../service/rls-service';
+import type { StreamingMethod } from '../service/streaming';
+import { serveStreaming } from './http2-streaming';
 import { loadTlsMaterial, tlsServerOptions, type TlsMaterial } from './tls';
 
 /**
@@ -19,8 +21,8 @@ import { loadTlsMaterial, tlsServerOptions, type TlsMaterial } from './tls';
  * shutdown), the same service GrpcServer (grpc-js) serves, at a fraction of the per-call cost. node:http2 is not used: its streams
  * survive young-generation GCs and its header values are external strings, so at a few thousand
  * calls/s it needs a full GC every second, which sets the tail latency (docs/performance.md).
- * Only what the two services need is implemented: unary calls and one server stream (health
- * Watch), identity encoding only.
+ * Implemented: unary calls, one server stream (health Watch), and the bidirectional streaming
+ * methods of GrpcServerOptions.streamingMethods (./http2-streaming.ts); identity encoding only.
  *
  * Protocol handling, after the gRPC HTTP/2 spec:
  * - non-POST -> HTTP 405; a content-type other than application/grpc[+proto] -> HTTP 415;
@@ -30,7 +32,8 @@ import { loadTlsMaterial, tlsServerOptions, type TlsMaterial } from './tls';
  * - `grpc-timeout`: a decision that finishes past the deadline is answered DEADLINE_EXCEEDED
  *   (the client has given up by then; no timer is armed per call);
  * - errors are trailers-only responses with a percent-encoded grpc-message.
- * Shutdown sends GOAWAY on every connection and lets in-flight calls finish.
+ * Shutdown sends GOAWAY on every connection and lets in-flight calls finish; streaming calls end
+ * with UNAVAILABLE at the GOAWAY (their clients reconnect elsewhere).
  */
 
 /** How often the TLS certificate files are checked for a rotation. */
@@ -88,16 +91,7 @@ function loadCodecs(): Codecs {
 /** A trailers-only error answer (or nothing when the stream is already answered or gone). */
 function respondStatus(stream: H2Stream, code: number, message: string): void {
   if (stream.closed || stream.headersSent) return;
-  stream.respond(
-    encodeHeaderBlock([
-      [':status', '200'],
-      ['content-type', 'application/grpc'],
-      ['grpc-accept-encoding', 'identity'],
-      ['grpc-status', String(code)],
-      ['grpc-message', encodeGrpcMessage(message)],
-    ]),
-    true,
-  );
+  stream.respond(trailersOnly(code, message), true);
 }
 
 /** An HTTP error answer with a text body. */
@@ -137,6 +131,7 @@ export class Http2GrpcServer {
   private readonly codecs: Codecs;
   private readonly tls: TlsMaterial | undefined;
   private readonly maxMessageBytes: number;
+  private readonly streamingMethods: ReadonlyMap<string, StreamingMethod>;
   private keepalive: NodeJS.Timeout | undefined;
   private stopping: Promise<void> | undefined;
   private stopCertificateWatch: () => void = () => undefined;
@@ -148,6 +143,7 @@ export class Http2GrpcServer {
     // A request must fit the stream's receive window, which reopens only once the request has ended.
     const h2 = settings.h2 ?? loadSettings({}).h2;
     this.maxMessageBytes = Math.min(settings.grpcMaxMessageBytes, h2.streamBufferBytes - MESSAGE_PREFIX_BYTES);
+    this.streamingMethods = new Map((options.streamingMethods ?? []).map((method) => [method.path, method]));
     const grpcTls = settings.grpcTls;
     this.tls = loadTlsMaterial(grpcTls);
     this.server = new H2Server({
@@ -216,7 +212,8 @@ export class Http2GrpcServer {
       return;
     }
     const path = field(headers, ':path');
-    if (path !== RLS_PATH && path !== CHECK_PATH && path !== WATCH_PATH) {
+    const streaming = path === undefined ? undefined : this.streamingMethods.get(path);
+    if (path !== RLS_PATH && path !== CHECK_PATH && path !== WATCH_PATH && streaming === undefined) {
       respondStatus(stream, GrpcStatus.UNIMPLEMENTED, `unknown method ${path ?? ''}`);
       return;
     }
@@ -226,6 +223,17 @@ export class Http2GrpcServer {
     }
     const encoding = field(headers, 'grpc-encoding');
     const timeoutMs = parseGrpcTimeout(field(headers, 'grpc-timeout'));
+    if (streaming !== undefined) {
+      serveStreaming(stream, {
+        method: streaming,
+        headers,
+        maxMessageBytes: Math.min(this.maxMessageBytes, streaming.maxMessageBytes ?? Infinity),
+        identityOnly: encoding === undefined || encoding === 'identity',
+        timeoutMs,
+        onError: (err) => this.options.logger.error({ err, path }, 'streaming call handler failed'),
+      });
+      return;
+    }
     const deadline = timeoutMs === undefined ? Infinity : performance.now() + timeoutMs;
     this.readUnary(stream, encoding === undefined || encoding === 'identity', (message) => {
       if (path === RLS_PATH) this.shouldRateLimit(stream, message, deadline, headers);

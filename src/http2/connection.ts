@@ -108,6 +108,14 @@ export class H2Stream {
   onEnd: (() => void) | undefined = undefined;
   /** Called once when the stream is gone before the response ended (reset, or connection lost). */
   onAbort: (() => void) | undefined = undefined;
+  /** Called when DATA held back by flow control has all been sent (see bufferedBytes). */
+  onWritable: (() => void) | undefined = undefined;
+  /**
+   * Called once when the connection begins a graceful close (GOAWAY: shutdown, its age limit, or the
+   * client's own GOAWAY) while this stream is still being answered; a long-lived stream ends itself
+   * here, since the connection closes only once every answer has ended.
+   */
+  onGoingAway: (() => void) | undefined = undefined;
   /** Response HEADERS have been queued. */
   headersSent = false;
   /** Nothing more can be sent: the response ended, or the stream was reset or lost. */
@@ -142,6 +150,13 @@ export class H2Stream {
   write(data: Buffer): void {
     if (this.closed || !this.headersSent) return;
     this.connection.sendData(this, data, false);
+  }
+
+  /** DATA bytes written but held back by flow control (the peer's windows). */
+  get bufferedBytes(): number {
+    let bytes = 0;
+    if (this.pending !== undefined) for (const item of this.pending) if ('data' in item) bytes += item.data.length;
+    return bytes;
   }
 
   /** Ends the response with a trailer block (after any queued DATA). */
@@ -244,6 +259,11 @@ export class H2Connection {
     if (!this.goawaySent) {
       this.goawaySent = true;
       this.putRaw(goawayFrame(this.lastStreamId, ErrorCode.NO_ERROR));
+      for (const stream of [...this.streams.values()]) {
+        const onGoingAway = stream.onGoingAway;
+        stream.onGoingAway = undefined;
+        if (!stream.closed && onGoingAway !== undefined) this.guard(stream, onGoingAway, undefined);
+      }
     }
     this.maybeEnd();
   }
@@ -360,6 +380,7 @@ export class H2Connection {
         return;
       }
     }
+    if (stream.onWritable !== undefined) this.guard(stream, stream.onWritable, undefined);
   }
 
   private queueHeaderBlock(streamId: number, block: Buffer, endStream: boolean): void {
@@ -405,7 +426,7 @@ export class H2Connection {
     this.blocked.delete(stream);
     this.releaseStream(stream);
     const onAbort = stream.onAbort;
-    stream.onData = stream.onEnd = stream.onAbort = undefined;
+    stream.onData = stream.onEnd = stream.onAbort = stream.onWritable = stream.onGoingAway = undefined;
     if (!completed && onAbort !== undefined) onAbort();
     if (this.goawaySent) this.maybeEnd();
   }
