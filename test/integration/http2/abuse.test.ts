@@ -145,6 +145,7 @@ describe('the HTTP/2 layer under attack', () => {
     await new Promise((r) => socket.once('connect', r));
     const attacker = new RawClient(socket);
     attacker.send(Buffer.concat([CONNECTION_PREFACE, settingsFrame([[Setting.INITIAL_WINDOW_SIZE, 0]])]));
+    const started = performance.now();
     const attack = flood(
       attacker,
       (i) => Buffer.concat([headersFrame(2 * i + 1, Flag.END_HEADERS, ATTACK), dataFrame(2 * i + 1, Buffer.from('answer me'))]),
@@ -152,9 +153,12 @@ describe('the HTTP/2 layer under attack', () => {
     );
     const slowest = await slowestBeside(attack);
     await attacker.waitClosed();
+    const seconds = (performance.now() - started) / 1000;
     expect(attacker.goaway()?.code).toBe(ErrorCode.ENHANCE_YOUR_CALM);
+    // The burst of 200, the refusal that overdraws it, and what the budget refills meanwhile (33/s;
+    // a loaded machine stretches the attack over seconds).
     expect(attacker.frames.filter((f) => f.type === FrameType.RST_STREAM && f.payload.readUInt32BE(0) === ErrorCode.REFUSED_STREAM).length).toBeLessThanOrEqual(
-      201,
+      201 + Math.ceil(33 * seconds),
     );
     // Streams held: at most the concurrency limit, each with its answer's headers and no DATA.
     expect(attackerOpened).toBeLessThanOrEqual(50);
