@@ -197,12 +197,18 @@ export interface DescriptorCacheOptions {
  * (one per rate-limit action: the client, the path, the tenant ...): a descriptor seen before is
  * neither decoded nor allocated again, and it comes back as the same frozen object, so that what
  * the limiter derives from it alone (its rule, its counter key) is kept per object too
- * (src/limiter/rate-limiter.ts). Bounded in entries and in bytes: only descriptors of at most
- * `maxDescriptorBytes` are kept, at most `maxEntries` of them; beyond that the oldest entry is
- * dropped (insertion order: a hit costs no reordering).
+ * (src/limiter/rate-limiter.ts). A descriptor is kept from its second sighting on. Bounded in
+ * entries and in bytes: only descriptors of at most `maxDescriptorBytes` are kept, at most
+ * `maxEntries` of them (and as many seen once); beyond that the oldest entry is dropped (insertion
+ * order: a hit costs no reordering).
  */
 export class DescriptorCache {
   private readonly byBytes = new Map<string, Descriptor>();
+  // Descriptors seen once, by their bytes (as many as the cache holds, oldest dropped first): a
+  // descriptor is kept only when it comes back. Traffic whose descriptors never repeat (a value per
+  // client, more clients than the cache holds) then pays one set entry per call, not the keeping
+  // and the memos of descriptors nobody sends again.
+  private readonly seenOnce = new Set<string>();
   private readonly maxEntries: number;
   private readonly maxDescriptorBytes: number;
 
@@ -228,6 +234,11 @@ export class DescriptorCache {
     if (known !== undefined) {
       r.pos = end;
       return known;
+    }
+    if (!this.seenOnce.delete(bytes)) {
+      this.seenOnce.add(bytes);
+      if (this.seenOnce.size > this.maxEntries) this.seenOnce.delete(this.seenOnce.values().next().value!);
+      return decodeDescriptor(r, end, index);
     }
     const d = freezeDescriptor(decodeDescriptor(r, end, index));
     this.byBytes.set(bytes, d);

@@ -121,12 +121,18 @@ describe('DescriptorCache', () => {
 
   it('hands out one frozen object per distinct descriptor, whatever request it comes in', () => {
     const cache = new DescriptorCache({ maxEntries: 10, maxDescriptorBytes: 64 });
+    // Seen once: decoded, not kept.
+    const once = decodeRateLimitRequest(encode('a', ['x', 'y']), cache);
+    expect(Object.isFrozen(once.descriptors[0])).toBe(false);
+    expect(cache.size).toBe(0);
     const first = decodeRateLimitRequest(encode('a', ['x', 'y']), cache);
-    const second = decodeRateLimitRequest(encode('b', ['y', 'x', 'z']), cache);
+    const second = decodeRateLimitRequest(encode('b', ['y', 'x', 'z', 'z']), cache);
     expect(second.descriptors[0]).toBe(first.descriptors[1]);
     expect(second.descriptors[1]).toBe(first.descriptors[0]);
-    expect(second.descriptors[2]).toEqual({ entries: [{ key: 'k', value: 'z' }] });
-    for (const d of second.descriptors) {
+    // "z" is kept from its second sighting, inside the same request.
+    expect(second.descriptors[3]).toEqual({ entries: [{ key: 'k', value: 'z' }] });
+    expect(decodeRateLimitRequest(encode('c', ['z']), cache).descriptors[0]).toBe(second.descriptors[3]);
+    for (const d of [second.descriptors[0], second.descriptors[1], second.descriptors[3]]) {
       expect(Object.isFrozen(d)).toBe(true);
       expect(Object.isFrozen(d.entries)).toBe(true);
       expect(Object.isFrozen(d.entries[0])).toBe(true);
@@ -136,15 +142,16 @@ describe('DescriptorCache', () => {
 
   it('keeps at most maxEntries descriptors, dropping the oldest, and none larger than maxDescriptorBytes', () => {
     const cache = new DescriptorCache({ maxEntries: 2, maxDescriptorBytes: 10 });
+    decodeRateLimitRequest(encode('d', ['a']), cache);
     const a = decodeRateLimitRequest(encode('d', ['a']), cache).descriptors[0];
-    decodeRateLimitRequest(encode('d', ['b', 'c']), cache);
+    decodeRateLimitRequest(encode('d', ['b', 'c', 'b', 'c']), cache);
     expect(cache.size).toBe(2);
-    // "a" was dropped: decoded again, as a new object.
-    const again = decodeRateLimitRequest(encode('d', ['a']), cache).descriptors[0];
+    // "a" was dropped: decoded again, as a new object (kept again from its next sighting).
+    const again = decodeRateLimitRequest(encode('d', ['a', 'a']), cache).descriptors[1];
     expect(again).toEqual(a);
     expect(again).not.toBe(a);
     // A descriptor of 11 encoded bytes is decoded, not kept.
-    const big = decodeRateLimitRequest(encode('d', ['0123456']), cache).descriptors[0];
+    const big = decodeRateLimitRequest(encode('d', ['0123456', '0123456']), cache).descriptors[1];
     expect(big).toEqual({ entries: [{ key: 'k', value: '0123456' }] });
     expect(Object.isFrozen(big)).toBe(false);
     expect(cache.size).toBe(2);
