@@ -18,12 +18,12 @@ import { HttpServer } from './http/http-server';
 import { HealthState, isReady, watchStoreHealth } from './service/health';
 import { maskSettings } from './settings/masking';
 import { loadSettings, SettingsError, type Settings } from './settings/settings';
-import { createStore } from './store/create-store';
+import { createStore, denialCacheEnabled } from './store/create-store';
 import { warmUp } from './app/warm-up';
 import { clusterMetrics, isSupervisor, reportReady, superviseWorkers } from './app/workers';
 import type { Store } from './limiter/store';
 
-/** Most requests kept for replay: the requests under attack at one time, not every client. */
+/** Most requests kept for replay: the requests under attack at one time, not every client (and at most 16 MiB: see Replays). */
 const REPLAY_MAX_KEYS = 10_000;
 /** The warm-up stops after this long whatever it has done (a store that is down makes every call fail fast anyway). */
 const WARM_UP_MAX_MS = 2_000;
@@ -122,7 +122,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   teardown.push(watchStoreHealth({ store, health }));
 
   // Replays (src/limiter/replay.ts) are built from the denial cache, which only the Redis store has.
-  const replayMaxKeys = settings.backendType === 'redis' ? Math.min(settings.denialCacheMaxKeys, REPLAY_MAX_KEYS) : 0;
+  const replayMaxKeys = denialCacheEnabled(settings) ? Math.min(settings.denialCacheMaxKeys, REPLAY_MAX_KEYS) : 0;
   const limiter = new RateLimiter({
     store,
     config: () => rules.current(),
@@ -133,6 +133,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     defaultAlgorithm: settings.defaultAlgorithm,
     nearLimitRatio: settings.nearLimitRatio,
     responseHeaders: settings.responseHeaders,
+    requestLimits: settings.requestLimits,
     observer: metrics,
   });
   // Both edges share one timed, error-counting view of the limiter.

@@ -58,6 +58,17 @@ export function entriesStatKey(entries: readonly Entry[]): string {
   return key;
 }
 
+/**
+ * The key path of a descriptor without its values (`key1.key2`): what a request-supplied limit
+ * override is reported under. Its values are the caller's to pick, one new series each would let a
+ * caller grow the metrics without bound (the reference names overrides by their values).
+ */
+export function keysStatKey(entries: readonly Entry[]): string {
+  let key = '';
+  for (let i = 0; i < entries.length; i++) key += i > 0 ? `.${entries[i].key}` : entries[i].key;
+  return key;
+}
+
 /** What a descriptor matched to a `requestKeyed` rule counts on and reports under. */
 export interface RequestKeys {
   /** The entries its counter is keyed by: where a share_threshold rule matched, the value is that rule's pattern. */

@@ -1,10 +1,12 @@
-import { detailedStatKey, entriesStatKey, matchDescriptor, requestKeys } from './match';
+import { detailedStatKey, keysStatKey, matchDescriptor, requestKeys } from './match';
 import type { MatchedRule, RateLimitConfig } from './rules';
 import { InvalidRequestError, NotReadyError } from './errors';
 import type { CounterDecision, CounterRequest, LocalAnswer, Store } from './store';
 import { rateLimitHeaders, type HeaderValue, type ResponseHeaderOptions } from './headers';
 import { counterKey, counterKeyPrefix } from './keys';
 import {
+  DEFAULT_REQUEST_LIMITS,
+  REQUEST_LIMIT_SETTINGS,
   UNIT_MS,
   type Algorithm,
   type Descriptor,
@@ -17,6 +19,7 @@ import {
   type LocalDenialListener,
   type RateLimitRequest,
   type RateLimitResponse,
+  type RequestLimits,
   type ResponseHeadersBuilder,
   type StructFields,
   type StructValue,
@@ -31,7 +34,8 @@ import {
  *   rule of the same request, answers `{code: OK}` with no current_limit and limit_remaining 0;
  * - an `unlimited` rule answers OK with limit_remaining 4294967295, also without current_limit;
  * - a request-supplied `limit` override is used instead of matching, for domains that have a config
- *   (an unknown domain limits nothing, override or not), counted with the default algorithm;
+ *   (an unknown domain limits nothing, override or not), counted with the default algorithm, and
+ *   reported in metrics under its keys alone (never one series per value: see keysStatKey);
  * - a rule in shadow mode is decided and counted but answers OK;
  * - a rule in quota mode (`quota_mode`, or every rule with QUOTA_MODE) over its limit answers
  *   OVER_LIMIT, but the overall code is OVER_LIMIT only when a rule not in quota mode is over, or
@@ -46,9 +50,10 @@ import {
  * first (one call); each soft counter is then decided on its own, charged only if the request was
  * admitted so far. Requests without soft rules, the common case, make exactly one call.
  *
- * The store is asked for a local answer first (Store.decideLocally: the denial cache). A call it
- * answers so is finished synchronously; when every counter of it was a remembered denial, the
- * caller's listener gets the LocalDenial event: what the request's replay (./replay) is built from.
+ * The store is asked for a local answer first (Store.decideLocally: the denial cache, which answers
+ * only calls whose every counter it remembers denied). A call it answers so is finished
+ * synchronously, and the caller's listener gets the LocalDenial event: what the request's replay
+ * (./replay) is built from.
  */
 
 export interface RateLimiterOptions {
@@ -70,6 +75,8 @@ export interface RateLimiterOptions {
   readonly observer?: LimiterObserver;
   /** Builds response headers from the statuses: a function, or the header settings (see ./headers). */
   readonly responseHeaders?: ResponseHeadersBuilder | ResponseHeaderOptions;
+  /** Caps on what one request may hold; DEFAULT_REQUEST_LIMITS when omitted. */
+  readonly requestLimits?: RequestLimits;
 }
 
 /** Largest uint32: limit_remaining of an unlimited rule, as the reference server sends it. */
@@ -139,6 +146,7 @@ export class RateLimiter {
   // the config changes, so that no memo keeps an old config's rules alive.
   private memos = new WeakMap<Descriptor, DescriptorMemo>();
   private memosConfig: RateLimitConfig | undefined;
+  private readonly limits: RequestLimits;
 
   constructor(options: RateLimiterOptions) {
     if (!(options.nearLimitRatio >= 0 && options.nearLimitRatio <= 1)) {
@@ -155,6 +163,7 @@ export class RateLimiter {
     this.observer = options.observer;
     this.headers = headerBuilder(options.responseHeaders);
     this.decideOptions = Object.freeze({ countDenied: options.countDenied });
+    this.limits = options.requestLimits ?? DEFAULT_REQUEST_LIMITS;
   }
 
   /**
@@ -190,10 +199,7 @@ export class RateLimiter {
   /** The answer to a one-call request the store answered locally; the LocalDenial event when it denied every counter. */
   private answerLocally(plan: Plan, local: LocalAnswer, onLocalDenial: LocalDenialListener | undefined): RateLimitResponse {
     const { decisions, deniedUntilMs } = local;
-    // A counter the cache did not consult (NaN: reported allowed, not charged) makes the call no
-    // event: another request may get that counter denied meanwhile, and deciding the call again
-    // would then answer (and count) it OVER_LIMIT.
-    if (onLocalDenial === undefined || !deniedUntilMs.every(Number.isFinite)) {
+    if (onLocalDenial === undefined) {
       this.applyDecisions(plan, decisions, deniedUntilMs, undefined);
       return this.answer(plan);
     }
@@ -221,6 +227,8 @@ export class RateLimiter {
     if (domain === '') throw new InvalidRequestError('domain must not be empty');
     const n = descriptors.length;
     if (n === 0) throw new InvalidRequestError('descriptors must not be empty');
+    const limits = this.limits;
+    if (n > limits.maxDescriptors) throw overCap('descriptors', `${n} descriptors`, limits, 'maxDescriptors');
     const config = this.config();
     const domainKnown = config !== undefined && config.domains.has(domain);
     const requestHits = req.hitsAddend > 0 ? req.hitsAddend : 1;
@@ -241,7 +249,7 @@ export class RateLimiter {
         rule = memo.rule;
         memos[i] = memo;
       } else {
-        validateDescriptor(d, i);
+        validateDescriptor(d, i, limits);
         if (!domainKnown) continue;
         rule = d.limit !== undefined ? this.overrideRule(domain, d) : matchDescriptor(config!, domain, d.entries);
         if (Object.isFrozen(d)) this.memos.set(d, (memos[i] = { domain, rule, counter: undefined, statKey: undefined }));
@@ -437,7 +445,7 @@ export class RateLimiter {
       quotaMode: false,
       requestKeyed: false,
       replaces: NO_REPLACES,
-      statKey: entriesStatKey(d.entries),
+      statKey: keysStatKey(d.entries),
       keyPrefix: counterKeyPrefix(domain, this.defaultAlgorithm, windowMs),
     };
   }
@@ -559,11 +567,15 @@ function judgeCheck(check: CounterDecision, counter: CounterRequest): CounterDec
   return { allowed: false, remaining: 0, resetMs: counter.windowMs };
 }
 
-function validateDescriptor(d: Descriptor, i: number): void {
+function validateDescriptor(d: Descriptor, i: number, limits: RequestLimits): void {
   const entries = d.entries;
   if (entries.length === 0) throw new InvalidRequestError(`descriptors[${i}]: entries must not be empty`);
+  if (entries.length > limits.maxEntries) throw overCap(`descriptors[${i}].entries`, `${entries.length} entries`, limits, 'maxEntries');
   for (let j = 0; j < entries.length; j++) {
-    if (entries[j].key === '') throw new InvalidRequestError(`descriptors[${i}].entries[${j}]: key must not be empty`);
+    const { key, value } = entries[j];
+    if (key === '') throw new InvalidRequestError(`descriptors[${i}].entries[${j}]: key must not be empty`);
+    if (isOver(key, limits.maxKeyBytes)) throw overCap(`descriptors[${i}].entries[${j}].key`, `${utf8Bytes(key)} bytes`, limits, 'maxKeyBytes');
+    if (isOver(value, limits.maxValueBytes)) throw overCap(`descriptors[${i}].entries[${j}].value`, `${utf8Bytes(value)} bytes`, limits, 'maxValueBytes');
   }
   const limit = d.limit;
   if (limit !== undefined) {
@@ -576,6 +588,34 @@ function validateDescriptor(d: Descriptor, i: number): void {
   if (hits !== undefined && (!Number.isSafeInteger(hits) || hits < 0)) {
     throw new InvalidRequestError(`descriptors[${i}].hits_addend: expected a non-negative integer, got ${hits}`);
   }
+}
+
+/** A request over one of its caps: where, how much, and the cap with the setting that raises it (never the value itself). */
+function overCap(path: string, amount: string, limits: RequestLimits, cap: keyof RequestLimits): InvalidRequestError {
+  return new InvalidRequestError(`${path}: ${amount}, over the cap of ${limits[cap]} (${REQUEST_LIMIT_SETTINGS[cap]})`);
+}
+
+/** Whether `s` takes more than `max` bytes in UTF-8; counts them only for strings long enough to. */
+function isOver(s: string, max: number): boolean {
+  // A UTF-16 unit takes 1 to 3 bytes.
+  if (s.length * 3 <= max) return false;
+  if (s.length > max) return true;
+  return utf8Bytes(s) > max;
+}
+
+/** Bytes of `s` in UTF-8 (a lone surrogate counts as the 3-byte replacement character). */
+function utf8Bytes(s: string): number {
+  let bytes = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) bytes += 1;
+    else if (c < 0x800) bytes += 2;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      bytes += 4;
+      i++;
+    } else bytes += 3;
+  }
+  return bytes;
 }
 
 // One frozen current_limit per limit, made once rather than per call (configured limits live as

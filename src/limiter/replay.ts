@@ -1,4 +1,5 @@
-import { systemClock, type Clock, type LimiterObserver, type LocalDenial, type LocalDenialListener, type RateLimitResponse } from './types';
+import { BoundedCache, entryBytes, type CacheEntry } from './bounded-cache';
+import { monotonicClock, type Clock, type LimiterObserver, type LocalDenial, type LocalDenialListener, type RateLimitResponse } from './types';
 
 /**
  * The replay of local denials: the one module that owns the fast path of attack traffic.
@@ -15,13 +16,16 @@ import { systemClock, type Clock, type LimiterObserver, type LocalDenial, type L
  *
  * An answer is only as good as what it was built from: it holds until the earliest of its denials
  * expires, and only under the config it was matched under (a reload changes the rules and empties
- * the denial cache). Bounded: beyond `maxKeys` the oldest entry is dropped; expired entries are
- * dropped when met.
+ * the denial cache). Bounded in entries and estimated bytes (./bounded-cache): beyond either the
+ * least recently remembered entry is dropped; expired entries are dropped when met and swept a few
+ * per remembered request.
  */
 
 export interface ReplaysOptions<F> {
   /** Most requests remembered. */
   readonly maxKeys: number;
+  /** Most estimated bytes of remembered requests (names, answers and reports). Default 16 MiB. */
+  readonly maxBytes?: number;
   /** The current config (the limiter's). */
   readonly config: () => object | undefined;
   /** The edge's encoding of an answer. */
@@ -32,19 +36,25 @@ export interface ReplaysOptions<F> {
   readonly clock?: Clock;
 }
 
-interface Remembered<F> {
+interface Remembered<F> extends CacheEntry {
   readonly denial: LocalDenial;
   /** The earliest of its denials' expiries. */
-  readonly untilMs: number;
+  readonly expiresAtMs: number;
   /** The last encoding handed out, and the local millisecond it was made for. */
   encoded: F | undefined;
   encodedAtMs: number;
 }
 
+export const DEFAULT_REPLAY_MAX_BYTES = 16 * 1024 * 1024;
+
+/** What a remembered request costs besides its name, estimated: the entry and its answer ... */
+const REMEMBERED_BYTES = 400;
+/** ... and per status (the status, its outcome report and its countdown). */
+const STATUS_BYTES = 240;
+
 /** Requests answered from remembered denials, by name, answered again in the edge's encoding. */
 export class Replays<F> {
-  private readonly entries = new Map<string, Remembered<F>>();
-  private readonly maxKeys: number;
+  private readonly entries: BoundedCache<Remembered<F>>;
   private readonly config: () => object | undefined;
   private readonly encode: (response: RateLimitResponse) => F;
   private readonly observer: LimiterObserver | undefined;
@@ -52,11 +62,11 @@ export class Replays<F> {
 
   constructor(options: ReplaysOptions<F>) {
     if (!Number.isInteger(options.maxKeys) || options.maxKeys < 1) throw new RangeError(`maxKeys must be a positive integer, got ${options.maxKeys}`);
-    this.maxKeys = options.maxKeys;
+    this.entries = new BoundedCache({ maxEntries: options.maxKeys, maxBytes: options.maxBytes ?? DEFAULT_REPLAY_MAX_BYTES });
     this.config = options.config;
     this.encode = options.encode;
     this.observer = options.observer;
-    this.clock = options.clock ?? systemClock;
+    this.clock = options.clock ?? monotonicClock;
   }
 
   /** Number of requests remembered (expired ones included until met or evicted). */
@@ -64,16 +74,21 @@ export class Replays<F> {
     return this.entries.size;
   }
 
+  /** Estimated bytes of the requests remembered. */
+  get bytes(): number {
+    return this.entries.bytes;
+  }
+
   /**
    * The encoded answer to the request named `key` when it is remembered and still holds (reported
    * as the limiter would report it); undefined otherwise: then decide it, with remembering(key).
    */
   answer(key: string): F | undefined {
-    const entry = this.entries.get(key);
-    if (entry === undefined) return undefined;
     const now = this.clock.nowMs();
+    const entry = this.entries.peek(key, now);
+    if (entry === undefined) return undefined;
     const denial = entry.denial;
-    if (entry.untilMs <= now || denial.config !== this.config()) {
+    if (denial.config !== this.config()) {
       this.entries.delete(key);
       return undefined;
     }
@@ -100,12 +115,10 @@ export class Replays<F> {
   remember(key: string, denial: LocalDenial): void {
     let untilMs = Infinity;
     for (const until of denial.deniedUntilMs) if (until < untilMs) untilMs = until;
-    this.entries.delete(key);
-    this.entries.set(key, { denial, untilMs, encoded: undefined, encodedAtMs: 0 });
-    if (this.entries.size > this.maxKeys) {
-      const oldest = this.entries.keys().next();
-      if (oldest.done !== true) this.entries.delete(oldest.value);
-    }
+    let own = REMEMBERED_BYTES + STATUS_BYTES * denial.deniedUntilMs.length;
+    for (const outcome of denial.outcomes) own += outcome.statKey.length;
+    this.entries.set(key, { denial, expiresAtMs: untilMs, encoded: undefined, encodedAtMs: 0, bytes: entryBytes(key, own) });
+    this.entries.tidy(this.clock.nowMs());
   }
 }
 

@@ -54,6 +54,11 @@ export interface CounterRequest {
   readonly strict?: boolean;
 }
 
+/** One string per distinct counter of a call: a key named with another algorithm or window is another counter. */
+export function counterIdentity(c: CounterRequest): string {
+  return `${c.algorithm}/${c.windowMs}/${c.key}`;
+}
+
 export interface CounterDecision {
   readonly allowed: boolean;
   /** L - (floor(estimate) + h) after an allowed request; 0 when denied. Never negative. */
@@ -67,8 +72,9 @@ export interface CounterDecision {
 
 /**
  * A call answered locally (Store.decideLocally): the verdicts in input order, and for each counter
- * the local time (the store's Clock, ms) until which its remembered denial holds, or NaN for a
- * counter it did not consult (reported allowed with remaining 0 and resetMs 0; nothing is charged).
+ * the local time (the store's Clock, ms) until which its remembered denial holds. A local answer
+ * is what the store would answer for every counter of the call (nothing is charged): a store that
+ * cannot say so for some counter answers nothing locally.
  */
 export interface LocalAnswer {
   readonly decisions: readonly CounterDecision[];

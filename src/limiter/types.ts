@@ -69,6 +69,42 @@ export interface Descriptor {
   readonly hitsAddend?: number;
 }
 
+/**
+ * Caps on what one request may hold, so that no caller picks how much memory and work it costs
+ * (every cache keyed by request values is bounded in bytes too, but a cap at the door is cheaper).
+ * A request over one is malformed (InvalidRequestError, naming the cap and its setting).
+ */
+export interface RequestLimits {
+  /** Descriptors per request. */
+  readonly maxDescriptors: number;
+  /** Entries per descriptor. */
+  readonly maxEntries: number;
+  /** UTF-8 bytes of one entry's key. */
+  readonly maxKeyBytes: number;
+  /** UTF-8 bytes of one entry's value. */
+  readonly maxValueBytes: number;
+}
+
+/** The setting that raises each cap (named in the error a request over it gets). */
+export const REQUEST_LIMIT_SETTINGS: Readonly<Record<keyof RequestLimits, string>> = Object.freeze({
+  maxDescriptors: 'REQUEST_MAX_DESCRIPTORS',
+  maxEntries: 'DESCRIPTOR_MAX_ENTRIES',
+  maxKeyBytes: 'DESCRIPTOR_MAX_KEY_BYTES',
+  maxValueBytes: 'DESCRIPTOR_MAX_VALUE_BYTES',
+});
+
+/**
+ * Far above what any Envoy configuration sends (one descriptor per rate-limit action, a handful of
+ * entries each, keys named in the proxy's config, values from one header or address), below what
+ * would let one request cost much.
+ */
+export const DEFAULT_REQUEST_LIMITS: RequestLimits = Object.freeze({
+  maxDescriptors: 4096,
+  maxEntries: 64,
+  maxKeyBytes: 1024,
+  maxValueBytes: 16 * 1024,
+});
+
 /** A ShouldRateLimit request, already validated by the edge. */
 export interface RateLimitRequest {
   readonly domain: string;
@@ -114,7 +150,16 @@ export interface Clock {
   nowMs(): number;
 }
 
-export const systemClock: Clock = { nowMs: () => Date.now() };
+// The wall-clock time at which the monotonic clock reads 0, taken once.
+const MONOTONIC_ORIGIN_MS = Date.now() - performance.now();
+
+/**
+ * Whole milliseconds since the epoch as the wall clock read them when the process started, advanced
+ * by a monotonic clock since: a wall-clock step (NTP, an operator, a VM restored) neither starts
+ * windows over nor stretches a wait. The in-process caches and the memory store keep time with it;
+ * it drifts from the wall clock only as fast as the two clocks' rates differ.
+ */
+export const monotonicClock: Clock = { nowMs: () => Math.floor(MONOTONIC_ORIGIN_MS + performance.now()) };
 
 /** Anything that answers ShouldRateLimit: the limiter, or a wrapper around it (metrics). What every edge needs. */
 export interface RateLimitDecider {

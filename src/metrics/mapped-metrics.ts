@@ -11,6 +11,8 @@ import { StatsdMapper, type StatsdMetricType } from './statsd-mapping';
  *
  * Each statsd name is mapped once, when first seen; after that a counter costs one map lookup and an
  * addition.
+ * The statsd names mapped are bounded in count and bytes (their source, the metric series, is bounded
+ * too); an event of a new name beyond them is dropped and counted in `statsd_exporter_events_dropped_total`.
  * EXTRA_TAGS become labels of every series. Two mappings giving one name different label sets share
  * it (a sample carries only its own labels); a name already used with another metric type, a label
  * the first mapping did not declare, or a second label set of a histogram is dropped and counted in
@@ -82,7 +84,16 @@ export interface MappedPrometheusOptions {
   readonly mapper: StatsdMapper;
   /** Labels added to every series (EXTRA_TAGS). */
   readonly extraLabels?: Readonly<Record<string, string>>;
+  /** Most statsd names mapped (counters and timers together); default 100,000. */
+  readonly maxNames?: number;
+  /** Most estimated bytes of the names mapped; default 16 MiB. */
+  readonly maxBytes?: number;
 }
+
+const DEFAULT_MAX_NAMES = 100_000;
+const DEFAULT_MAX_BYTES = 16 * 1024 * 1024;
+/** What one mapped name costs besides its characters, which it holds twice (the name, and the series' labels): the slots, the child, its label set. */
+const MAPPED_NAME_OVERHEAD_BYTES = 400;
 
 /** A statsd sink (increment, timing) that keeps the mapped Prometheus series; `registry` serves them. */
 export class MappedPrometheus {
@@ -91,6 +102,10 @@ export class MappedPrometheus {
   private readonly timers = new Map<string, Observe>();
   private readonly families = new Map<string, Family>();
   private readonly conflicts: Counter<'type'>;
+  private readonly dropped: Inc;
+  private readonly maxNames: number;
+  private readonly maxBytes: number;
+  private namesBytes = 0;
 
   constructor(private readonly options: MappedPrometheusOptions) {
     this.conflicts = new Counter({
@@ -99,12 +114,23 @@ export class MappedPrometheus {
       labelNames: ['type'],
       registers: [this.registry],
     });
+    this.dropped = new Counter({
+      name: 'statsd_exporter_events_dropped_total',
+      help: 'Statsd events of new names dropped because the names mapped reached their bound.',
+      registers: [this.registry],
+    });
+    this.maxNames = options.maxNames ?? DEFAULT_MAX_NAMES;
+    this.maxBytes = options.maxBytes ?? DEFAULT_MAX_BYTES;
   }
 
   /** A statsd counter increment. */
   increment(stat: string, value: number): void {
     let c = this.counters.get(stat);
     if (c === undefined) {
+      if (this.full(stat)) {
+        this.dropped.inc(1);
+        return;
+      }
       c = this.child(stat, 'counter') as Inc;
       this.counters.set(stat, c);
     }
@@ -115,10 +141,22 @@ export class MappedPrometheus {
   timing(stat: string, milliseconds: number): void {
     let t = this.timers.get(stat);
     if (t === undefined) {
+      if (this.full(stat)) {
+        this.dropped.inc(1);
+        return;
+      }
       t = this.child(stat, 'observer') as Observe;
       this.timers.set(stat, t);
     }
     t.observe(milliseconds);
+  }
+
+  /** Whether a new name would go beyond the bounds; when not, it is counted in. */
+  private full(stat: string): boolean {
+    const bytes = MAPPED_NAME_OVERHEAD_BYTES + 2 * stat.length;
+    if (this.counters.size + this.timers.size >= this.maxNames || this.namesBytes + bytes > this.maxBytes) return true;
+    this.namesBytes += bytes;
+    return false;
   }
 
   /** Nothing to flush: the registry is read at each scrape. */

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
 import { classify, type ErrorMetric } from '../errors';
@@ -16,9 +17,11 @@ import type { Settings } from '../settings/settings';
  *   `ratelimit_service_rate_limit_total_hits{domain, descriptor}` etc., where `descriptor` is the rule's
  *   key path (`tenant_acme.path`); values of key-only levels appear only for `detailed_metric` rules.
  *
- * Cardinality is bounded: at most `maxSeries` distinct (domain, descriptor) label sets are kept; any
- * further one is folded into `descriptor="overflow"` of its domain, so clients sending random values to
- * a detailed rule cannot grow memory without bound.
+ * Cardinality is bounded: at most `maxSeries` distinct (domain, descriptor) label sets are kept, of at
+ * most `maxSeriesBytes` estimated bytes; any further one is folded into `descriptor="overflow"` of its
+ * domain, so clients sending random values to a detailed rule cannot grow memory without bound. A
+ * descriptor label longer than `maxLabelLength` (values are the caller's to pick) is cut and ends in a
+ * hash of the whole, so long labels stay apart and no label or statsd name is longer than that.
  */
 
 /** What the limiter reports for one matched counter of one request (see DescriptorOutcome). */
@@ -39,6 +42,10 @@ export interface MetricsOptions {
   readonly storeName?: string;
   /** Distinct (domain, descriptor) label sets kept before folding into "overflow"; default 10,000. */
   readonly maxSeries?: number;
+  /** Estimated bytes of those series before folding into "overflow"; default 16 MiB. */
+  readonly maxSeriesBytes?: number;
+  /** Longest descriptor label kept whole (longer ones are cut, with a hash); default 256. */
+  readonly maxLabelLength?: number;
   /** Process metrics (CPU, memory, event loop, GC); default true. */
   readonly defaultMetrics?: boolean;
   /** Where statsd lines go; none when omitted. */
@@ -49,7 +56,19 @@ export interface MetricsOptions {
 export const LATENCY_BUCKETS_SECONDS: readonly number[] = Object.freeze([0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05]);
 
 export const DEFAULT_MAX_SERIES = 10_000;
+export const DEFAULT_MAX_SERIES_BYTES = 16 * 1024 * 1024;
+export const DEFAULT_MAX_LABEL_LENGTH = 256;
 export const OVERFLOW_LABEL = 'overflow';
+
+/**
+ * What one series costs besides its labels' characters (its six tallies and their prom-client
+ * children), and how many times those characters are held (the label sets, the statsd names, and
+ * prom-client's own keys).
+ */
+const SERIES_OVERHEAD_BYTES = 800;
+const SERIES_LABEL_COPIES = 8;
+/** Hex digits of the hash that ends a cut label. */
+const LABEL_HASH_LENGTH = 16;
 
 interface Inc {
   inc(value: number): void;
@@ -90,6 +109,8 @@ export class Metrics {
   readonly registry = new Registry();
 
   private readonly maxSeries: number;
+  private readonly maxSeriesBytes: number;
+  private readonly maxLabelLength: number;
   private readonly statsd?: StatsdSink;
   private readonly storeErrorType: string;
 
@@ -118,9 +139,12 @@ export class Metrics {
   private readonly series = new Map<string, Map<string, Series>>();
   private readonly overflow = new Map<string, Series>();
   private seriesCount = 0;
+  private seriesBytesHeld = 0;
 
   constructor(options: MetricsOptions = {}) {
     this.maxSeries = options.maxSeries ?? DEFAULT_MAX_SERIES;
+    this.maxSeriesBytes = options.maxSeriesBytes ?? DEFAULT_MAX_SERIES_BYTES;
+    this.maxLabelLength = Math.max(options.maxLabelLength ?? DEFAULT_MAX_LABEL_LENGTH, 2 * LABEL_HASH_LENGTH);
     this.statsd = options.statsd;
     this.storeErrorType = `${options.storeName ?? 'store'}_error`;
     const registers = [this.registry];
@@ -285,6 +309,11 @@ export class Metrics {
     return this.seriesCount;
   }
 
+  /** Estimated bytes of the series kept (overflow excluded). */
+  get seriesBytes(): number {
+    return this.seriesBytesHeld;
+  }
+
   /** The Prometheus text exposition. */
   text(): Promise<string> {
     return this.registry.metrics();
@@ -303,18 +332,22 @@ export class Metrics {
   }
 
   private seriesFor(domain: string, statKey: string): Series {
+    // Both are bounded by now: the domain is a configured one, the label cut to maxLabelLength.
+    const label = statKey.length > this.maxLabelLength ? cutLabel(statKey, this.maxLabelLength) : statKey;
     let byKey = this.series.get(domain);
     if (byKey === undefined) {
       if (this.seriesCount >= this.maxSeries) return this.overflowFor(OVERFLOW_LABEL);
       byKey = new Map();
       this.series.set(domain, byKey);
     }
-    let s = byKey.get(statKey);
+    let s = byKey.get(label);
     if (s === undefined) {
-      if (this.seriesCount >= this.maxSeries) return this.overflowFor(domain);
-      s = this.makeSeries(domain, statKey);
-      byKey.set(statKey, s);
+      const bytes = SERIES_OVERHEAD_BYTES + SERIES_LABEL_COPIES * (domain.length + label.length);
+      if (this.seriesCount >= this.maxSeries || this.seriesBytesHeld + bytes > this.maxSeriesBytes) return this.overflowFor(domain);
+      s = this.makeSeries(domain, label);
+      byKey.set(label, s);
       this.seriesCount++;
+      this.seriesBytesHeld += bytes;
     }
     return s;
   }
@@ -355,9 +388,24 @@ export class Metrics {
   }
 }
 
-/** The service's metrics; `statsd` receives the statsd-named counters and timings (src/metric-sinks.ts). */
-export function createMetrics(settings: Pick<Settings, 'backendType'>, options: { statsd?: StatsdSink; defaultMetrics?: boolean } = {}): Metrics {
-  return new Metrics({ storeName: settings.backendType, defaultMetrics: options.defaultMetrics, statsd: options.statsd });
+/** The service's metrics; `statsd` receives the statsd-named counters and timings (./sinks.ts). */
+export function createMetrics(
+  settings: Pick<Settings, 'backendType'> & Partial<Pick<Settings, 'metricLimits'>>,
+  options: { statsd?: StatsdSink; defaultMetrics?: boolean } = {},
+): Metrics {
+  return new Metrics({ storeName: settings.backendType, ...settings.metricLimits, defaultMetrics: options.defaultMetrics, statsd: options.statsd });
+}
+
+/**
+ * `label` cut to `max` characters, the last of them a hash of the whole: labels that share a long
+ * beginning stay apart, and none is longer than `max` (nor splits a character's surrogate pair).
+ */
+export function cutLabel(label: string, max: number): string {
+  let keep = max - LABEL_HASH_LENGTH - 1;
+  const last = label.charCodeAt(keep - 1);
+  if (last >= 0xd800 && last <= 0xdbff) keep--;
+  const hash = createHash('sha256').update(label).digest('hex').slice(0, LABEL_HASH_LENGTH);
+  return `${label.slice(0, keep)}~${hash}`;
 }
 
 /**

@@ -40,22 +40,44 @@ export function createStatsdSink(options: StatsdOptions): StatsdSink {
   return new SummingStatsdSink(client, suffix, options.flushIntervalMs);
 }
 
-/** Sums counter increments per name and sends each sum once per interval; timings pass through. */
+/** Most names summed, and their estimated bytes: the names come from the bounded metric series, this bounds the sums anyway. */
+export const SUMMED_NAMES_MAX = 100_000;
+export const SUMMED_NAMES_MAX_BYTES = 16 * 1024 * 1024;
+/** What one summed name costs besides its characters (the map's slot, the string's header, the number). */
+const SUMMED_NAME_OVERHEAD_BYTES = 64;
+
+/**
+ * Sums counter increments per name and sends each sum once per interval; timings pass through. The
+ * names summed are bounded in count and bytes: an increment of a name beyond them is sent as it comes.
+ */
 export class SummingStatsdSink implements StatsdSink {
   private readonly sums = new Map<string, number>();
   private readonly timer: NodeJS.Timeout;
+  private namesBytes = 0;
 
   constructor(
     private readonly client: StatsdSink,
     private readonly nameSuffix: string,
     flushIntervalMs: number,
+    private readonly bounds: { readonly maxNames: number; readonly maxBytes: number } = { maxNames: SUMMED_NAMES_MAX, maxBytes: SUMMED_NAMES_MAX_BYTES },
   ) {
     this.timer = setInterval(() => this.flush(), flushIntervalMs);
     this.timer.unref();
   }
 
   increment(stat: string, value: number): void {
-    this.sums.set(stat, (this.sums.get(stat) ?? 0) + value);
+    const sum = this.sums.get(stat);
+    if (sum !== undefined) {
+      this.sums.set(stat, sum + value);
+      return;
+    }
+    const bytes = SUMMED_NAME_OVERHEAD_BYTES + stat.length;
+    if (this.sums.size >= this.bounds.maxNames || this.namesBytes + bytes > this.bounds.maxBytes) {
+      this.client.increment(stat + this.nameSuffix, value);
+      return;
+    }
+    this.sums.set(stat, value);
+    this.namesBytes += bytes;
   }
 
   timing(stat: string, milliseconds: number): void {

@@ -1,5 +1,5 @@
 import { availableParallelism } from 'node:os';
-import { ALGORITHMS, type Algorithm } from '../limiter/types';
+import { ALGORITHMS, DEFAULT_REQUEST_LIMITS, REQUEST_LIMIT_SETTINGS, type Algorithm, type RequestLimits } from '../limiter/types';
 import { referenceSettingWarnings } from './reference-settings';
 
 /**
@@ -88,9 +88,6 @@ function logLevel(env: Env): LogLevel {
   if (level === undefined) throw new SettingsError('LOG_LEVEL', `expected one of ${Object.keys(LOG_LEVELS).join(', ')}, got "${v}"`);
   return level;
 }
-
-/** Approximate memory of one denial-cache entry, bytes: LOCAL_CACHE_SIZE_IN_BYTES / this = entries. */
-export const DENIAL_CACHE_ENTRY_BYTES = 256;
 
 function port(env: Env, name: string, fallback: number): number {
   return int(env, name, fallback, 0, 65535);
@@ -205,10 +202,16 @@ export interface Settings {
   /** Deadline of one store call, ms. */
   readonly storeTimeoutMs: number;
   readonly storeFailurePolicy: FailurePolicy;
-  /** Memory store bound (LRU beyond it). */
+  /** Memory store bounds, in records and estimated bytes (LRU beyond either). */
   readonly memoryMaxKeys: number;
-  /** Local denial cache bound; 0 disables it. */
+  readonly memoryMaxBytes: number;
+  /** Local denial cache bounds, in denials and estimated bytes (LRU beyond either); 0 in either disables it. */
   readonly denialCacheMaxKeys: number;
+  readonly denialCacheMaxBytes: number;
+  /** Caps on what one request may hold (over one: INVALID_ARGUMENT naming it). */
+  readonly requestLimits: RequestLimits;
+  /** Bounds of the per-rule metric series (see src/metrics/metrics.ts). */
+  readonly metricLimits: MetricLimits;
 
   readonly defaultAlgorithm: Algorithm;
   readonly countDeniedRequests: boolean;
@@ -265,6 +268,16 @@ export interface Settings {
   readonly forceStartWithoutInitialConfig: boolean;
   readonly xds: XdsSettings;
   readonly tracing: TracingSettings;
+}
+
+/** Bounds of the per-rule metric series: what clients sending new values can make the metrics hold. */
+export interface MetricLimits {
+  /** Distinct (domain, descriptor) label sets kept before folding into "overflow" (METRICS_MAX_SERIES). */
+  readonly maxSeries: number;
+  /** ... and their estimated bytes (METRICS_MAX_SERIES_BYTES). */
+  readonly maxSeriesBytes: number;
+  /** A descriptor label longer than this is cut and ends in a hash of the whole (METRICS_MAX_LABEL_LENGTH). */
+  readonly maxLabelLength: number;
 }
 
 /** The xDS client's settings (CONFIG_GRPC_XDS_*, XDS_CLIENT_*), as the reference names them. */
@@ -433,7 +446,17 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     storeTimeoutMs: int(env, 'STORE_TIMEOUT_MS', 10, 1, 60_000),
     storeFailurePolicy: oneOf<FailurePolicy>(env, 'STORE_FAILURE_POLICY', 'error', ['error', 'allow', 'deny', 'local']),
     memoryMaxKeys: int(env, 'MEMORY_MAX_KEYS', 1_000_000, 1, 1e9),
-    denialCacheMaxKeys: denialCacheMaxKeys(env),
+    memoryMaxBytes: int(env, 'MEMORY_MAX_BYTES', 256 * MIB, MIB, 2 ** 40),
+    // The reference's LOCAL_CACHE_SIZE_IN_BYTES, in bytes as there (0 turns the cache off, as there);
+    // on by default here: unlike the reference's cache, this one never denies what the store allows.
+    denialCacheMaxKeys: int(env, 'LOCAL_DENIAL_CACHE_MAX_KEYS', 100_000, 0, 1e9),
+    denialCacheMaxBytes: int(env, 'LOCAL_CACHE_SIZE_IN_BYTES', 32 * MIB, 0, 2 ** 40),
+    requestLimits: requestLimits(env),
+    metricLimits: Object.freeze({
+      maxSeries: int(env, 'METRICS_MAX_SERIES', 10_000, 1, 1e7),
+      maxSeriesBytes: int(env, 'METRICS_MAX_SERIES_BYTES', 16 * MIB, 64 * 1024, 2 ** 34),
+      maxLabelLength: int(env, 'METRICS_MAX_LABEL_LENGTH', 256, 32, 65_536),
+    }),
 
     defaultAlgorithm: oneOf<Algorithm>(env, 'DEFAULT_ALGORITHM', 'sliding_window', ALGORITHMS),
     countDeniedRequests: bool(env, 'COUNT_DENIED_REQUESTS', false),
@@ -533,14 +556,17 @@ function tracingSettings(env: Env): TracingSettings {
   });
 }
 
-/**
- * LOCAL_DENIAL_CACHE_MAX_KEYS, else the reference's LOCAL_CACHE_SIZE_IN_BYTES in entries (0 turns the cache
- * off, as there), else on with 100,000 entries: unlike the reference's cache it never denies what the store allows.
- */
-function denialCacheMaxKeys(env: Env): number {
-  if (optional(env, 'LOCAL_DENIAL_CACHE_MAX_KEYS') !== undefined) return int(env, 'LOCAL_DENIAL_CACHE_MAX_KEYS', 100_000, 0, 1e9);
-  const bytes = int(env, 'LOCAL_CACHE_SIZE_IN_BYTES', -1, 0, 2 ** 40);
-  return bytes < 0 ? 100_000 : Math.floor(bytes / DENIAL_CACHE_ENTRY_BYTES);
+const MIB = 1024 * 1024;
+
+/** The request caps, each from the setting the limiter names in its errors. */
+function requestLimits(env: Env): RequestLimits {
+  const cap = (field: keyof RequestLimits, max: number): number => int(env, REQUEST_LIMIT_SETTINGS[field], DEFAULT_REQUEST_LIMITS[field], 1, max);
+  return Object.freeze({
+    maxDescriptors: cap('maxDescriptors', 1_000_000),
+    maxEntries: cap('maxEntries', 1_000_000),
+    maxKeyBytes: cap('maxKeyBytes', 1 << 30),
+    maxValueBytes: cap('maxValueBytes', 1 << 30),
+  });
 }
 
 /** EXTRA_TAGS as the reference reads it: `key:value` pairs separated by commas. */

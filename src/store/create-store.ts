@@ -24,8 +24,8 @@ export interface StoreHooks {
 export async function createStore(settings: Settings, logger: Logger, hooks: StoreHooks = {}): Promise<Store> {
   switch (settings.backendType) {
     case 'memory':
-      logger.debug({ maxKeys: settings.memoryMaxKeys }, 'using the in-memory store');
-      return new MemoryStore({ maxKeys: settings.memoryMaxKeys });
+      logger.debug({ maxKeys: settings.memoryMaxKeys, maxBytes: settings.memoryMaxBytes }, 'using the in-memory store');
+      return new MemoryStore({ maxKeys: settings.memoryMaxKeys, maxBytes: settings.memoryMaxBytes });
     case 'redis':
       return createRedisBackedStore(settings, logger, hooks);
     default:
@@ -46,8 +46,13 @@ export function warnIfTimeoutBelowRoundTrip(roundTripMs: number | undefined, sto
   );
 }
 
+/** Whether the settings keep a local denial cache (both of its bounds above 0). */
+export function denialCacheEnabled(settings: Pick<Settings, 'backendType' | 'denialCacheMaxKeys' | 'denialCacheMaxBytes'>): boolean {
+  return settings.backendType === 'redis' && settings.denialCacheMaxKeys > 0 && settings.denialCacheMaxBytes > 0;
+}
+
 /**
- * Redis, wrapped (inside out) in the denial cache (LOCAL_DENIAL_CACHE_MAX_KEYS, 0 = off) and the
+ * Redis, wrapped (inside out) in the denial cache (LOCAL_DENIAL_CACHE_MAX_KEYS and LOCAL_CACHE_SIZE_IN_BYTES, 0 = off) and the
  * failure policy (STORE_FAILURE_POLICY). Cached denials are still answered while Redis is down.
  * clearCache() on the result empties the denial cache (call it after a config reload).
  */
@@ -67,16 +72,21 @@ async function createRedisBackedStore(settings: Settings, logger: Logger, hooks:
   if (!(await redis.whenReady(REDIS_STARTUP_WAIT_MS))) logger.warn({ redis: target }, 'redis not reachable yet; still trying');
   else warnIfTimeoutBelowRoundTrip(await redis.pingRoundTripMs(ROUND_TRIP_SAMPLES), settings.storeTimeoutMs, logger);
   let store: Store = redis;
-  if (settings.denialCacheMaxKeys > 0) store = new DenialCache({ store, maxKeys: settings.denialCacheMaxKeys, onHit: hooks.onCacheHit });
+  if (denialCacheEnabled(settings)) {
+    store = new DenialCache({ store, maxKeys: settings.denialCacheMaxKeys, maxBytes: settings.denialCacheMaxBytes, onHit: hooks.onCacheHit });
+  }
   if (settings.storeFailurePolicy !== 'error') {
     const policy = settings.storeFailurePolicy;
     store = new FailurePolicyStore({
       store,
       policy,
-      fallback: policy === 'local' ? new MemoryStore({ maxKeys: settings.memoryMaxKeys }) : undefined,
+      fallback: policy === 'local' ? new MemoryStore({ maxKeys: settings.memoryMaxKeys, maxBytes: settings.memoryMaxBytes }) : undefined,
       onFallback: hooks.onFallback,
     });
   }
-  logger.debug({ redis: target, policy: settings.storeFailurePolicy, denialCache: settings.denialCacheMaxKeys }, 'using the redis store');
+  logger.debug(
+    { redis: target, policy: settings.storeFailurePolicy, denialCache: { maxKeys: settings.denialCacheMaxKeys, maxBytes: settings.denialCacheMaxBytes } },
+    'using the redis store',
+  );
   return store;
 }

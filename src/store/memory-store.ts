@@ -9,8 +9,9 @@ import {
   subWindowCounter,
   type Verdict,
 } from '../limiter/algorithms';
-import { systemClock, type Algorithm, type Clock } from '../limiter/types';
-import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../limiter/store';
+import { monotonicClock, type Algorithm, type Clock } from '../limiter/types';
+import { counterIdentity, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../limiter/store';
+import { BoundedCache, entryBytes } from '../limiter/bounded-cache';
 
 /**
  * The embedded store: counters in one process, bounded in memory.
@@ -19,16 +20,22 @@ import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../l
  * functions read. The work is synchronous, so a call is atomic with respect to every other call
  * without any locking; the Promise is there to honour the Store port.
  *
- * Memory is bounded twice: a record is dropped once it can no longer influence a decision (its
- * expiry, see below), and the map never holds more than `maxKeys` records, evicting the least
- * recently used one (as live() orders them). Evicting a live counter forgets its hits, so `maxKeys` should exceed the
- * number of distinct active descriptors.
+ * Memory is bounded: a record is dropped once it can no longer influence a decision (its expiry,
+ * see below), and the records never number more than `maxKeys` nor weigh more than `maxBytes`
+ * (keys are as long as callers make them), the least recently used one (as live() orders them)
+ * evicted first (../limiter/bounded-cache). Evicting a live counter forgets its hits, so the bounds
+ * should exceed what the distinct active descriptors need.
+ *
+ * Time is the injected clock, by default a monotonic one (../limiter/types): a wall-clock step
+ * back neither starts counters over nor stretches a wait.
  */
 
 export interface MemoryStoreOptions {
   /** Most records kept; beyond it the least recently used one is evicted. */
   readonly maxKeys: number;
-  /** Time source, read once per decide() call; defaults to the system clock. */
+  /** Most estimated bytes of records kept (keys included); beyond it the least recently used one is evicted. Default 256 MiB. */
+  readonly maxBytes?: number;
+  /** Time source, read once per decide() call; defaults to the monotonic clock. */
   readonly clock?: Clock;
   /** Period of the background expiry sweep, ms; 0 turns it off (lazy cleanup only). Default 10 s. */
   readonly sweepIntervalMs?: number;
@@ -60,30 +67,45 @@ interface CounterRecord {
   tatRem: number;
   /** From this instant on the record cannot change any decision and may be dropped. */
   expiresAtMs: number;
+  /** Estimated size, key included (recordBytes). */
+  bytes: number;
+}
+
+/** A record's own fields, estimated; sub-window counts and log entries are added per element. */
+const RECORD_BYTES = 120;
+const ARRAY_BYTES = 16;
+const COUNT_BYTES = 8;
+const LOG_ENTRY_BYTES = 32;
+
+export const DEFAULT_MEMORY_MAX_BYTES = 256 * 1024 * 1024;
+
+function recordBytes(key: string, record: CounterRecord): number {
+  let own = RECORD_BYTES;
+  if (record.counts !== undefined) own += ARRAY_BYTES + COUNT_BYTES * record.counts.length;
+  if (record.log !== undefined) own += ARRAY_BYTES + LOG_ENTRY_BYTES * record.log.length;
+  return entryBytes(key, own);
 }
 
 const DEFAULT_SWEEP_INTERVAL_MS = 10_000;
 const DEFAULT_SWEEP_BATCH = 10_000;
-// Expired records at the cold end of the LRU order checked per decide() call: keeps memory tidy
-// between sweeps at a constant, tiny cost.
-const LAZY_EXPIRY_CHECKS = 2;
+// Calls with more counters than this find repeated counters through a map instead of by scanning
+// the earlier ones: a call naming one counter n times must not cost n^2.
+const PENDING_SCAN_MAX = 8;
 
 /** In-process Store: exact algorithms, LRU-bounded, expired windows evicted. */
 export class MemoryStore implements Store {
   readonly name = 'memory';
-  private readonly records = new Map<string, CounterRecord>();
+  private readonly records: BoundedCache<CounterRecord>;
   private readonly clock: Clock;
-  private readonly maxKeys: number;
   private readonly sweepBatch: number;
   private readonly timer: NodeJS.Timeout | undefined;
-  private sweepCursor: IterableIterator<[string, CounterRecord]> | undefined;
 
   constructor(options: MemoryStoreOptions) {
     if (!Number.isInteger(options.maxKeys) || options.maxKeys < 1) {
       throw new RangeError(`maxKeys must be a positive integer, got ${options.maxKeys}`);
     }
-    this.maxKeys = options.maxKeys;
-    this.clock = options.clock ?? systemClock;
+    this.records = new BoundedCache({ maxEntries: options.maxKeys, maxBytes: options.maxBytes ?? DEFAULT_MEMORY_MAX_BYTES });
+    this.clock = options.clock ?? monotonicClock;
     this.sweepBatch = options.sweepBatch ?? DEFAULT_SWEEP_BATCH;
     const interval = options.sweepIntervalMs ?? DEFAULT_SWEEP_INTERVAL_MS;
     if (interval > 0) {
@@ -96,6 +118,11 @@ export class MemoryStore implements Store {
   /** Number of records currently held (expired ones included until swept). */
   get size(): number {
     return this.records.size;
+  }
+
+  /** Estimated bytes of the records held. */
+  get bytes(): number {
+    return this.records.bytes;
   }
 
   /** Decides every counter at one instant of the store's clock; see the Store contract. */
@@ -123,22 +150,7 @@ export class MemoryStore implements Store {
    * this one stopped. Called by the background timer; public so tests can drive it.
    */
   sweep(budget: number = this.sweepBatch): number {
-    const now = this.clock.nowMs();
-    let dropped = 0;
-    for (let i = 0; i < budget; i++) {
-      this.sweepCursor ??= this.records.entries();
-      const next = this.sweepCursor.next();
-      if (next.done === true) {
-        this.sweepCursor = undefined;
-        break;
-      }
-      const [key, record] = next.value;
-      if (now >= record.expiresAtMs) {
-        this.records.delete(key);
-        dropped++;
-      }
-    }
-    return dropped;
+    return this.records.sweep(this.clock.nowMs(), budget);
   }
 
   private decideNow(counters: readonly CounterRequest[], countDenied: boolean): CounterDecision[] {
@@ -148,16 +160,19 @@ export class MemoryStore implements Store {
     // Each counter's record as read here, so that charging it takes no second lookup.
     const records: (CounterRecord | undefined)[] = new Array<CounterRecord | undefined>(n);
     let allAllowed = true;
+    // The same counter twice in one call: the later one sees the earlier one's hits, as it would
+    // had the two arrived one after the other.
+    const pending = n > PENDING_SCAN_MAX ? new Map<string, number>() : undefined;
     for (let i = 0; i < n; i++) {
       const c = counters[i];
       const record = this.live(c, now);
       records[i] = record;
-      // The same counter twice in one call: the later one sees the earlier one's hits, as it would
-      // had the two arrived one after the other.
-      const pending = i > 0 ? pendingHits(counters, decisions, i, countDenied) : 0;
-      const verdict = decideOne(c, record, now, pending);
+      const id = pending !== undefined ? counterIdentity(c) : '';
+      const before = pending !== undefined ? (pending.get(id) ?? 0) : i > 0 ? pendingHits(counters, decisions, i, countDenied) : 0;
+      const verdict = decideOne(c, record, now, before);
       decisions[i] = verdict;
       if (!verdict.allowed) allAllowed = false;
+      if (pending !== undefined && (verdict.allowed || countDenied) && c.hits > 0) pending.set(id, before + c.hits);
     }
     if (allAllowed || countDenied) {
       for (let i = 0; i < n; i++) {
@@ -166,28 +181,26 @@ export class MemoryStore implements Store {
         if (c.hits > 0) this.charge(c, now, records[i] ?? this.live(c, now));
       }
     }
-    this.dropColdExpired(now);
+    // The timer sweeps the rest (sweep()).
+    this.records.tidy(now, 0);
     return decisions;
   }
 
   /** The record of a counter if it still matters at `now`; forgets it otherwise. */
   private live(c: CounterRequest, now: number): CounterRecord | undefined {
-    const record = this.records.get(c.key);
+    const record = this.records.peek(c.key, now);
     if (record === undefined) return undefined;
     // A key reused with another algorithm or window cannot reinterpret the old state.
-    if (now >= record.expiresAtMs || record.algorithm !== c.algorithm || record.windowMs !== c.windowMs || record.subWindows !== (c.subWindows ?? 1)) {
+    if (record.algorithm !== c.algorithm || record.windowMs !== c.windowMs || record.subWindows !== (c.subWindows ?? 1)) {
       this.records.delete(c.key);
       return undefined;
     }
     // Reads count as use: a counter that only ever denies is as hot as one that admits, and
     // evicting it would hand its caller a fresh quota. The order only decides evictions, which
-    // begin at maxKeys: below half of it a read skips the two hash operations of the move, so the
-    // order is exact among the counters used since the store last held maxKeys / 2 records, and
+    // begin at a bound: below half of both a read skips the two hash operations of the move, so the
+    // order is exact among the counters used since the store last held half of a bound, and
     // those are all younger than the ones not used since.
-    if (this.records.size * 2 > this.maxKeys) {
-      this.records.delete(c.key);
-      this.records.set(c.key, record);
-    }
+    if (this.records.halfFull) this.records.touch(c.key, record);
     return record;
   }
 
@@ -210,9 +223,10 @@ export class MemoryStore implements Store {
         tatMs: 0,
         tatRem: 0,
         expiresAtMs: 0,
+        bytes: 0,
       };
+      record.bytes = recordBytes(c.key, record);
       this.records.set(c.key, record);
-      if (this.records.size > this.maxKeys) this.evictLeastRecent();
     }
     switch (c.algorithm) {
       case 'sliding_window':
@@ -258,19 +272,8 @@ export class MemoryStore implements Store {
         break;
       }
     }
-  }
-
-  private evictLeastRecent(): void {
-    const oldest = this.records.keys().next();
-    if (oldest.done !== true) this.records.delete(oldest.value);
-  }
-
-  private dropColdExpired(now: number): void {
-    for (let i = 0; i < LAZY_EXPIRY_CHECKS; i++) {
-      const first = this.records.entries().next();
-      if (first.done === true || now < first.value[1].expiresAtMs) return;
-      this.records.delete(first.value[0]);
-    }
+    // Sub-window counts and log entries are what make a record grow after it was made.
+    if (record.counts !== undefined || record.log !== undefined) this.records.resize(record, recordBytes(c.key, record));
   }
 }
 
@@ -361,7 +364,7 @@ function pruneLog(log: LogRecordEntry[], from: number): void {
   if (k > 0) log.splice(0, k);
 }
 
-/** Hits that earlier counters of this call will add to the same counter. */
+/** Hits that earlier counters of this call will add to the same counter (calls of at most PENDING_SCAN_MAX counters). */
 function pendingHits(counters: readonly CounterRequest[], decisions: readonly CounterDecision[], i: number, countDenied: boolean): number {
   const c = counters[i];
   let pending = 0;

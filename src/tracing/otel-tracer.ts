@@ -21,6 +21,12 @@ import type { CallOutcome, CallSpan, CallTracer } from './call-tracer';
 
 const SPAN_NAME = 'envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit';
 
+/**
+ * Longest attribute value and status message a span keeps, in characters: the domain and a failed
+ * call's message come from the caller, and up to the batch processor's queue of spans wait in memory.
+ */
+export const SPAN_TEXT_MAX_LENGTH = 256;
+
 const headerGetter: TextMapGetter<(name: string) => string | undefined> = {
   get: (header, key) => header(key.toLowerCase()),
   keys: () => [],
@@ -44,7 +50,7 @@ class OtelCallSpan implements CallSpan {
     if (outcome.domain !== undefined) span.setAttribute('domain', outcome.domain);
     if (outcome.overallCode !== undefined) span.setAttribute('ratelimit.overall_code', outcome.overallCode);
     span.setAttribute('rpc.grpc.status_code', outcome.grpcCode);
-    if (outcome.grpcCode !== 0) span.setStatus({ code: SpanStatusCode.ERROR, message: outcome.message });
+    if (outcome.grpcCode !== 0) span.setStatus({ code: SpanStatusCode.ERROR, message: outcome.message?.slice(0, SPAN_TEXT_MAX_LENGTH) });
     span.end();
   }
 }
@@ -63,6 +69,7 @@ export async function createOtelTracer(settings: TracingSettings, logger: Logger
   const provider = new BasicTracerProvider({
     resource,
     sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(settings.samplingRate) }),
+    spanLimits: { attributeValueLengthLimit: SPAN_TEXT_MAX_LENGTH },
     spanProcessors: [new BatchSpanProcessor(exporter)],
   });
   const propagator: TextMapPropagator = new CompositePropagator({ propagators: [new W3CTraceContextPropagator(), new B3Propagator()] });

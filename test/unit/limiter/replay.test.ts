@@ -275,6 +275,17 @@ describe('Replays, the bounded store of answers', () => {
     expect(replays.size).toBe(0);
   });
 
+  it('holds at most maxBytes of requests, however few, dropping the oldest', () => {
+    const clock = new FakeClock(0);
+    const replays = new Replays<RateLimitResponse>({ maxKeys: 1_000, maxBytes: 8_000, config: () => config, encode: (r) => r, clock });
+    for (let i = 0; i < 20; i++) replays.remember(`${i}`.padEnd(500, 'q'), denial(100));
+    expect(replays.bytes).toBeLessThanOrEqual(8_000);
+    expect(replays.size).toBeGreaterThan(2);
+    expect(replays.size).toBeLessThan(20);
+    expect(replays.answer('19'.padEnd(500, 'q'))).toBeDefined();
+    expect(replays.answer('0'.padEnd(500, 'q'))).toBeUndefined();
+  });
+
   it('encodes an answer once per millisecond, however often it is asked', () => {
     const clock = new FakeClock(0);
     let encoded = 0;

@@ -1,7 +1,7 @@
 import { register as globalRegistry } from 'prom-client';
 import { InvalidRequestError, NotReadyError } from '../../../src/limiter/errors';
 import type { RateLimitResponse } from '../../../src/limiter/types';
-import { instrumentDecider, LATENCY_BUCKETS_SECONDS, Metrics, type DescriptorEvent, type StatsdSink } from '../../../src/metrics/metrics';
+import { cutLabel, instrumentDecider, LATENCY_BUCKETS_SECONDS, Metrics, type DescriptorEvent, type StatsdSink } from '../../../src/metrics/metrics';
 import { StoreUnavailableError } from '../../../src/limiter/store';
 
 class RecordingStatsd implements StatsdSink {
@@ -99,6 +99,34 @@ describe('Metrics', () => {
     expect(await sample(metrics, 'ratelimit_service_rate_limit_total_hits', { domain: 'overflow', descriptor: 'overflow' })).toBe(1);
     const series = (await metrics.registry.getMetricsAsJSON()).find((m) => m.name === 'ratelimit_service_rate_limit_total_hits')!;
     expect(series.values).toHaveLength(5);
+  });
+
+  it('folds label sets beyond maxSeriesBytes into overflow, however few they are', async () => {
+    const metrics = new Metrics({ defaultMetrics: false, maxSeriesBytes: 64 * 1024, maxLabelLength: 10_000 });
+    for (let i = 0; i < 100; i++) metrics.onDescriptor(event('edge', `page_${i}_${'x'.repeat(2_000)}`, { hits: 1 }));
+    expect(metrics.seriesBytes).toBeLessThanOrEqual(64 * 1024);
+    expect(metrics.seriesSize).toBe(3);
+    expect(await sample(metrics, 'ratelimit_service_rate_limit_total_hits', { domain: 'edge', descriptor: 'overflow' })).toBe(97);
+  });
+
+  it('cuts a descriptor label past maxLabelLength, ending it in a hash of the whole, in Prometheus and statsd alike', async () => {
+    const statsd = new RecordingStatsd();
+    const metrics = new Metrics({ defaultMetrics: false, statsd, maxLabelLength: 40 });
+    const long = (tail: string) => `page_${'x'.repeat(100)}${tail}`;
+    metrics.onDescriptor(event('edge', long('a'), { hits: 1 }));
+    metrics.onDescriptor(event('edge', long('b'), { hits: 2 }));
+    metrics.onDescriptor(event('edge', long('a'), { hits: 4 }));
+    metrics.onDescriptor(event('edge', 'short', { hits: 8 }));
+    const a = cutLabel(long('a'), 40);
+    const b = cutLabel(long('b'), 40);
+    expect(a).toMatch(/^page_x{18}~[0-9a-f]{16}$/);
+    expect(a).not.toBe(b);
+    expect(await sample(metrics, 'ratelimit_service_rate_limit_total_hits', { domain: 'edge', descriptor: a })).toBe(5);
+    expect(await sample(metrics, 'ratelimit_service_rate_limit_total_hits', { domain: 'edge', descriptor: b })).toBe(2);
+    expect(await sample(metrics, 'ratelimit_service_rate_limit_total_hits', { domain: 'edge', descriptor: 'short' })).toBe(8);
+    expect(statsd.counts.get(`ratelimit.service.rate_limit.edge.${a}.total_hits`)).toBe(5);
+    // A cut never splits a surrogate pair.
+    expect(cutLabel(`${'x'.repeat(22)}😀${'y'.repeat(50)}`, 40)).toMatch(/^x{22}~[0-9a-f]{16}$/);
   });
 
   it('still counts known label sets exactly after the cap is reached', async () => {

@@ -106,6 +106,17 @@ describe('MappedPrometheus', () => {
     expect(text).toContain('ratelimit_service_response_time_seconds_sum{grpc_method="ShouldRateLimit",cluster="eu1"} 0.003');
   });
 
+  it('maps at most maxNames names, dropping and counting events of new ones beyond', async () => {
+    const prom = new MappedPrometheus({ mapper: new StatsdMapper('mappings:\n  - match: "a.*"\n    name: "a_total"\n    labels: {k: "$1"}\n'), maxNames: 2 });
+    for (const k of ['x', 'y', 'z', 'x']) prom.increment(`a.${k}`, 1);
+    prom.timing('t.q', 1);
+    const text = await prom.registry.metrics();
+    expect(text).toContain('a_total{k="x"} 2');
+    expect(text).toContain('a_total{k="y"} 1');
+    expect(text).not.toContain('a_total{k="z"}');
+    expect(text).toContain('statsd_exporter_events_dropped_total 2');
+  });
+
   it('drops and counts a name reused with another type', async () => {
     const prom = new MappedPrometheus({ mapper: new StatsdMapper('mappings:\n  - match: "a.*"\n    name: "a_total"\n') });
     prom.increment('a.x', 1);

@@ -1,4 +1,4 @@
-import { DENIAL_CACHE_ENTRY_BYTES, loadSettings, SettingsError } from '../../../src/settings/settings';
+import { loadSettings, SettingsError } from '../../../src/settings/settings';
 
 describe('loadSettings defaults', () => {
   const s = loadSettings({});
@@ -139,11 +139,32 @@ describe('loadSettings with the reference server variable names', () => {
     expect([s.grpcUds, s.grpcTls.clientSan, s.redis.sentinelAuth]).toEqual(['/tmp/rl.sock', 'envoy.mesh', 'sentinel-secret']);
   });
 
-  it('sizes the denial cache from LOCAL_CACHE_SIZE_IN_BYTES unless LOCAL_DENIAL_CACHE_MAX_KEYS is set; 0 turns it off', () => {
-    expect(loadSettings({}).denialCacheMaxKeys).toBe(100_000);
-    expect(loadSettings({ LOCAL_CACHE_SIZE_IN_BYTES: '0' }).denialCacheMaxKeys).toBe(0);
-    expect(loadSettings({ LOCAL_CACHE_SIZE_IN_BYTES: String(DENIAL_CACHE_ENTRY_BYTES * 5000) }).denialCacheMaxKeys).toBe(5000);
-    expect(loadSettings({ LOCAL_CACHE_SIZE_IN_BYTES: '0', LOCAL_DENIAL_CACHE_MAX_KEYS: '7' }).denialCacheMaxKeys).toBe(7);
+  it('bounds the denial cache in bytes by LOCAL_CACHE_SIZE_IN_BYTES and in denials by LOCAL_DENIAL_CACHE_MAX_KEYS', () => {
+    expect(loadSettings({})).toMatchObject({ denialCacheMaxKeys: 100_000, denialCacheMaxBytes: 32 * 1024 * 1024 });
+    expect(loadSettings({ LOCAL_CACHE_SIZE_IN_BYTES: '0' }).denialCacheMaxBytes).toBe(0);
+    expect(loadSettings({ LOCAL_CACHE_SIZE_IN_BYTES: '1280000' })).toMatchObject({ denialCacheMaxKeys: 100_000, denialCacheMaxBytes: 1_280_000 });
+    expect(loadSettings({ LOCAL_CACHE_SIZE_IN_BYTES: '0', LOCAL_DENIAL_CACHE_MAX_KEYS: '7' })).toMatchObject({ denialCacheMaxKeys: 7, denialCacheMaxBytes: 0 });
+  });
+
+  it('reads the request caps and the memory and metric bounds, with their defaults', () => {
+    expect(loadSettings({})).toMatchObject({
+      requestLimits: { maxDescriptors: 4096, maxEntries: 64, maxKeyBytes: 1024, maxValueBytes: 16_384 },
+      memoryMaxBytes: 256 * 1024 * 1024,
+      metricLimits: { maxSeries: 10_000, maxSeriesBytes: 16 * 1024 * 1024, maxLabelLength: 256 },
+    });
+    const s = loadSettings({
+      REQUEST_MAX_DESCRIPTORS: '10',
+      DESCRIPTOR_MAX_ENTRIES: '3',
+      DESCRIPTOR_MAX_KEY_BYTES: '64',
+      DESCRIPTOR_MAX_VALUE_BYTES: '100000',
+      MEMORY_MAX_BYTES: '2097152',
+      METRICS_MAX_SERIES: '50',
+      METRICS_MAX_SERIES_BYTES: '65536',
+      METRICS_MAX_LABEL_LENGTH: '40',
+    });
+    expect(s.requestLimits).toEqual({ maxDescriptors: 10, maxEntries: 3, maxKeyBytes: 64, maxValueBytes: 100_000 });
+    expect([s.memoryMaxBytes, s.metricLimits]).toEqual([2_097_152, { maxSeries: 50, maxSeriesBytes: 65_536, maxLabelLength: 40 }]);
+    expect(() => loadSettings({ DESCRIPTOR_MAX_VALUE_BYTES: '0' })).toThrow('DESCRIPTOR_MAX_VALUE_BYTES');
   });
 
   it('warns that counters are per process when neither BACKEND_TYPE nor REDIS_URL is set', () => {

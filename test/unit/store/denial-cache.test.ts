@@ -88,20 +88,48 @@ describe('DenialCache', () => {
     expect(inner.calls).toBe(calls + 3);
   });
 
-  it('answers a call with one cached-denied counter locally and reports the others allowed with remaining 0', async () => {
+  it('answers locally only a call whose every counter it knows denied: the store reports the others as they are', async () => {
     await ask(cache, [counter('a', 2, 2)]);
-    await ask(cache, [counter('a', 1, 2)]);
+    await ask(cache, [counter('b', 1, 10)]);
+    expect((await ask(cache, [counter('a', 1, 2)]))[0].allowed).toBe(false);
     const calls = inner.calls;
-    const local = cache.decideLocally([counter('b', 1, 10), counter('a', 1, 2)])!;
-    const out = local.decisions;
-    expect(inner.calls).toBe(calls);
-    expect(out[0]).toEqual({ allowed: true, remaining: 0, resetMs: 0 });
-    expect(out[1].allowed).toBe(false);
-    expect(out[1].resetMs).toBeGreaterThan(0);
-    // b was not consulted: no denial time; a's holds until its reset.
-    expect(local.deniedUntilMs).toEqual([NaN, T0 + out[1].resetMs]);
-    // Nothing was charged for b.
-    expect((await memory.decide([counter('b', 0, 10)]))[0].remaining).toBe(10);
+    // b is not denied: the store decides the call, and reports b's remaining hits (9 - 1 for this call).
+    expect(cache.decideLocally([counter('b', 1, 10), counter('a', 1, 2)])).toBeUndefined();
+    const decided = await ask(cache, [counter('b', 1, 10), counter('a', 1, 2)]);
+    expect(inner.calls).toBe(calls + 1);
+    expect(decided[0]).toMatchObject({ allowed: true, remaining: 8 });
+    expect(decided[1].allowed).toBe(false);
+    // Nothing was charged for b: the call was denied.
+    expect((await memory.decide([counter('b', 0, 10)]))[0].remaining).toBe(9);
+    // Both known denied: answered here, each with its own wait.
+    await ask(cache, [counter('c', 3, 2)]);
+    const local = cache.decideLocally([counter('c', 3, 2), counter('a', 1, 2)])!;
+    expect(local.decisions.map((d) => d.allowed)).toEqual([false, false]);
+    expect(local.deniedUntilMs.every((t) => t > T0)).toBe(true);
+  });
+
+  it("takes a counter named twice in a call for the call's hits on it: [k, k] denied says nothing of [k]", async () => {
+    const twice = [counter('k', 1, 1), counter('k', 1, 1)];
+    const first = await ask(cache, twice);
+    expect(first.map((d) => d.allowed)).toEqual([true, false]);
+    // Two hits are known denied ...
+    expect(cache.decideLocally([counter('k', 2, 1)])).toBeDefined();
+    // ... but one hit alone is the store's to decide: nothing was charged, so it is allowed.
+    expect(cache.decideLocally([counter('k', 1, 1)])).toBeUndefined();
+    // The call naming it twice is the store's too: its verdicts differ by position.
+    expect(cache.decideLocally(twice)).toBeUndefined();
+    const calls = inner.calls;
+    expect((await ask(cache, [counter('k', 1, 1)]))[0].allowed).toBe(true);
+    expect(inner.calls).toBe(calls + 1);
+  });
+
+  it('finds repeated counters of a long call through a map, with the same verdicts', async () => {
+    const many = Array.from({ length: 40 }, (_, i) => counter(`m${i % 20}`, 1, 1));
+    const decided = await ask(cache, many);
+    expect(decided.map((d) => d.allowed)).toEqual([...Array<boolean>(20).fill(true), ...Array<boolean>(20).fill(false)]);
+    expect(cache.decideLocally(many)).toBeUndefined();
+    expect(cache.decideLocally([counter('m7', 2, 1)])).toBeDefined();
+    expect(cache.decideLocally([counter('m7', 1, 1)])).toBeUndefined();
   });
 
   it('forgets every denial on clear and passes clearCache on to the store it wraps', async () => {
@@ -172,13 +200,14 @@ describe('DenialCache', () => {
       advance: fc.oneof(fc.integer({ min: 0, max: 50 }), fc.integer({ min: 0, max: 3_000 }), fc.constantFrom('reset' as const, 'before-reset' as const)),
       // Retrying the previous request is what a denied client does.
       repeat: fc.boolean(),
-      counters: fc.uniqueArray(
+      // A counter may be named twice in one call.
+      counters: fc.array(
         fc.record({
           key: fc.constantFrom('k1', 'k2', 'k3'),
           algorithm: fc.constantFrom(...Object.keys(modes)),
           hits: fc.oneof(fc.constant(1), fc.integer({ min: 0, max: 4 })),
         }),
-        { minLength: 1, maxLength: 3, selector: (c) => `${c.key}/${c.algorithm}` },
+        { minLength: 1, maxLength: 4 },
       ),
     });
     await fc.assert(
@@ -204,15 +233,13 @@ describe('DenialCache', () => {
                 ? previous
                 : s.counters.map((c) => ({ key: `${c.key}/${c.algorithm}`, ...modes[c.algorithm], hits: c.hits, limit, windowMs }));
             previous = request;
-            const got = await ask(cached, request);
+            const local = cached.decideLocally(request);
+            const got = local?.decisions ?? (await cached.decide(request));
             const want = await alone.decide(request);
-            const gotAllowed = got.every((d) => d.allowed);
-            const wantAllowed = want.every((d) => d.allowed);
-            // A cached denial must match a store denial; everything else passes through unchanged,
-            // so both stores stay in the same state.
-            if (!gotAllowed) expect(wantAllowed).toBe(false);
-            else expect(got).toEqual(want);
-            for (let i = 0; i < request.length; i++) if (!got[i].allowed) expect(want[i].allowed).toBe(false);
+            // A local answer is the store's verdict on every counter; everything else passes through
+            // unchanged, so both stores stay in the same state.
+            if (local === undefined) expect(got).toEqual(want);
+            else expect(want.map((d) => d.allowed)).toEqual(got.map(() => false));
             const denied = want.filter((d) => !d.allowed);
             if (denied.length > 0) lastReset = denied[0].resetMs;
           }

@@ -24,6 +24,23 @@ describe('MemoryStore', () => {
     await store.close();
   });
 
+  it('holds at most maxBytes of records however long their keys, evicting the least recently used', async () => {
+    const small = new MemoryStore({ clock, maxKeys: 1_000, maxBytes: 64 * 1024, sweepIntervalMs: 0 });
+    for (let i = 0; i < 100; i++) await small.decide([c(`${i}`.padEnd(5_000, 'k'), 5)]);
+    expect(small.bytes).toBeLessThanOrEqual(64 * 1024);
+    expect(small.size).toBe(12);
+    // The newest ones are kept, with their hits.
+    expect((await small.decide([c('99'.padEnd(5_000, 'k'), 5, 0)]))[0].remaining).toBe(4);
+    // A sliding log grows with its entries, and its bytes with it.
+    const before = small.bytes;
+    for (let i = 0; i < 5; i++) {
+      clock.advance(1);
+      await small.decide([c('log', 10, 1, 'sliding_log')]);
+    }
+    expect(small.bytes).toBeGreaterThan(before);
+    await small.close();
+  });
+
   it('rejects a maxKeys that is not a positive integer', () => {
     expect(() => new MemoryStore({ clock, maxKeys: 0 })).toThrow(RangeError);
     expect(() => new MemoryStore({ clock, maxKeys: 1.5 })).toThrow(RangeError);
