@@ -1,6 +1,6 @@
 import { Document, isMap, isSeq, parseDocument, type YAMLError } from 'yaml';
 import { counterKeyPrefix } from '../limiter/keys';
-import { ALGORITHMS, isBucket, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
+import { ALGORITHMS, isBucket, MAX_WINDOW_MS, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
 import { ConfigError } from './config-error';
 import { type DomainConfig, type Metadata, type RuleIdentity, type RuleLevel, type RuleNode, type RuleSettings } from '../limiter/rules';
 import { isWildcard } from './wildcard';
@@ -60,6 +60,13 @@ function readLimit(ctx: Context, node: unknown, path: string): ParsedLimit | und
     algorithm = folded as Algorithm;
   }
   const windowMs = UNIT_MS[unit] * unitMultiplier;
+  if (windowMs > MAX_WINDOW_MS) {
+    fail(
+      ctx,
+      child(path, 'unit_multiplier'),
+      `${unitMultiplier} x ${unit} is a window of ${windowMs} ms, over the longest allowed (${MAX_WINDOW_MS} ms, 100 years)`,
+    );
+  }
   const shape = readAlgorithmShape(ctx, f, path, { algorithm, requestsPerUnit, windowMs, unlimited });
 
   const nameText = text(ctx, f.get('name'), child(path, 'name'));
@@ -95,6 +102,15 @@ function readAlgorithmShape(
   only('sub_windows', sliding, 'sliding_window');
   only('strict', sliding, 'sliding_window');
   const burst = bucket ? integer(ctx, f.get('burst'), child(path, 'burst'), 1, MAX_REQUESTS_PER_UNIT, o.requestsPerUnit) : o.requestsPerUnit;
+  // A bucket's state lasts as long as it takes to refill: bounded as a window is.
+  const refillMs = o.requestsPerUnit === 0 ? 0 : Math.ceil((burst * o.windowMs) / o.requestsPerUnit);
+  if (bucket && refillMs > MAX_WINDOW_MS) {
+    fail(
+      ctx,
+      child(path, 'burst'),
+      `${burst} at ${o.requestsPerUnit} per ${o.windowMs} ms takes ${refillMs} ms to refill, over the longest allowed (${MAX_WINDOW_MS} ms, 100 years)`,
+    );
+  }
   const subWindows = sliding ? integer(ctx, f.get('sub_windows'), child(path, 'sub_windows'), 1, MAX_SUB_WINDOWS, 1) : 1;
   if (o.windowMs % subWindows !== 0) {
     fail(ctx, child(path, 'sub_windows'), `${subWindows} does not divide the window of ${o.windowMs} ms into whole milliseconds`);

@@ -9,6 +9,8 @@
  * by a rounding step.
  */
 
+import { MAX_WINDOW_MS } from './types';
+
 export interface Verdict {
   readonly allowed: boolean;
   /** L - (used + h) when allowed, else 0. */
@@ -254,10 +256,19 @@ export function bucket(input: BucketInput): Verdict {
   return { allowed: false, remaining: 0, resetMs: Math.ceil((after - capacity) / limit) };
 }
 
+/**
+ * How far a bucket's TAT may lie ahead of now, ms. An admitted charge keeps it within burst x W / L
+ * (at most MAX_WINDOW_MS, checked at config load); charges counted although denied (countDenied)
+ * push it further, by up to h x W / L each. Without a bound a few large ones would carry it past
+ * what a store can keep (Redis's expiry is a 64-bit ms timestamp) and past exact doubles.
+ */
+export const MAX_BUCKET_AHEAD_MS = 2 * MAX_WINDOW_MS;
+
 /** The state after charging h hits at nowMs (allowed, or counted although denied). A rate of 0 keeps no state. */
 export function chargeBucket(state: BucketState, nowMs: number, windowMs: number, limit: number, hits: number): BucketState {
   if (limit === 0) return state;
   const after = bucketExcess(state, nowMs, limit) + hits * windowMs;
+  if (after > limit * MAX_BUCKET_AHEAD_MS) return { tatMs: nowMs + MAX_BUCKET_AHEAD_MS, tatRem: 0 };
   return { tatMs: nowMs + Math.floor(after / limit), tatRem: after % limit };
 }
 

@@ -19,6 +19,13 @@ export const UNIT_MS: Readonly<Record<Unit, number>> = Object.freeze({
   year: 31_536_000_000,
 });
 
+/**
+ * The longest window a limit may have (unit x unit_multiplier), and the longest a full bucket may
+ * take to refill: 100 years of 365 days. Every reset, TTL and bucket TAT derived from it stays far
+ * inside what Redis keeps (64-bit ms expiry times) and what doubles hold exactly.
+ */
+export const MAX_WINDOW_MS = 100 * UNIT_MS.year;
+
 export type Algorithm = 'sliding_window' | 'sliding_log' | 'fixed_window' | 'token_bucket' | 'leaky_bucket';
 
 export const ALGORITHMS: readonly Algorithm[] = ['sliding_window', 'sliding_log', 'fixed_window', 'token_bucket', 'leaky_bucket'];

@@ -1,5 +1,6 @@
+import { MAX_BUCKET_AHEAD_MS } from '../../src/limiter/algorithms';
 import type { Algorithm } from '../../src/limiter/types';
-import { ALGORITHMS } from '../../src/limiter/types';
+import { ALGORITHMS, UNIT_MS } from '../../src/limiter/types';
 import type { CounterDecision, CounterRequest, Store } from '../../src/limiter/store';
 
 /**
@@ -165,6 +166,17 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
       expect((await both()).map((d) => d.allowed)).toEqual([true, true]);
       expect((await both()).map((d) => d.allowed)).toEqual([false, true]);
       expect(await one(counter(b, 'sliding_window', 10, 0))).toMatchObject({ allowed: true, remaining: 8 });
+    });
+
+    it('keeps a bucket charged far past its burst (countDenied) at most MAX_BUCKET_AHEAD_MS in debt', async () => {
+      // A year's rate of 1 charged the wire's largest hits: unbounded, its TAT would lie 1.35e20 ms ahead.
+      const c = (hits: number): CounterRequest => counter(freshKey('deep-debt'), 'token_bucket', 1, hits, UNIT_MS.year, { burst: 1 });
+      const deep = c(4_294_967_295);
+      expect(await one(deep, true)).toEqual({ allowed: false, remaining: 0, resetMs: UNIT_MS.year });
+      const next = await one({ ...deep, hits: 1 });
+      expect(next.allowed).toBe(false);
+      expect(next.resetMs).toBeLessThanOrEqual(MAX_BUCKET_AHEAD_MS);
+      expect(next.resetMs).toBeGreaterThan(MAX_BUCKET_AHEAD_MS - 60_000);
     });
 
     it('returns decisions in input order', async () => {

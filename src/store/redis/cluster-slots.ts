@@ -3,14 +3,16 @@ import { ALGORITHM_CODE } from './script';
 import type { CounterDecision, CounterRequest } from '../../limiter/store';
 
 /**
- * Redis Cluster: a call whose counters lie in several hash slots. Its counters are split into one
- * share per slot, each decided atomically for its own counters; when any slot denies (or fails),
- * the slots that charged are refunded with REFUND_SCRIPT, which removes exactly what DECIDE added.
- * Guarantee across slots:
+ * Calls decided in shares. Redis Cluster: a call whose counters lie in several hash slots is split
+ * into one share per slot; any Redis: a call too large for one script is cut into shares (see
+ * ./share-gate.ts). Each share is decided atomically for its own counters; when any share denies
+ * (or fails), the shares that charged are refunded with REFUND_SCRIPT, which removes exactly what
+ * DECIDE added. Guarantee across shares:
  * - never more admitted than a single atomic store would admit: a charge is only ever kept when
- *   every slot allowed, so no request is admitted on a quota it did not get;
- * - between a charge and its refund (about one round trip) other requests may see the extra hits
- *   and be denied when an atomic store would have admitted them (conservative, transient);
+ *   every share allowed, so no request is admitted on a quota it did not get;
+ * - between a charge and its refund (a round trip; for a large call, until its last share has
+ *   answered) other requests may see the extra hits and be denied when an atomic store would have
+ *   admitted them (conservative, transient);
  * - a share that missed its deadline is refunded when its answer comes in after all (the store
  *   does that); a refund that cannot be delivered (node down) leaves the charge in place until its
  *   window expires: over-counting, never under-counting.
@@ -93,24 +95,43 @@ export function refundArgs(
   return [keys.length, ...keys, ...argv];
 }
 
-export interface DecideAcrossSlotsOptions {
+export interface DecideInSharesOptions {
   readonly counters: readonly CounterRequest[];
   readonly countDenied: boolean;
-  /** A counter's Redis key (its hash tag decides the slot). */
-  readonly keyOf: (counter: CounterRequest) => string;
-  /** Decides counters that share `slot` atomically. */
-  readonly decideInSlot: (counters: readonly CounterRequest[], slot: number) => Promise<CounterDecision[]>;
-  /** Decides one slot's share of a multi-slot call, keeping its charge tokens. */
+  /** The shares: each one's slot and the indexes of its counters; together every counter once. */
+  readonly parts: readonly SlotPart[];
+  /** Decides one share (its counters share `slot`), keeping its charge tokens. */
   readonly decideShare: (counters: readonly CounterRequest[], slot: number) => Promise<SlotShare>;
   /** Takes back what a share charged (best effort, not awaited). */
   readonly refund: (counters: readonly CounterRequest[], tokens: readonly string[]) => void;
 }
 
+export interface DecideAcrossSlotsOptions extends Omit<DecideInSharesOptions, 'parts'> {
+  /** A counter's Redis key (its hash tag decides the slot). */
+  readonly keyOf: (counter: CounterRequest) => string;
+  /** Decides counters that share `slot` atomically. */
+  readonly decideInSlot: (counters: readonly CounterRequest[], slot: number) => Promise<CounterDecision[]>;
+}
+
 /** Decides a call on a cluster: atomically when its counters share a slot, otherwise share by share with refunds (see the file comment). */
-export async function decideAcrossSlots(options: DecideAcrossSlotsOptions): Promise<CounterDecision[]> {
-  const { counters, countDenied } = options;
-  const parts = splitBySlot(counters, options.keyOf);
-  if (parts.length === 1) return options.decideInSlot(counters, parts[0][0]);
+export function decideAcrossSlots(options: DecideAcrossSlotsOptions): Promise<CounterDecision[]> {
+  const parts = splitBySlot(options.counters, options.keyOf);
+  if (parts.length === 1) return options.decideInSlot(options.counters, parts[0][0]);
+  return decideInShares({ ...options, parts });
+}
+
+/** Cuts every part into parts of at most `max` counters (same slot, same order). */
+export function cutParts(parts: readonly SlotPart[], max: number): SlotPart[] {
+  const out: SlotPart[] = [];
+  for (const [slot, indexes] of parts) {
+    for (let i = 0; i < indexes.length; i += max) out.push([slot, indexes.slice(i, i + max)]);
+  }
+  return out;
+}
+
+/** Decides a call share by share, all-or-nothing through refunds (see the file comment). */
+export async function decideInShares(options: DecideInSharesOptions): Promise<CounterDecision[]> {
+  const { counters, countDenied, parts } = options;
   const settled = await Promise.allSettled(
     parts.map(([slot, idx]) =>
       options.decideShare(

@@ -1,9 +1,21 @@
 import { CallBatcher, type CallBatch, type PendingCall } from './batcher';
-import { decideAcrossSlots, refundArgs, type SlotShare } from './cluster-slots';
+import { cutParts, decideAcrossSlots, decideInShares, refundArgs, splitBySlot, type SlotPart, type SlotShare } from './cluster-slots';
 import type { RedisClient } from './connection';
 import { HealthProbe } from './health-probe';
 import { keySlot } from './key-slot';
-import { counterSpec, DECIDE_COMMAND, DECIDE_SCRIPT, DecideReplyReader, REFUND_COMMAND, REFUND_SCRIPT } from './script';
+import { ShareGate, type GatedCall } from './share-gate';
+import {
+  counterProblem,
+  counterSpec,
+  DECIDE_COMMAND,
+  DECIDE_SCRIPT,
+  DecideReplyReader,
+  FAILED_UNREADABLE,
+  FAILED_WRITE,
+  FAILED_WRONG_TYPE,
+  REFUND_COMMAND,
+  REFUND_SCRIPT,
+} from './script';
 import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../../limiter/store';
 
 /**
@@ -11,9 +23,11 @@ import { StoreUnavailableError, type CounterDecision, type CounterRequest, type 
  * CallBatcher (./batcher.ts: group commit, a hard deadline per call), each batch piece sent as one
  * DECIDE script call (./script.ts), which decides each call all-or-nothing on its own, in arrival
  * order; a batch is cut past MAX_BATCH_REQUESTS requests or MAX_BATCH_KEYS counters, so that one
- * script never blocks Redis for long. Redis Cluster: a batch piece holds one hash slot's calls; a
- * call whose counters all share a slot (the common case, and always for a single descriptor) is
- * atomic; one across slots is split with refunds (./cluster-slots.ts). Health: ./health-probe.ts.
+ * script never blocks Redis for long. A call of more than MAX_ATOMIC_COUNTERS counters is decided
+ * in shares that pass a gate (./share-gate.ts), so that it never does either. Redis Cluster: a
+ * batch piece holds one hash slot's calls; a call whose counters all share a slot (the common
+ * case, and always for a single descriptor) is atomic; one across slots is split with refunds
+ * (./cluster-slots.ts). Health: ./health-probe.ts.
  */
 
 /** What went wrong, for the store-errors metric. */
@@ -40,15 +54,27 @@ export interface RedisStoreOptions {
 
 /** Requests per DECIDE script call, at most. */
 export const MAX_BATCH_REQUESTS = 64;
-/** Counters per DECIDE script call, at most (a single larger request still goes alone). */
+/** Counters per DECIDE script call, at most (a call of up to MAX_ATOMIC_COUNTERS still goes alone). */
 export const MAX_BATCH_KEYS = 256;
+/**
+ * Counters of a call decided atomically in one script. A larger call is cut into shares of at most
+ * this many, decided as a Cluster call across slots is (./cluster-slots.ts), through the share gate.
+ */
+export const MAX_ATOMIC_COUNTERS = 64;
+/** Counters of large calls' shares on the wire at once, at most: each batch carries at most this much of their work. */
+export const LARGE_CALL_COUNTERS_ON_WIRE = 256;
+/** Counters of large calls waiting for their turn, at most; a large call that would exceed it fails at once. */
+export const LARGE_CALL_MAX_WAITING = 16_384;
+/** How long a share of a large call may wait for its turn, in call deadlines (timeoutMs), at least 500 ms; then its call fails. */
+export const LARGE_CALL_MAX_WAIT_DEADLINES = 50;
 
 type ScriptCall = (args: (string | number)[]) => Promise<unknown>;
 
-/** A counter's DECIDE arguments, which depend only on it: its Redis key and its counterSpec. */
+/** A counter's DECIDE arguments that depend only on it: its Redis key and its limit (counterSpec), or why the script cannot take it. */
 interface CounterArgs {
   readonly key: string;
   readonly spec: string;
+  readonly problem: string | undefined;
 }
 
 /** One decide() call (on a cluster, one slot's share of it) as the batcher carries it. */
@@ -87,6 +113,7 @@ export class RedisStore implements Store {
   // The limiter hands out one CounterRequest per distinct descriptor (src/limiter/rate-limiter.ts):
   // its arguments are strings built once, which ioredis then writes without converting them.
   private readonly counterArgs = new WeakMap<CounterRequest, CounterArgs>();
+  private readonly gate: ShareGate;
   private closed = false;
 
   constructor(options: RedisStoreOptions) {
@@ -105,6 +132,12 @@ export class RedisStore implements Store {
       grouped: this.isCluster,
       timeoutError: () => new StoreUnavailableError(timeoutMessage),
       onExpired: () => this.failed('timeout'),
+    });
+    this.gate = new ShareGate({
+      capacity: LARGE_CALL_COUNTERS_ON_WIRE,
+      maxWaiting: LARGE_CALL_MAX_WAITING,
+      maxWaitMs: Math.max(LARGE_CALL_MAX_WAIT_DEADLINES * timeoutMs, 500),
+      busyError: (why) => new StoreUnavailableError(`redis store busy with large calls: ${why}`),
     });
     this.probe = new HealthProbe({
       ping: () => this.client.ping(),
@@ -148,11 +181,17 @@ export class RedisStore implements Store {
     });
   }
 
-  /** Decides and charges all counters atomically (see ./cluster-slots.ts for counters across Cluster slots). */
+  /** Decides and charges all counters atomically (see ./cluster-slots.ts for counters across Cluster slots, and decideLarge). */
   decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
     if (counters.length === 0) return Promise.resolve([]);
     if (this.closed) return Promise.reject(new StoreUnavailableError('redis store is closed'));
+    // A counter the script cannot take fails its own call here, before it can share a batch.
+    for (let i = 0; i < counters.length; i++) {
+      const problem = this.argsOf(counters[i]).problem;
+      if (problem !== undefined) return Promise.reject(new Error(`counter ${JSON.stringify(counters[i].key)}: ${problem}`));
+    }
     const countDenied = options?.countDenied === true;
+    if (counters.length > MAX_ATOMIC_COUNTERS) return this.decideLarge(counters, countDenied);
     if (!this.isCluster) return this.batcher.enqueue({ counters, countDenied, share: false }, 0) as Promise<CounterDecision[]>;
     if (counters.length === 1)
       return this.batcher.enqueue({ counters, countDenied, share: false }, keySlot(this.keyOf(counters[0]))) as Promise<CounterDecision[]>;
@@ -162,6 +201,27 @@ export class RedisStore implements Store {
       keyOf: this.keyOf,
       decideInSlot: (inSlot, slot) => this.batcher.enqueue({ counters: inSlot, countDenied, share: false }, slot) as Promise<CounterDecision[]>,
       decideShare: (share, slot) => this.batcher.enqueue({ counters: share, countDenied, share: true }, slot) as Promise<SlotShare>,
+      refund: this.refund,
+    });
+  }
+
+  /**
+   * A call of more than MAX_ATOMIC_COUNTERS counters, in shares (per slot on a cluster) that pass
+   * the share gate: however large, it holds Redis no longer than a share at a time, and the small
+   * calls beside it keep their deadlines. All-or-nothing through refunds, as across slots.
+   */
+  private decideLarge(counters: readonly CounterRequest[], countDenied: boolean): Promise<CounterDecision[]> {
+    if (!this.gate.admits(counters.length)) {
+      return Promise.reject(new StoreUnavailableError(`redis store busy with large calls: ${this.gate.waiting} of their counters already waiting`));
+    }
+    const whole: SlotPart[] = this.isCluster ? splitBySlot(counters, this.keyOf) : [[0, counters.map((_, i) => i)]];
+    const call: GatedCall = { failed: false };
+    return decideInShares({
+      counters,
+      countDenied,
+      parts: cutParts(whole, MAX_ATOMIC_COUNTERS),
+      decideShare: (share, slot) =>
+        this.gate.pass(share.length, call, () => this.batcher.enqueue({ counters: share, countDenied, share: true }, slot) as Promise<SlotShare>),
       refund: this.refund,
     });
   }
@@ -222,7 +282,7 @@ export class RedisStore implements Store {
   private argsOf(c: CounterRequest): CounterArgs {
     let a = this.counterArgs.get(c);
     if (a === undefined) {
-      a = { key: this.keyOf(c), spec: counterSpec(c) };
+      a = { key: this.keyOf(c), spec: counterSpec(c), problem: counterProblem(c) };
       this.counterArgs.set(c, a);
     }
     return a;
@@ -243,7 +303,7 @@ export class RedisStore implements Store {
       for (let j = 0; j < counters.length; j++) args.push(this.argsOf(counters[j]).spec);
     }
     this.decideCall(args).then(
-      (reply) => this.answer(batch, calls, from, to, new DecideReplyReader(reply as string)),
+      (reply) => this.answer(batch, calls, from, to, reply as string),
       (err: unknown) => {
         const kind = this.classify(err);
         const error = new StoreUnavailableError(`redis ${kind === 'disconnected' ? 'unavailable' : 'error'}: ${messageOf(err)}`, { cause: err });
@@ -252,21 +312,36 @@ export class RedisStore implements Store {
     );
   };
 
-  private answer(batch: Batch, calls: readonly Pending[], from: number, to: number, reply: DecideReplyReader): void {
-    for (let i = from; i < to; i++) {
-      const call = calls[i];
-      const counters = call.request.counters;
-      const n = counters.length;
-      if (!call.request.share) {
-        const decisions = readDecisions(reply, n, undefined);
-        this.batcher.resolve(batch, call, decisions);
-        continue;
+  private answer(batch: Batch, calls: readonly Pending[], from: number, to: number, text: string): void {
+    const reply = new DecideReplyReader(text);
+    let i = from;
+    try {
+      for (; i < to; i++) {
+        const call = calls[i];
+        const counters = call.request.counters;
+        const n = counters.length;
+        const failure = reply.failure(n);
+        if (failure !== undefined) {
+          // This call alone: Redis is fine, so the health probe is not started.
+          this.batcher.reject(batch, calls, i, i + 1, new StoreUnavailableError(`redis error: ${FAILURE_TEXT[failure] ?? `failure ${failure}`}`), () =>
+            this.onError('error'),
+          );
+          continue;
+        }
+        if (!call.request.share) {
+          const decisions = readDecisions(reply, n, undefined);
+          this.batcher.resolve(batch, call, decisions);
+          continue;
+        }
+        const tokens = new Array<string>(n);
+        const decisions = readDecisions(reply, n, tokens);
+        // A share that already failed (deadline): its slot's charges must not outlive it.
+        if (call.settled) this.refund(counters, tokens);
+        else this.batcher.resolve(batch, call, { decisions, tokens });
       }
-      const tokens = new Array<string>(n);
-      const decisions = readDecisions(reply, n, tokens);
-      // A share that already failed (deadline): its slot's charges must not outlive it.
-      if (call.settled) this.refund(counters, tokens);
-      else this.batcher.resolve(batch, call, { decisions, tokens });
+    } catch (err) {
+      // The calls read before the fault have their answers; what follows cannot be trusted.
+      this.batcher.reject(batch, calls, i, to, new StoreUnavailableError(`redis error: ${messageOf(err)}`, { cause: err }), () => this.failed('error'));
     }
   }
 
@@ -287,6 +362,12 @@ export class RedisStore implements Store {
     this.probe.callFailed();
   }
 }
+
+const FAILURE_TEXT: Readonly<Record<number, string>> = {
+  [FAILED_WRONG_TYPE]: 'a counter key of this call holds another type',
+  [FAILED_UNREADABLE]: 'a bucket key of this call holds a value that is not a bucket state',
+  [FAILED_WRITE]: 'a counter key of this call refused the increment (another type, or not an integer)',
+};
 
 /** Reads the next `n` counters of a DECIDE reply, and their charge tokens into `tokens` when given. */
 function readDecisions(reply: DecideReplyReader, n: number, tokens: string[] | undefined): CounterDecision[] {

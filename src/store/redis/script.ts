@@ -1,4 +1,5 @@
-import type { Algorithm } from '../../limiter/types';
+import { MAX_BUCKET_AHEAD_MS } from '../../limiter/algorithms';
+import { MAX_WINDOW_MS, type Algorithm } from '../../limiter/types';
 import type { CounterRequest } from '../../limiter/store';
 
 /**
@@ -34,9 +35,47 @@ export function pushCounterArgs(args: (string | number)[], c: CounterRequest): v
   args.push(counterSpec(c));
 }
 
+/** The largest limit and burst the script takes (the wire's uint32). */
+const MAX_SCRIPT_COUNT = 4_294_967_295;
+
+/**
+ * Why `c` cannot be sent to the script, or undefined when it can: every number an integer in the
+ * range that keeps the script's arithmetic exact and every key and TTL it writes valid (W at most
+ * MAX_WINDOW_MS, L and burst within uint32, h a safe integer, k dividing W). The config and the
+ * wire admit nothing else; this keeps a caller's bug out of a batch that other calls share.
+ */
+export function counterProblem(c: CounterRequest): string | undefined {
+  if (!isCount(c.windowMs, 1, MAX_WINDOW_MS)) return `window ${c.windowMs} ms is not an integer from 1 to ${MAX_WINDOW_MS}`;
+  if (!isCount(c.limit, 0, MAX_SCRIPT_COUNT)) return `limit ${c.limit} is not an integer from 0 to ${MAX_SCRIPT_COUNT}`;
+  if (!isCount(c.hits, 0, Number.MAX_SAFE_INTEGER)) return `hits ${c.hits} is not a safe integer from 0`;
+  if (c.burst !== undefined && !isCount(c.burst, 1, MAX_SCRIPT_COUNT)) return `burst ${c.burst} is not an integer from 1 to ${MAX_SCRIPT_COUNT}`;
+  const k = c.subWindows;
+  if (k !== undefined && (!isCount(k, 1, c.windowMs) || c.windowMs % k !== 0)) return `${k} sub-windows do not divide the window of ${c.windowMs} ms`;
+  return undefined;
+}
+
+function isCount(n: number, min: number, max: number): boolean {
+  return Number.isInteger(n) && n >= min && n <= max;
+}
+
+/** Why a request failed in the script: a key of another type, a stored value it cannot read, a counter it could not write. */
+export const FAILED_WRONG_TYPE = 1;
+export const FAILED_UNREADABLE = 2;
+export const FAILED_WRITE = 3;
+
+/** A DECIDE reply that does not read as the script writes it: a bug, never a decision. */
+export class MalformedReplyError extends Error {
+  constructor(reply: string, at: number) {
+    super(`malformed DECIDE reply at offset ${at}: ${JSON.stringify(reply.slice(Math.max(0, at - 20), at + 20))}`);
+    this.name = 'MalformedReplyError';
+  }
+}
+
 /**
  * Reads a DECIDE reply counter by counter, without splitting it: `remaining()` then `resetMs()`
- * then `token()` (or `skipToken()`), for each counter in KEYS order.
+ * then `token()` (or `skipToken()`), for each counter in KEYS order. A number field that is not an
+ * integer ending at a comma (or at the end) throws MalformedReplyError: the reader never goes on
+ * out of step and reads the next calls' fields as something else.
  */
 export class DecideReplyReader {
   private pos = 0;
@@ -45,6 +84,25 @@ export class DecideReplyReader {
   /** The counter's remaining quota, or -1 when it was denied. */
   remaining(): number {
     return this.int();
+  }
+
+  /**
+   * When the next request (its `n` counters) failed in the script: reads past its fields and
+   * returns its FAILED_* code; otherwise undefined, and nothing is read.
+   */
+  failure(n: number): number | undefined {
+    const s = this.reply;
+    const p = this.pos;
+    if (s.charCodeAt(p) !== 45 /* - */ || s.charCodeAt(p + 1) !== 50 /* 2 */ || s.charCodeAt(p + 2) !== 44 /* , */) return undefined;
+    this.pos = p + 3;
+    const code = this.int();
+    this.skipToken();
+    for (let i = 1; i < n; i++) {
+      this.int();
+      this.int();
+      this.skipToken();
+    }
+    return code;
   }
 
   resetMs(): number {
@@ -69,14 +127,18 @@ export class DecideReplyReader {
 
   private int(): number {
     const s = this.reply;
-    let i = this.pos;
+    const start = this.pos;
+    let i = start;
     let sign = 1;
     if (s.charCodeAt(i) === 45 /* - */) {
       sign = -1;
       i++;
     }
+    const digits = i;
     let n = 0;
     for (let c = s.charCodeAt(i); c >= 48 && c <= 57; c = s.charCodeAt(++i)) n = n * 10 + (c - 48);
+    // A comma or the end must follow at least one digit (an exponent or a fraction does not).
+    if (i === digits || (i < s.length && s.charCodeAt(i) !== 44) /* , */) throw new MalformedReplyError(s, start);
     this.pos = i + 1;
     return sign * n;
   }
@@ -106,14 +168,21 @@ export const REFUND_COMMAND = 'slidegate_refund';
  *            countDenied ('1' to charge every counter even when one is denied, else '0'),
  *            number of counters c, then for each of its c counters one string
  *              `<algorithm>:<W>:<L>:<p>:<h>` (counterSpec): algorithm 'sw' | 'ss' (strict sliding
- *              window) | 'fw' | 'sl' | 'tb' | 'lb', window W in ms (integer), limit L, shape p:
- *              sub-windows k for sw/ss (dividing W), burst for tb/lb, 0 otherwise; hits h (0 = check only)
+ *              window) | 'fw' | 'sl' | 'tb' | 'lb', window W in ms (integer, 1..MAX_WINDOW_MS), limit L
+ *              (integer, 0..2^32-1), shape p: sub-windows k for sw/ss (dividing W), burst for tb/lb
+ *              (1..2^32-1), 0 otherwise; hits h (a safe integer; 0 = check only)
+ *            (counterProblem() checks all this before a counter joins a batch)
  *
  * Reply: one string, 3 comma-separated fields per counter in KEYS order (one bulk string is far
  *   cheaper for the client to read than an array of 4 entries per counter; see DecideReplyReader):
  *   remaining (-1 when denied: a denied counter's remaining is 0), resetMs, charge token ('' when
  *   nothing was added; else the (sub-)window number n for sw/ss/fw, the sorted-set member for sl, or
- *   `<W>:<L>` for tb/lb: exactly what REFUND_SCRIPT needs to take it back). Tokens hold digits and ':' only.
+ *   `<W>:<L>` for tb/lb: exactly what REFUND_SCRIPT needs to take it back). Numbers are written as
+ *   integers in full, never in exponent form; tokens hold digits and ':' only.
+ *   A request that fails on its own (a key of another type, a bucket value it cannot read, a
+ *   string counter INCRBY refuses) has every counter answered `-2,<code>,` (code: FAILED_*): a read
+ *   failure charges none of it; a write failure leaves its other counters charged (over-counting,
+ *   never under-counting). The batch's other requests are decided and charged as if it were absent.
  *
  * Work per counter: a hot counter costs one read and one write per call, not per request: string
  * counters are read once per call (one MGET of both windows) and written once per call (INCRBY of
@@ -128,7 +197,8 @@ export const REFUND_COMMAND = 'slidegate_refund';
  *   fixed_window W: created inside window n, read only until its end;
  *   sliding_log W, renewed on every admission: the newest record must stay W after it was added
  *     (records older than W are trimmed at the same time, so the set stays O(L)).
- *   token/leaky bucket: until it has drained (tatMs - now, plus 1 ms for a fraction), set on every write.
+ *   token/leaky bucket: until it has drained (tatMs - now, plus 1 ms for a fraction), set on every write;
+ *     a TAT never lies more than MAX_BUCKET_AHEAD_MS ahead (countDenied can push it past the burst).
  * A key that expires is simply created again, with its TTL, by the next write.
  */
 export const DECIDE_SCRIPT = `
@@ -138,15 +208,22 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nowUs = t[1] .. string.format('%06d', tonumber(t[2]))
 local function fmt(x) return string.format('%.0f', x) end
+-- What redis.pcall returns for a command that failed (wrong type, bad argument).
+local function isErr(r) return type(r) == 'table' and r.err ~= nil end
+-- The furthest a bucket's TAT may lie ahead of now, ms (MAX_BUCKET_AHEAD_MS).
+local AHEAD = ${MAX_BUCKET_AHEAD_MS}
+-- A sorted-set member's hits (a member this script did not write counts none).
+local function recHits(m) return tonumber(string.match(m, '^%d+')) or 0 end
 
--- Counter arguments as this call has parsed them: {alg, W, L, shape, TTL of a window key, hits}.
+-- Counter arguments as this call has parsed them: {alg, W, L, shape, TTL of a window key, hits,
+-- bucket charge token}.
 local specs = {}
 local function parseSpec(s)
   local alg, w, limit, shape, hits = string.match(s, '^(%a+):(%d+):(%d+):(%d+):(%d+)$')
   w, limit, shape = tonumber(w), tonumber(limit), tonumber(shape)
   local life = w
   if alg == 'sw' or alg == 'ss' then life = w + w / shape end
-  local sp = {alg, w, limit, shape, life, tonumber(hits)}
+  local sp = {alg, w, limit, shape, life, tonumber(hits), fmt(w) .. ':' .. fmt(limit)}
   specs[s] = sp
   return sp
 end
@@ -167,6 +244,7 @@ local function bcharge(st, h, w, limit)
   local after = (st[1] - now) * limit + st[2]
   if after < 0 then after = 0 end
   after = after + h * w
+  if after > limit * AHEAD then return {now + AHEAD, 0} end
   return {now + math.floor(after / limit), after % limit}
 end
 -- Hits a request has charged so far, by key: a later counter of the same request on the same key
@@ -184,8 +262,11 @@ while a <= nargs do
   local countDenied = ARGV[a] == '1'
   local n = tonumber(ARGV[a + 1])
   a = a + 2
+  local nextCall = a + n
   local first, last = k + 1, k + n
   local allAllowed = true
+  -- Why this request failed on its own (FAILED_* codes), nil while it has not.
+  local failed = nil
 
   for i = first, last do
     local specArg = ARGV[a]
@@ -200,6 +281,8 @@ while a <= nargs do
     local key
     local p = 0
 
+    -- One pass; a failed read breaks out of it, and then out of the request.
+    repeat
     if alg == 'sw' and sp[4] == 1 then
       key = curKeyOf[base]
       local prevKey
@@ -246,10 +329,14 @@ while a <= nargs do
       if key == nil or fwWOf[base] ~= w then
         local win = fmt((now - now % w) / w)
         key = base .. ':' .. win
+        if val[key] == nil then
+          local v = redis.pcall('GET', key)
+          if isErr(v) then failed = 1 break end
+          val[key] = tonumber(v) or 0
+        end
         fwWinOf[base] = win
         fwKeyOf[base] = key
         fwWOf[base] = w
-        if val[key] == nil then val[key] = tonumber(redis.call('GET', key)) or 0 end
       end
       if pendAt[key] == first then p = pendHits[key] end
       local cur = val[key] + p
@@ -268,11 +355,12 @@ while a <= nargs do
     elseif alg == 'sl' then
       key = base
       local from = now - w
-      local recs = redis.call('ZRANGEBYSCORE', base, '(' .. fmt(from), '+inf', 'WITHSCORES')
+      local recs = redis.pcall('ZRANGEBYSCORE', base, '(' .. fmt(from), '+inf', 'WITHSCORES')
+      if isErr(recs) then failed = 1 break end
       local count = 0
       local newest = nil
       for j = 1, #recs, 2 do
-        count = count + tonumber(string.match(recs[j], '^%d+'))
+        count = count + recHits(recs[j])
         local at = tonumber(recs[j + 1])
         if newest == nil or at > newest then newest = at end
       end
@@ -292,7 +380,7 @@ while a <= nargs do
         local left = count
         reset = w
         for j = 1, #recs, 2 do
-          left = left - tonumber(string.match(recs[j], '^%d+'))
+          left = left - recHits(recs[j])
           if left + hits <= limit then
             reset = tonumber(recs[j + 1]) + w - now
             break
@@ -304,10 +392,12 @@ while a <= nargs do
       key = base
       local st = bkt[key]
       if st == nil then
-        local v = redis.call('GET', key)
+        local v = redis.pcall('GET', key)
+        if isErr(v) then failed = 1 break end
         st = {0, 0}
         if v then
           local ms, rem = string.match(v, '^(%d+):(%d+)$')
+          if ms == nil then failed = 2 break end
           st = {tonumber(ms), tonumber(rem)}
         end
         bkt[key] = st
@@ -330,7 +420,7 @@ while a <= nargs do
           reset = math.ceil((after - cap) / limit)
         end
       end
-      chargeTok[i] = w .. ':' .. limit
+      chargeTok[i] = sp[7]
 
     else
       -- Sliding window over k sub-windows ('ss', or 'sw' with k > 1; src/limiter/algorithms.ts subWindowCounter).
@@ -397,6 +487,8 @@ while a <= nargs do
         end
       end
     end
+    until true
+    if failed then break end
 
     chargeKey[i] = key
     if allowed == 0 then allAllowed = false end
@@ -410,12 +502,24 @@ while a <= nargs do
     local o = (i - 1) * 3
     if allowed == 1 then out[o + 1] = remaining else out[o + 1] = -1 end
     local rs = resetStr[reset]
-    if rs == nil then rs = tostring(reset); resetStr[reset] = rs end
+    if rs == nil then
+      -- Lua prints a number of 1e14 or more in exponent form (remaining is at most L < 2^32).
+      if reset < 1e14 then rs = tostring(reset) else rs = fmt(reset) end
+      resetStr[reset] = rs
+    end
     out[o + 2] = rs
     out[o + 3] = ''
   end
 
-  if allAllowed or countDenied then
+  if failed then
+    -- Nothing of it is charged; the other requests of the batch go on.
+    for i = first, last do
+      local o = (i - 1) * 3
+      out[o + 1] = -2
+      out[o + 2] = failed
+      out[o + 3] = ''
+    end
+  elseif allAllowed or countDenied then
     for i = first, last do
       local hits = hitsAt[i]
       if hits > 0 then
@@ -463,13 +567,23 @@ while a <= nargs do
       end
     end
   end
+  a = nextCall
   k = last
 end
 
+-- A string counter that cannot take the increment (a key of another type, a value that is not an
+-- integer): the requests that charged it fail, each on its own.
+local unwritten = nil
 for j = 1, #written do
   local key = written[j]
   local sum = added[key]
-  if redis.call('INCRBY', key, sum) == sum then redis.call('PEXPIRE', key, ttl[key]) end
+  local r = redis.pcall('INCRBY', key, sum)
+  if isErr(r) then
+    unwritten = unwritten or {}
+    unwritten[key] = true
+  elseif r == sum then
+    redis.call('PEXPIRE', key, ttl[key])
+  end
 end
 for j = 1, #bktKeys do
   local key = bktKeys[j]
@@ -487,6 +601,28 @@ for j = 1, #logKeys do
   local w = logs[key]
   redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - w))
   redis.call('PEXPIRE', key, w)
+end
+
+if unwritten then
+  -- Their other counters stay charged: over-counting, never under-counting.
+  local at, last = 1, 0
+  while at <= nargs do
+    local first = last + 1
+    last = last + tonumber(ARGV[at + 1])
+    at = at + 2 + (last - first + 1)
+    local hit = false
+    for i = first, last do
+      if out[i * 3] ~= '' and unwritten[chargeKey[i]] then hit = true end
+    end
+    if hit then
+      for i = first, last do
+        local o = (i - 1) * 3
+        out[o + 1] = -2
+        out[o + 2] = 3
+        out[o + 3] = ''
+      end
+    end
+  end
 end
 
 return table.concat(out, ',')

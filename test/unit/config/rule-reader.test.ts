@@ -67,6 +67,10 @@ const INVALID: Record<string, string> = {
   'unlimited-with-unit.yaml': 'descriptors[0].rate_limit.unit: not allowed with unlimited: true',
   'value-not-string.yaml': 'descriptors[0].value: expected a string, got a mapping',
   'zero-multiplier.yaml': 'descriptors[0].rate_limit.unit_multiplier: expected an integer from 1 to 1000000, got 0',
+  'window-too-long.yaml':
+    'descriptors[0].rate_limit.unit_multiplier: 1000000 x year is a window of 31536000000000000 ms, over the longest allowed (3153600000000 ms, 100 years)',
+  'bucket-refill-too-long.yaml':
+    'descriptors[0].rate_limit.burst: 101 at 1 per 31536000000 ms takes 3185136000000 ms to refill, over the longest allowed (3153600000000 ms, 100 years)',
 };
 
 describe('invalid config files', () => {

@@ -4,6 +4,7 @@ import {
   bucketDrainMs,
   chargeBucket,
   EMPTY_BUCKET,
+  MAX_BUCKET_AHEAD_MS,
   slidingWindow,
   subWindowCounter,
   type BucketState,
@@ -253,6 +254,15 @@ describe('bucket (GCRA)', () => {
     expect(bucket({ state: EMPTY_BUCKET, nowMs: 1, windowMs: 1_000, limit: 5, burst: 10, hits: 11 })).toEqual({ allowed: false, remaining: 0, resetMs: 1_000 });
     expect(bucket({ state: EMPTY_BUCKET, nowMs: 1, windowMs: 1_000, limit: 5, burst: 10, hits: 0 })).toEqual({ allowed: true, remaining: 10, resetMs: 0 });
     expect(bucket({ state: EMPTY_BUCKET, nowMs: 1, windowMs: 1_000, limit: 0, burst: 0, hits: 1 })).toEqual({ allowed: false, remaining: 0, resetMs: 1_000 });
+  });
+
+  it('keeps a bucket charged past its burst (counted although denied) at most MAX_BUCKET_AHEAD_MS in debt', () => {
+    const year = 31_536_000_000;
+    expect(chargeBucket(EMPTY_BUCKET, 1_000, year, 1, 4_294_967_295)).toEqual({ tatMs: 1_000 + MAX_BUCKET_AHEAD_MS, tatRem: 0 });
+    // Just inside the bound, the state is exact.
+    const inside = chargeBucket(EMPTY_BUCKET, 1_000, year, 3, 3 * 12);
+    expect(inside).toEqual({ tatMs: 1_000 + 12 * year, tatRem: 0 });
+    expect(chargeBucket(inside, 1_000, year, 3, 1)).toEqual({ tatMs: 1_000 + 12 * year + year / 3, tatRem: 0 });
   });
 
   const trafficArb = fc.record({
