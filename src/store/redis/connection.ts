@@ -211,10 +211,43 @@ export function reconnectDelayMs(attempt: number, capMs: number): number {
   return Math.round(base * (0.8 + Math.random() * 0.2));
 }
 
+/** What a node connection that closed rejects a written command with: not retried by the cluster, read as disconnected by the store. */
+export const CLOSED_AFTER_WRITE = 'Connection is closed after the command was sent (it may have run)';
+
+// ioredis's message for a command whose connection closed (or was never ready).
+const CONNECTION_CLOSED = 'Connection is closed.';
+
+const guarded = new WeakSet<Redis>();
+
+/**
+ * A node connection of a cluster that closes rejects every command it holds with the same
+ * "Connection is closed.", those it had only queued (never sent) and those it had written (Redis
+ * may have run them), and the cluster re-sends them all after retryDelayOnFailover. A re-sent
+ * script that had run charges its call twice, so the written ones get CLOSED_AFTER_WRITE instead,
+ * which the cluster does not retry: the call fails (UNAVAILABLE), charged at most once. The
+ * queued ones keep the retry. This relies on ioredis's node connection keeping its written
+ * commands in `commandQueue` and failing both queues through `flushQueue(error, options)`;
+ * test/integration/store/redis-no-replay.test.ts fails if that changes.
+ */
+function failWrittenOnClose(node: Redis): void {
+  if (guarded.has(node)) return;
+  guarded.add(node);
+  const internal = node as unknown as { flushQueue(error: Error, options?: { offlineQueue?: boolean; commandQueue?: boolean }): void };
+  const flush = internal.flushQueue.bind(node);
+  internal.flushQueue = (error, options) => {
+    if (error.message !== CONNECTION_CLOSED || options?.commandQueue === false) {
+      flush(error, options);
+      return;
+    }
+    if (options?.offlineQueue !== false) flush(error, { offlineQueue: true, commandQueue: false });
+    flush(new Error(CLOSED_AFTER_WRITE), { offlineQueue: false, commandQueue: true });
+  };
+}
+
 /**
  * Builds the ioredis client. Commands fail at once while disconnected (no offline queue), a command
- * interrupted by a disconnect is rejected rather than replayed (replaying a script would charge twice),
- * and concurrent commands share round trips (auto-pipelining).
+ * interrupted by a disconnect is rejected rather than replayed (replaying a script would charge twice;
+ * on a cluster see failWrittenOnClose), and concurrent commands share round trips (auto-pipelining).
  */
 export function createRedisClient(target: RedisTarget, tuning: ClientTuning = {}): RedisClient {
   const cap = tuning.maxReconnectDelayMs ?? 1_000;
@@ -232,7 +265,7 @@ export function createRedisClient(target: RedisTarget, tuning: ClientTuning = {}
     connectionName: 'slidegate',
   };
   if (target.type === 'cluster') {
-    return new Cluster(
+    const cluster = new Cluster(
       target.nodes.map((n) => ({ host: n.host, port: n.port })),
       {
         ...target.options,
@@ -240,6 +273,10 @@ export function createRedisClient(target: RedisTarget, tuning: ClientTuning = {}
         enableOfflineQueue: false,
         clusterRetryStrategy: (times: number) => reconnectDelayMs(times, cap),
         slotsRefreshTimeout: 1_000,
+        // Re-sends a command that failed with "Connection is closed." (a node connection not ready,
+        // or closed before the command was written); one written before the close is failed
+        // instead (failWrittenOnClose). MOVED, ASK, TRYAGAIN and CLUSTERDOWN come from a node that
+        // ran nothing: their retries are safe too.
         retryDelayOnFailover: 50,
         retryDelayOnClusterDown: 50,
         retryDelayOnTryAgain: 20,
@@ -254,6 +291,10 @@ export function createRedisClient(target: RedisTarget, tuning: ClientTuning = {}
         },
       },
     );
+    // The seed connections exist already (the constructor connects); later ones are announced.
+    for (const node of cluster.nodes('all')) failWrittenOnClose(node);
+    cluster.on('+node', failWrittenOnClose);
+    return cluster;
   }
   return new Redis({
     ...target.options,
