@@ -150,6 +150,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
       : new PrometheusServer({
           ...settings.prometheus,
           metrics: clusterMetrics(sinks.prometheus.registry, 'prometheus') ?? registryExposition(sinks.prometheus.registry),
+          limits: settings.httpLimits,
           logger,
         });
 
@@ -164,15 +165,20 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   const httpServer = new HttpServer({
     host: settings.httpHost,
     port: settings.httpPort,
+    limits: settings.httpLimits,
     isServing: () => health.serving(),
     isReady: () => isReady(health, settings),
     limiter: decider,
     metrics: exposition,
+    maxBodyBytes: settings.httpLimits.jsonMaxBodyBytes,
+    jsonBufferBytes: settings.httpLimits.jsonBufferBytes,
+    jsonRefusal: jsonRefusal(settings, logger),
     logger,
   });
   const debugServer = new DebugServer({
     host: settings.debugHost,
     port: settings.debugPort,
+    limits: settings.httpLimits,
     rlconfig: () => {
       const config = rules.current();
       return config === undefined ? [] : describeConfig(config);
@@ -219,6 +225,22 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     })());
 
   return { settings, logger, grpcPort, httpPort, debugPort, prometheusPort, metrics, health, limiter, configSource: rules, store, close };
+}
+
+/**
+ * Why POST /json is refused, or undefined when it is served: while the gRPC port demands client
+ * certificates, /json (plaintext, anyone who reaches PORT) would decide and charge without one.
+ * Either way the start says so, once.
+ */
+function jsonRefusal(settings: Settings, logger: Logger): string | undefined {
+  const { grpcTls, httpLimits } = settings;
+  if (!grpcTls.enabled || grpcTls.clientCaPath === undefined) return undefined;
+  if (httpLimits.jsonWithoutClientCert) {
+    logger.warn('gRPC demands client certificates, and POST /json serves without one (HTTP_JSON_ALLOW_WITHOUT_CLIENT_CERT=true)');
+    return undefined;
+  }
+  logger.info('gRPC demands client certificates: POST /json answers 403 (HTTP_JSON_ALLOW_WITHOUT_CLIENT_CERT=true serves it)');
+  return 'POST /json is off while gRPC demands client certificates (HTTP_JSON_ALLOW_WITHOUT_CLIENT_CERT=true turns it on)';
 }
 
 /** One warning line each for the settings' start-up warnings (unsupported reference variables and the like). */

@@ -1,8 +1,7 @@
 import * as http from 'node:http';
 import type { Entry } from '../limiter/types';
 import type { RuleMatch } from '../config/describe';
-import type { Logger } from '../log';
-import { allow, pathOf, RoutedHttpServer, send, sendMetrics } from './http-base';
+import { allow, pathOf, RoutedHttpServer, send, sendMetrics, type HttpListenerOptions } from './http-base';
 import type { MetricsExposition } from '../metrics/sinks';
 
 /**
@@ -13,19 +12,17 @@ import type { MetricsExposition } from '../metrics/sinks';
  *   whether the domain is loaded at all (`slidegate client` asks it);
  * - GET /metrics: the Prometheus exposition (when metrics are given);
  * - GET /: the list of endpoints.
- * Operators expose this port only inside the cluster; it reveals the config, nothing else.
+ * Sensitive: /rlconfig and /rlmatch reveal every rule (domains, keys, the values that get their own
+ * limits, the limits themselves), /metrics the traffic per rule. Keep it off any Service or ingress;
+ * reach it with a port-forward or from the pod itself.
  */
 
-export interface DebugServerOptions {
-  readonly host: string;
-  /** 0 picks a free port; start() resolves to the bound one. */
-  readonly port: number;
+export interface DebugServerOptions extends HttpListenerOptions {
   /** Lines of the config in force; empty before the first load. */
   readonly rlconfig: () => readonly string[];
   /** The rule a descriptor matches, for /rlmatch; the endpoint answers 404 when absent. */
   readonly match?: (domain: string, entries: readonly Entry[]) => RuleMatch;
   readonly metrics?: MetricsExposition;
-  readonly logger?: Logger;
 }
 
 const ENDPOINTS: readonly (readonly [path: string, what: string])[] = [

@@ -8,19 +8,54 @@ import type { MetricsExposition } from '../metrics/sinks';
  * a routed node:http server with graceful close, and small response helpers.
  */
 
+/** What one HTTP listener lets its peers hold (the HTTP_* settings). */
+export interface HttpLimits {
+  /** Connections open at once; further ones are closed as they arrive. */
+  readonly maxConnections: number;
+  /** Time for a request's header block, ms; 408 and the connection closed past it. */
+  readonly headersTimeoutMs: number;
+  /** Time for a whole request, body included, ms; 408 and the connection closed past it. */
+  readonly requestTimeoutMs: number;
+}
+
+/** Built-in limits, for servers made without settings (tests, tools); the settings' defaults. */
+export const DEFAULT_HTTP_LIMITS: HttpLimits = Object.freeze({ maxConnections: 1_000, headersTimeoutMs: 10_000, requestTimeoutMs: 10_000 });
+
+/** How often node:http looks for requests past their deadline (its default, 30 s, would stretch a 10 s deadline to 40). */
+const DEADLINE_CHECK_MS = 500;
+
+/** Where a RoutedHttpServer listens, what it lets a peer hold, and where its failures are told. */
+export interface HttpListenerOptions {
+  readonly host: string;
+  /** 0 picks a free port; start() resolves to the bound one. */
+  readonly port: number;
+  /** DEFAULT_HTTP_LIMITS when absent. */
+  readonly limits?: HttpLimits;
+  readonly logger?: Logger;
+}
+
 /** A node:http server whose subclass routes requests; start() binds, close() stops gracefully. */
 export abstract class RoutedHttpServer {
   protected readonly server: http.Server;
   private closing: Promise<void> | undefined;
 
-  constructor(private readonly address: { readonly host: string; readonly port: number }) {
-    this.server = http.createServer((req, res) => this.route(req, res));
+  constructor(private readonly listener: HttpListenerOptions) {
+    const limits = listener.limits ?? DEFAULT_HTTP_LIMITS;
+    this.server = http.createServer(
+      { headersTimeout: limits.headersTimeoutMs, requestTimeout: limits.requestTimeoutMs, connectionsCheckingInterval: DEADLINE_CHECK_MS },
+      (req, res) => this.route(req, res),
+    );
+    this.server.maxConnections = limits.maxConnections;
     trackInFlight(this.server);
   }
 
   /** Binds host:port (0 picks a free port); resolves to the bound port. */
-  start(): Promise<number> {
-    return listen(this.server, this.address.host, this.address.port);
+  async start(): Promise<number> {
+    const port = await listen(this.server, this.listener.host, this.listener.port);
+    // An error after the bind (accept failing, say) is the listener's, not the process's: without a
+    // listener node would throw it and end the process.
+    this.server.on('error', (err) => this.listener.logger?.error({ err, port }, 'HTTP listener error'));
+    return port;
   }
 
   /**

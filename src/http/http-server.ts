@@ -1,9 +1,8 @@
 import * as http from 'node:http';
 import { classify, publicMessage } from '../errors';
 import type { RateLimitRequest, RateLimitResponse } from '../limiter/types';
-import type { Logger } from '../log';
 import { requestFromJson, responseToJson } from '../wire/json-codec';
-import { allow, pathOf, RoutedHttpServer, send, sendMetrics } from './http-base';
+import { allow, pathOf, RoutedHttpServer, send, sendMetrics, type HttpListenerOptions } from './http-base';
 import type { MetricsExposition } from '../metrics/sinks';
 
 /**
@@ -23,10 +22,7 @@ export interface JsonDecider {
   shouldRateLimit(request: RateLimitRequest): Promise<RateLimitResponse>;
 }
 
-export interface HttpServerOptions {
-  readonly host: string;
-  /** 0 picks a free port; start() resolves to the bound one. */
-  readonly port: number;
+export interface HttpServerOptions extends HttpListenerOptions {
   /** True while the service serves (drives /healthcheck). */
   readonly isServing: () => boolean;
   /** True while the service can answer calls (drives /readyz); isServing when absent. */
@@ -34,19 +30,33 @@ export interface HttpServerOptions {
   readonly limiter: JsonDecider;
   /** Serves GET /metrics when set. */
   readonly metrics?: MetricsExposition;
-  readonly logger?: Logger;
   /** Largest accepted /json body; default 1 MiB. */
   readonly maxBodyBytes?: number;
+  /** /json body bytes held at once over every request still being read or answered; default 16 MiB. */
+  readonly jsonBufferBytes?: number;
+  /**
+   * When set, POST /json answers 403 with this reason: the gRPC port demands client certificates,
+   * and /json (plaintext, no certificate) would be a way around them.
+   */
+  readonly jsonRefusal?: string;
 }
 
 const DEFAULT_MAX_BODY = 1024 * 1024;
+const DEFAULT_JSON_BUFFER = 16 * 1024 * 1024;
+
+/** A /json body as text, or the answer that refused it. */
+type Body = { readonly text: string } | { readonly status: 413 | 503; readonly message: string };
 
 export class HttpServer extends RoutedHttpServer {
   private readonly maxBody: number;
+  private readonly bufferBytes: number;
+  /** /json body bytes held now, over every request (released when its response is done). */
+  private buffered = 0;
 
   constructor(private readonly options: HttpServerOptions) {
     super(options);
     this.maxBody = options.maxBodyBytes ?? DEFAULT_MAX_BODY;
+    this.bufferBytes = options.jsonBufferBytes ?? DEFAULT_JSON_BUFFER;
   }
 
   protected route(req: http.IncomingMessage, res: http.ServerResponse): void {
@@ -79,12 +89,18 @@ export class HttpServer extends RoutedHttpServer {
   }
 
   private json(req: http.IncomingMessage, res: http.ServerResponse): void {
-    readBody(req, this.maxBody).then(
-      (body) => {
-        if (body === undefined) {
-          send(res, 413, `request body larger than ${this.maxBody} bytes\n`);
+    if (this.options.jsonRefusal !== undefined) {
+      refuse(req, res, 403, `${this.options.jsonRefusal}\n`);
+      return;
+    }
+    this.readBody(req, res).then(
+      (read) => {
+        if (!('text' in read)) {
+          if (read.status === 503) res.setHeader('Retry-After', '1');
+          refuse(req, res, read.status, read.message);
           return;
         }
+        const body = read.text;
         let request: RateLimitRequest;
         try {
           request = requestFromJson(body);
@@ -116,25 +132,51 @@ export class HttpServer extends RoutedHttpServer {
     if (kind.logLevel !== 'silent') this.options.logger?.[kind.logLevel]({ err, code: kind.code }, '/json failed');
     send(res, kind.httpStatus, `${publicMessage(kind, err)}\n`);
   }
-}
 
-/** The body as text, or undefined when it exceeds `max` bytes (the rest is drained, not buffered). */
-function readBody(req: http.IncomingMessage, max: number): Promise<string | undefined> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let tooLarge = false;
-    req.on('data', (chunk: Buffer) => {
-      if (tooLarge) return;
-      size += chunk.length;
-      if (size > max) {
-        tooLarge = true;
-        chunks.length = 0;
+  /**
+   * The body as text, held against the server-wide budget until the response is done; a body past
+   * maxBody (413) or past what the budget has left (503) is refused as soon as it is seen, without
+   * keeping what arrived of it. Slow bodies are cut by the listener's request deadline (408).
+   */
+  private readBody(req: http.IncomingMessage, res: http.ServerResponse): Promise<Body> {
+    return new Promise((resolve, reject) => {
+      const declared = Number(req.headers['content-length']);
+      if (declared > this.maxBody) {
+        resolve({ status: 413, message: `request body larger than ${this.maxBody} bytes\n` });
         return;
       }
-      chunks.push(chunk);
+      const chunks: Buffer[] = [];
+      let held = 0;
+      const release = (): void => {
+        this.buffered -= held;
+        held = 0;
+      };
+      res.once('close', release);
+      const stop = (body: Body): void => {
+        req.off('data', onData);
+        chunks.length = 0;
+        release();
+        resolve(body);
+      };
+      const onData = (chunk: Buffer): void => {
+        if (held + chunk.length > this.maxBody) stop({ status: 413, message: `request body larger than ${this.maxBody} bytes\n` });
+        else if (this.buffered + chunk.length > this.bufferBytes) stop({ status: 503, message: 'too many /json request bytes being read at once; retry\n' });
+        else {
+          held += chunk.length;
+          this.buffered += chunk.length;
+          chunks.push(chunk);
+        }
+      };
+      req.on('data', onData);
+      req.on('end', () => resolve({ text: Buffer.concat(chunks).toString('utf8') }));
+      req.on('error', reject);
     });
-    req.on('end', () => resolve(tooLarge ? undefined : Buffer.concat(chunks).toString('utf8')));
-    req.on('error', reject);
-  });
+  }
+}
+
+/** Answers and closes the connection: the rest of the request body is neither read nor kept. */
+function refuse(req: http.IncomingMessage, res: http.ServerResponse, status: number, message: string): void {
+  res.setHeader('Connection', 'close');
+  send(res, status, message);
+  req.resume();
 }

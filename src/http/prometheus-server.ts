@@ -1,6 +1,6 @@
 import type * as http from 'node:http';
 import type { Logger } from '../log';
-import { pathOf, RoutedHttpServer, send, sendMetrics } from './http-base';
+import { pathOf, RoutedHttpServer, send, sendMetrics, type HttpLimits } from './http-base';
 import type { MetricsExposition } from '../metrics/sinks';
 
 /**
@@ -16,12 +16,13 @@ export interface PrometheusServerOptions {
   readonly path: string;
   readonly metrics: MetricsExposition;
   readonly logger?: Logger;
+  readonly limits?: HttpLimits;
 }
 
 export class PrometheusServer extends RoutedHttpServer {
   constructor(private readonly options: PrometheusServerOptions) {
     // An empty host is Node's "every interface" (IPv6 and IPv4 where available), Go's ":9090".
-    super({ host: options.host ?? '', port: options.port });
+    super({ host: options.host ?? '', port: options.port, limits: options.limits, logger: options.logger });
   }
 
   protected route(req: http.IncomingMessage, res: http.ServerResponse): void {

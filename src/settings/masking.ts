@@ -1,10 +1,14 @@
 import type { Settings } from './settings';
 
-/** Settings as logged: secrets (REDIS_AUTH, a password inside REDIS_URL) replaced by "***". */
+/**
+ * Settings as logged: secrets (REDIS_AUTH, a password inside REDIS_URL, the values of
+ * CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS, which carry a control plane's tokens) replaced by "***".
+ */
 export function maskSettings(settings: Settings): Settings {
-  const { redis } = settings;
+  const { redis, xds } = settings;
   return {
     ...settings,
+    xds: { ...xds, additionalHeaders: Object.fromEntries(Object.keys(xds.additionalHeaders).map((name) => [name, '***'])) },
     redis: {
       ...redis,
       auth: redis.auth === undefined ? undefined : '***',

@@ -163,8 +163,24 @@ export interface Settings {
     /** Time for the TLS handshake, the preface and first SETTINGS, and for a header block to complete, ms. */
     readonly handshakeTimeoutMs: number;
   };
+  /** Connections open at once on the gRPC port, either transport (GRPC_MAX_CONNECTIONS); more are closed as they arrive. */
+  readonly grpcMaxConnections: number;
   readonly httpHost: string;
   readonly httpPort: number;
+  /** Bounds of every HTTP listener (PORT, DEBUG_PORT, PROMETHEUS_ADDR), each on its own. */
+  readonly httpLimits: {
+    /** Connections open at once (HTTP_MAX_CONNECTIONS); more are closed as they arrive. */
+    readonly maxConnections: number;
+    /** Time for a request's header block (HTTP_HEADERS_TIMEOUT_MS), then for the whole request with its body (HTTP_REQUEST_TIMEOUT_MS), ms; 408 past either. */
+    readonly headersTimeoutMs: number;
+    readonly requestTimeoutMs: number;
+    /** Largest POST /json body, bytes (HTTP_JSON_MAX_BODY_BYTES); 413 past it. */
+    readonly jsonMaxBodyBytes: number;
+    /** /json body bytes held at once over every request still being read (HTTP_JSON_BUFFER_BYTES); 503 past it. */
+    readonly jsonBufferBytes: number;
+    /** POST /json served although gRPC demands client certificates (HTTP_JSON_ALLOW_WITHOUT_CLIENT_CERT); else 403. */
+    readonly jsonWithoutClientCert: boolean;
+  };
   readonly debugHost: string;
   readonly debugPort: number;
   readonly logLevel: LogLevel;
@@ -235,6 +251,8 @@ export interface Settings {
   readonly useDogStatsd: boolean;
   readonly statsdHost: string;
   readonly statsdPort: number;
+  /** statsd bytes waiting for a slow or absent TCP agent before further lines are dropped and counted (STATSD_MAX_QUEUED_BYTES). */
+  readonly statsdMaxQueuedBytes: number;
   /** EXTRA_TAGS (`k:v,k2:v2`): on every statsd name, DogStatsD tag and mapped Prometheus series. */
   readonly extraTags: Readonly<Record<string, string>>;
   /** How often summed statsd counters are sent (STATS_FLUSH_INTERVAL). */
@@ -357,10 +375,15 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
   const keyPath = optional(env, 'GRPC_SERVER_TLS_KEY');
   if (grpcTlsEnabled && !certPath) throw new SettingsError('GRPC_SERVER_TLS_CERT', 'required when GRPC_SERVER_USE_TLS=true');
   if (grpcTlsEnabled && !keyPath) throw new SettingsError('GRPC_SERVER_TLS_KEY', 'required when GRPC_SERVER_USE_TLS=true');
+  const clientCaPath = optional(env, 'GRPC_CLIENT_TLS_CACERT');
+  // Without TLS no client certificate can be asked for: the port would serve plaintext to anyone.
+  if (clientCaPath !== undefined && !grpcTlsEnabled) {
+    throw new SettingsError('GRPC_CLIENT_TLS_CACERT', 'requires GRPC_SERVER_USE_TLS=true (client certificates are checked in the TLS handshake)');
+  }
   const transport = oneOf<Transport>(env, 'GRPC_TRANSPORT', 'http2', ['http2', 'grpc-js']);
   const clientSan = optional(env, 'GRPC_CLIENT_TLS_SAN');
   if (clientSan !== undefined && transport === 'grpc-js') throw new SettingsError('GRPC_CLIENT_TLS_SAN', 'requires GRPC_TRANSPORT=http2 (the default)');
-  if (clientSan !== undefined && optional(env, 'GRPC_CLIENT_TLS_CACERT') === undefined) {
+  if (clientSan !== undefined && clientCaPath === undefined) {
     warnings.push('GRPC_CLIENT_TLS_SAN has no effect without GRPC_CLIENT_TLS_CACERT (no client certificate is asked for), as in the reference');
   }
   if (grpcTlsEnabled && transport === 'grpc-js') {
@@ -397,7 +420,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
       enabled: grpcTlsEnabled,
       certPath,
       keyPath,
-      clientCaPath: optional(env, 'GRPC_CLIENT_TLS_CACERT'),
+      clientCaPath,
       clientSan,
     }),
     h2: Object.freeze({
@@ -411,8 +434,10 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
       idleTimeoutMs: int(env, 'H2_IDLE_TIMEOUT_MS', 300_000, 0, 86_400_000),
       handshakeTimeoutMs: int(env, 'H2_HANDSHAKE_TIMEOUT_MS', 5_000, 100, 600_000),
     }),
+    grpcMaxConnections: int(env, 'GRPC_MAX_CONNECTIONS', 10_000, 1, 10_000_000),
     httpHost: str(env, 'HOST', '0.0.0.0'),
     httpPort: port(env, 'PORT', 8080),
+    httpLimits: httpLimits(env),
     debugHost: str(env, 'DEBUG_HOST', '0.0.0.0'),
     debugPort: port(env, 'DEBUG_PORT', 6070),
     logLevel: logLevel(env),
@@ -475,6 +500,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     useDogStatsd: bool(env, 'USE_DOG_STATSD', false),
     statsdHost: str(env, 'STATSD_HOST', 'localhost'),
     statsdPort: port(env, 'STATSD_PORT', 8125),
+    statsdMaxQueuedBytes: int(env, 'STATSD_MAX_QUEUED_BYTES', 1024 * 1024, 1024, 1 << 30),
     extraTags: extraTags(env),
     statsFlushIntervalMs: positive('STATS_FLUSH_INTERVAL', duration(env, 'STATS_FLUSH_INTERVAL', 10_000)),
     disableStats: bool(env, 'DISABLE_STATS', false),
@@ -542,6 +568,24 @@ function xdsSettings(env: Env): XdsSettings {
       jitter: bool(env, 'XDS_CLIENT_BACKOFF_JITTER', true),
     }),
     maxMessageBytes: maxMessageBytes === 0 ? undefined : maxMessageBytes,
+  });
+}
+
+function httpLimits(env: Env): Settings['httpLimits'] {
+  const headersTimeoutMs = int(env, 'HTTP_HEADERS_TIMEOUT_MS', 10_000, 100, 600_000);
+  const requestTimeoutMs = int(env, 'HTTP_REQUEST_TIMEOUT_MS', 10_000, 100, 600_000);
+  // node:http refuses a header deadline past the request's (the request includes its headers).
+  if (requestTimeoutMs < headersTimeoutMs) throw new SettingsError('HTTP_REQUEST_TIMEOUT_MS', `must be at least HTTP_HEADERS_TIMEOUT_MS (${headersTimeoutMs})`);
+  const jsonMaxBodyBytes = int(env, 'HTTP_JSON_MAX_BODY_BYTES', 1024 * 1024, 1024, 1 << 30);
+  const jsonBufferBytes = int(env, 'HTTP_JSON_BUFFER_BYTES', 16 * 1024 * 1024, 1024, 2 ** 40);
+  if (jsonBufferBytes < jsonMaxBodyBytes) throw new SettingsError('HTTP_JSON_BUFFER_BYTES', `must be at least HTTP_JSON_MAX_BODY_BYTES (${jsonMaxBodyBytes})`);
+  return Object.freeze({
+    maxConnections: int(env, 'HTTP_MAX_CONNECTIONS', 1_000, 1, 10_000_000),
+    headersTimeoutMs,
+    requestTimeoutMs,
+    jsonMaxBodyBytes,
+    jsonBufferBytes,
+    jsonWithoutClientCert: bool(env, 'HTTP_JSON_ALLOW_WITHOUT_CLIENT_CERT', false),
   });
 }
 

@@ -215,7 +215,7 @@ describe('Kubernetes and Istio manifests', () => {
     expect(k8s.env.REDIS_URL).toBeDefined();
   });
 
-  test('Services route their named ports to ports the service listens on, gRPC under a grpc- name', () => {
+  test('Services route their named ports to ports the service listens on, gRPC under a grpc- name, never the debug port', () => {
     for (const c of containers) {
       const services = c.objects.filter(
         (o) => o.kind === 'Service' && Object.entries(o.spec.selector as Record<string, string>).every(([k, v]) => c.labels[k] === v),
@@ -225,12 +225,14 @@ describe('Kubernetes and Istio manifests', () => {
         for (const p of svc.spec.ports as Obj[]) {
           const target = p.targetPort ?? p.port;
           expect(listenPorts(c.settings)).toContain(target);
+          // The debug port shows every rule and its traffic: reachable by port-forward only.
+          expect({ service: svc.metadata.name, target }).not.toEqual({ service: svc.metadata.name, target: c.settings.debugPort });
           if (target === c.settings.grpcPort) expect(p.name).toMatch(/^grpc-/);
         }
       }
       const main = services.find((s) => s.metadata.name === 'ratelimit')!;
       const names = Object.fromEntries((main.spec.ports as Obj[]).map((p) => [p.name, p.port]));
-      expect(names).toEqual({ 'grpc-ratelimit': c.settings.grpcPort, http: c.settings.httpPort, 'http-debug': c.settings.debugPort });
+      expect(names).toEqual({ 'grpc-ratelimit': c.settings.grpcPort, http: c.settings.httpPort });
     }
   });
 

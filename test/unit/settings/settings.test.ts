@@ -287,3 +287,54 @@ describe('loadSettings rejects invalid values, naming the variable', () => {
     expect((caught as SettingsError).message).toContain(variable);
   });
 });
+
+describe('limits of the listeners and the statsd queue', () => {
+  it('has bounded defaults for every listener', () => {
+    const s = loadSettings({});
+    expect(s.grpcMaxConnections).toBe(10_000);
+    expect(s.httpLimits).toEqual({
+      maxConnections: 1_000,
+      headersTimeoutMs: 10_000,
+      requestTimeoutMs: 10_000,
+      jsonMaxBodyBytes: 1024 * 1024,
+      jsonBufferBytes: 16 * 1024 * 1024,
+      jsonWithoutClientCert: false,
+    });
+    expect(s.statsdMaxQueuedBytes).toBe(1024 * 1024);
+  });
+
+  it('reads the HTTP_*, GRPC_MAX_CONNECTIONS and STATSD_MAX_QUEUED_BYTES settings', () => {
+    const s = loadSettings({
+      GRPC_MAX_CONNECTIONS: '50',
+      HTTP_MAX_CONNECTIONS: '20',
+      HTTP_HEADERS_TIMEOUT_MS: '2000',
+      HTTP_REQUEST_TIMEOUT_MS: '3000',
+      HTTP_JSON_MAX_BODY_BYTES: '4096',
+      HTTP_JSON_BUFFER_BYTES: '65536',
+      HTTP_JSON_ALLOW_WITHOUT_CLIENT_CERT: 'true',
+      STATSD_MAX_QUEUED_BYTES: '8192',
+    });
+    expect([s.grpcMaxConnections, s.statsdMaxQueuedBytes]).toEqual([50, 8192]);
+    expect(s.httpLimits).toEqual({
+      maxConnections: 20,
+      headersTimeoutMs: 2000,
+      requestTimeoutMs: 3000,
+      jsonMaxBodyBytes: 4096,
+      jsonBufferBytes: 65536,
+      jsonWithoutClientCert: true,
+    });
+  });
+
+  it('refuses a request deadline shorter than the header deadline, and a /json budget smaller than one body', () => {
+    expect(() => loadSettings({ HTTP_HEADERS_TIMEOUT_MS: '5000', HTTP_REQUEST_TIMEOUT_MS: '1000' })).toThrow(/HTTP_REQUEST_TIMEOUT_MS: must be at least/);
+    expect(() => loadSettings({ HTTP_JSON_MAX_BODY_BYTES: '65536', HTTP_JSON_BUFFER_BYTES: '4096' })).toThrow(/HTTP_JSON_BUFFER_BYTES: must be at least/);
+    expect(() => loadSettings({ GRPC_MAX_CONNECTIONS: '0' })).toThrow(/GRPC_MAX_CONNECTIONS/);
+  });
+
+  it('refuses GRPC_CLIENT_TLS_CACERT without GRPC_SERVER_USE_TLS=true: client certificates need TLS', () => {
+    expect(() => loadSettings({ GRPC_CLIENT_TLS_CACERT: '/certs/ca.pem' })).toThrow(SettingsError);
+    expect(() => loadSettings({ GRPC_CLIENT_TLS_CACERT: '/certs/ca.pem' })).toThrow(/GRPC_CLIENT_TLS_CACERT: requires GRPC_SERVER_USE_TLS=true/);
+    const tls = { GRPC_SERVER_USE_TLS: 'true', GRPC_SERVER_TLS_CERT: '/c.pem', GRPC_SERVER_TLS_KEY: '/k.pem', GRPC_CLIENT_TLS_CACERT: '/ca.pem' };
+    expect(loadSettings(tls).grpcTls.clientCaPath).toBe('/ca.pem');
+  });
+});
