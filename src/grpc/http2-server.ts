@@ -153,6 +153,7 @@ export class Http2GrpcServer {
       clientSan: grpcTls.enabled && grpcTls.clientCaPath !== undefined ? grpcTls.clientSan : undefined,
       maxConnectionAgeMs: settings.grpcMaxConnectionAgeMs,
       maxConnectionAgeGraceMs: settings.grpcMaxConnectionAgeGraceMs,
+      maxConnections: settings.grpcMaxConnections,
       onStream: this.onStream,
       onError: (err) => this.options.logger.error({ err }, 'gRPC connection or stream handler failed'),
     });

@@ -18,6 +18,8 @@ export interface H2ServerOptions extends ConnectionOptions {
   readonly maxConnectionAgeGraceMs?: number;
   /** A connection without a stream for this long is closed with GOAWAY, ms; 0 never (default 0). */
   readonly idleTimeoutMs?: number;
+  /** Connections open at once; further ones are closed as they arrive (default: no cap). */
+  readonly maxConnections?: number;
 }
 
 // Node timers hold at most 2^31-1 ms (24.8 days); a longer age is "never".
@@ -50,6 +52,12 @@ export class H2Server {
       secure.on('tlsClientError', (_err: Error, socket: tls.TLSSocket) => socket.destroy());
       this.server = secure;
     }
+    if (options.maxConnections !== undefined) this.server.maxConnections = options.maxConnections;
+  }
+
+  // An error after the bind (accept failing, say) goes to onError: without a listener node would throw it and end the process.
+  private listening(): void {
+    this.server.on('error', (err) => this.options.onError?.(err));
   }
 
   /**
@@ -62,6 +70,7 @@ export class H2Server {
       this.server.once('error', onError);
       this.server.listen({ host, port, exclusive }, () => {
         this.server.off('error', onError);
+        this.listening();
         const idleTimeoutMs = this.options.idleTimeoutMs ?? 0;
         if (idleTimeoutMs > 0) {
           this.idleSweep = setInterval(() => {
@@ -88,6 +97,7 @@ export class H2Server {
       }
       this.server.listen({ path }, () => {
         this.server.off('error', onError);
+        this.listening();
         resolve();
       });
     });

@@ -163,7 +163,7 @@ export interface Settings {
     /** Time for the TLS handshake, the preface and first SETTINGS, and for a header block to complete, ms. */
     readonly handshakeTimeoutMs: number;
   };
-  /** Connections open at once on the gRPC port, either transport (GRPC_MAX_CONNECTIONS); more are closed as they arrive. */
+  /** Connections open at once on the gRPC port, http2 transport (GRPC_MAX_CONNECTIONS); more are closed as they arrive. */
   readonly grpcMaxConnections: number;
   readonly httpHost: string;
   readonly httpPort: number;

@@ -132,6 +132,22 @@ describe('slow and many peers on the HTTP port', () => {
   });
 });
 
+describe('GRPC_MAX_CONNECTIONS on the gRPC port', () => {
+  it('closes connections past the cap as they arrive', async () => {
+    const svc = await spawnService({ config: { 'edge.yaml': EDGE }, env: { GRPC_MAX_CONNECTIONS: '10' } });
+    try {
+      const idle: Peer[] = [];
+      for (let i = 0; i < 25; i++) idle.push(peer(svc.grpcPort, ''));
+      await until(() => idle.filter((p) => p.closedAt !== undefined).length >= 15, 2_000);
+      await sleep(100);
+      expect(idle.filter((p) => p.closedAt !== undefined)).toHaveLength(15);
+      for (const p of idle) p.socket.destroy();
+    } finally {
+      await svc.stop();
+    }
+  });
+});
+
 describe('an error on a listener after it is bound', () => {
   /** The server under its real limits, with the node:http server it wraps reachable. */
   class ExposedHttpServer extends HttpServer {
