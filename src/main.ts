@@ -14,6 +14,7 @@ import { createMetricSinks, registryExposition } from './metrics/sinks';
 import { DebugServer } from './http/debug-server';
 import { PrometheusServer } from './http/prometheus-server';
 import { Http2GrpcServer } from './grpc/http2-server';
+import { quotaStreamingMethod, RlqsService } from './service/rlqs-service';
 import { HttpServer } from './http/http-server';
 import { HealthState, isReady, watchStoreHealth } from './service/health';
 import { maskSettings } from './settings/masking';
@@ -49,6 +50,8 @@ export interface Service {
   /** The config in force: files (ConfigSource) or an xDS control plane (CONFIG_TYPE=GRPC_XDS_SOTW). */
   readonly configSource: ConfigProvider;
   readonly store: Store;
+  /** The quota stream service (RLQS): its streams and shares (view()). */
+  readonly rlqs: RlqsService;
   /** Graceful stop: NOT_SERVING, refuse new calls, finish in-flight ones (up to shutdownGraceMs), release everything. */
   close(): Promise<void>;
 }
@@ -158,7 +161,17 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   const tracer = settings.tracing.enabled ? await (await import('./tracing/otel-tracer')).createOtelTracer(settings.tracing, logger) : undefined;
   if (tracer !== undefined)
     teardown.push(() => tracer.shutdown().catch((err: unknown) => logger.warn({ err: errorText(err) }, 'could not export the last spans')));
-  const grpcOptions = { limiter: decider, replays, health, settings, logger, tracer };
+  // Quota streams (RLQS) on the same rules and counters; their demand is exchanged through the store.
+  const rlqs = new RlqsService({
+    store,
+    config: () => rules.current(),
+    logger,
+    limits: settings.rlqs,
+    shadowMode: settings.shadowMode,
+    observer: metrics.quotaObserver,
+  });
+  metrics.attachQuota(() => rlqs.view());
+  const grpcOptions = { limiter: decider, replays, health, settings, logger, tracer, streamingMethods: [quotaStreamingMethod(rlqs)] };
   // grpc-js is loaded only when it serves: the default transport does without it (less heap to mark).
   const grpcServer =
     settings.grpcTransport === 'http2' ? new Http2GrpcServer(grpcOptions) : new (await import('./grpc/grpc-js-server')).GrpcServer(grpcOptions);
@@ -184,6 +197,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
       return config === undefined ? [] : describeConfig(config);
     },
     match: (domain, entries) => ruleMatch(rules.current(), domain, entries),
+    quota: () => rlqs.view(),
     metrics: exposition,
     logger,
   });
@@ -196,6 +210,9 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   // The listeners stop first, all at once, with the grace period (0 when the start failed).
   let grace = 0;
   teardown.push(() => Promise.all([grpcServer.stop(grace), httpServer.close(grace), debugServer.close(grace), prometheusServer?.close(grace)]));
+  // First of all (the list runs backwards): quota streams end with UNAVAILABLE, so their proxies
+  // reconnect to another replica, and their demand leaves the store while it is still open.
+  teardown.push(() => rlqs.shutdown());
   let grpcPort: number;
   let httpPort: number;
   let debugPort: number;
@@ -224,7 +241,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
       logger.info('stopped');
     })());
 
-  return { settings, logger, grpcPort, httpPort, debugPort, prometheusPort, metrics, health, limiter, configSource: rules, store, close };
+  return { settings, logger, grpcPort, httpPort, debugPort, prometheusPort, metrics, health, limiter, configSource: rules, store, rlqs, close };
 }
 
 /**

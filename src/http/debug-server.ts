@@ -3,6 +3,7 @@ import type { Entry } from '../limiter/types';
 import type { RuleMatch } from '../config/describe';
 import { allow, pathOf, RoutedHttpServer, send, sendMetrics, type HttpListenerOptions } from './http-base';
 import type { MetricsExposition } from '../metrics/sinks';
+import type { RlqsView } from '../service/rlqs-service';
 
 /**
  * The debug endpoints on DEBUG_HOST:DEBUG_PORT (6070), as the reference server's debug port:
@@ -10,6 +11,8 @@ import type { MetricsExposition } from '../metrics/sinks';
  * - GET /rlmatch?domain=D&entry=k=v[&entry=k2=v2...]: which rule one descriptor matches, in JSON,
  *   with its whole window (the wire's current_limit carries the unit but not unit_multiplier), and
  *   whether the domain is loaded at all (`slidegate client` asks it);
+ * - GET /rlqs: the quota streams (RLQS) of this process and the shares of every rule they use, in
+ *   JSON: each proxy's demand, admitted rate and share on every replica, the counter's usage;
  * - GET /metrics: the Prometheus exposition (when metrics are given);
  * - GET /: the list of endpoints.
  * Sensitive: /rlconfig and /rlmatch reveal every rule (domains, keys, the values that get their own
@@ -23,11 +26,14 @@ export interface DebugServerOptions extends HttpListenerOptions {
   /** The rule a descriptor matches, for /rlmatch; the endpoint answers 404 when absent. */
   readonly match?: (domain: string, entries: readonly Entry[]) => RuleMatch;
   readonly metrics?: MetricsExposition;
+  /** The quota streams and shares, for /rlqs; the endpoint answers 404 when absent. */
+  readonly quota?: () => RlqsView;
 }
 
 const ENDPOINTS: readonly (readonly [path: string, what: string])[] = [
   ['/rlconfig', 'the rate-limit rules in force, one line per rule'],
   ['/rlmatch?domain=D&entry=k=v', 'the rule one descriptor matches, with its window (JSON)'],
+  ['/rlqs', 'quota streams (RLQS) and the shares of every rule they use (JSON)'],
   ['/metrics', 'Prometheus metrics'],
 ];
 
@@ -53,6 +59,11 @@ export class DebugServer extends RoutedHttpServer {
         if (this.options.match === undefined) break;
         if (!allow(req, res, 'GET, HEAD')) return;
         this.rlmatch(req, res, this.options.match);
+        return;
+      case '/rlqs':
+        if (this.options.quota === undefined) break;
+        if (!allow(req, res, 'GET, HEAD')) return;
+        send(res, 200, JSON.stringify(this.options.quota(), null, 2) + '\n', 'application/json');
         return;
       case '/metrics':
         if (metrics === undefined) break;

@@ -6,7 +6,8 @@ import type { KeyRules, MatchedRule, RateLimitConfig, RuleLevel, RuleNode } from
  * allocates nothing: it walks the frozen tree and returns a node of it.
  */
 
-function pick(rules: KeyRules, value: string): RuleNode | undefined {
+/** The rule one entry's value picks among a key's rules: exact, else the first matching wildcard, else key-only. */
+export function pickRule(rules: KeyRules, value: string): RuleNode | undefined {
   const exact = rules.exact.get(value);
   if (exact !== undefined) return exact;
   const wildcards = rules.wildcards;
@@ -30,7 +31,7 @@ export function matchDescriptor(config: RateLimitConfig, domain: string, entries
   for (let i = 0; i < entries.length; i++) {
     const rules = level.get(entries[i].key);
     if (rules === undefined) return undefined;
-    node = pick(rules, entries[i].value);
+    node = pickRule(rules, entries[i].value);
     if (node === undefined) return undefined;
     level = node.children;
   }
@@ -93,7 +94,7 @@ export function requestKeys(config: RateLimitConfig, domain: string, entries: re
   for (let i = 0; i < entries.length; i++) {
     const entry = entries[i];
     const rules = level.get(entry.key)!;
-    const node = pick(rules, entry.value)!;
+    const node = pickRule(rules, entry.value)!;
     const byWildcard = node.value !== undefined && rules.exact.get(entry.value) !== node;
     const shared = byWildcard && node.shareThreshold;
     counted[i] = shared ? { key: entry.key, value: node.value! } : entry;

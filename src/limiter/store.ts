@@ -29,6 +29,33 @@ export interface Store {
   close(): Promise<void>;
   /** Optional: drops local answers derived from the current limits (cached denials); call after a config reload. */
   clearCache?(): void;
+  /**
+   * Optional: quota-stream coordination (RLQS). Sets this replica's proxies' demand on one budget
+   * (`publish`, each entry living `ttlMs` unless published again), drops `remove`, and returns every
+   * live entry of every replica sharing the store. The memory store keeps them in the process; the
+   * Redis store in one hash per budget, with Redis's clock. A store without it makes each process
+   * divide its budgets alone.
+   */
+  exchangeDemand?(exchange: DemandExchange): Promise<ProxyDemand[]>;
+}
+
+/** One proxy's recent demand on one budget (RLQS), as replicas publish it to each other through the store. */
+export interface ProxyDemand {
+  /** The proxy's stream and bucket, unique across replicas. */
+  readonly member: string;
+  /** Allowed + denied requests per second in its last report; Infinity while unknown (a new subscription). */
+  readonly demand: number;
+  /** Allowed requests per second in its last report; 0 while unknown. */
+  readonly allowed: number;
+}
+
+export interface DemandExchange {
+  /** The budget: its counter's key (src/limiter/keys.ts). */
+  readonly key: string;
+  readonly publish: readonly ProxyDemand[];
+  readonly remove: readonly string[];
+  /** How long the published entries live without being published again, ms. */
+  readonly ttlMs: number;
 }
 
 export interface DecideOptions {

@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import { collectDefaultMetrics, Counter, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import { classify, type ErrorMetric } from '../errors';
 import type { DescriptorOutcome, LocalDenialListener, RateLimitDecider, RateLimitRequest, RateLimitResponse } from '../limiter/types';
 import type { ServiceReplays } from '../service/rls-service';
+import type { RlqsObserver, RlqsView, RuleShareView } from '../service/rlqs-service';
 import { TalliedCounter, TalliedHistogram } from './tallies';
 import type { Settings } from '../settings/settings';
 
@@ -130,6 +131,12 @@ export class Metrics {
   private readonly configLoadError: Counter;
   private readonly localCacheHits: Inc;
   private readonly globalShadowModeCount: Counter;
+  private readonly quotaReported: Counter<'domain' | 'descriptor' | 'outcome'>;
+  private readonly quotaStoreErrors: Counter;
+  /** Rule label sets of the reported-requests counter (bounded by maxSeries like the rule counters). */
+  private readonly quotaSeries = new Set<string>();
+  /** The quota service's view, read at each scrape by the RLQS gauges; undefined until attached. */
+  private quotaView: (() => RlqsView) | undefined;
   private readonly storeErrorsByKind: Counter<'kind'>;
   private readonly storeFallbacks: Counter<'policy'>;
   // Children by label value: the label sets are small and fixed, the lookups repeat.
@@ -211,6 +218,47 @@ export class Metrics {
       labelNames: ['policy'],
       registers,
     });
+
+    this.quotaReported = new Counter({
+      name: 'ratelimit_service_rlqs_reported_requests_total',
+      help: 'Requests quota proxies (RLQS) reported, by rule and outcome (allowed, denied).',
+      labelNames: ['domain', 'descriptor', 'outcome'],
+      registers,
+    });
+    this.quotaStoreErrors = new Counter({
+      name: 'ratelimit_service_rlqs_store_errors_total',
+      help: 'Quota store calls (charge, demand exchange) that failed; the last shares stayed in force.',
+      registers,
+    });
+    const view = (): RlqsView | undefined => this.quotaView?.();
+    new Gauge({
+      name: 'ratelimit_service_rlqs_streams',
+      help: 'Open quota streams (RLQS) on this process.',
+      registers,
+      collect() {
+        this.set(view()?.openStreams ?? 0);
+      },
+    });
+    const perRule = (name: string, help: string, value: (r: RuleShareView) => number): void => {
+      new Gauge({
+        name: `ratelimit_service_rlqs_${name}`,
+        help,
+        labelNames: RULE_LABELS,
+        registers,
+        collect() {
+          this.reset();
+          for (const r of view()?.rules ?? []) this.set({ domain: r.domain, descriptor: r.statKey }, value(r));
+        },
+      });
+    };
+    perRule('proxies', 'Quota proxies sharing a rule, on every replica.', (r) => r.proxies.length);
+    perRule('demand', 'Requests per second the proxies of a rule ask for (known demands, every replica).', (r) =>
+      r.proxies.reduce((sum, p) => sum + (p.demand ?? 0), 0),
+    );
+    perRule('assigned', "Requests per second assigned to this process's proxies of a rule.", (r) =>
+      r.proxies.reduce((sum, p) => sum + (p.local ? p.share : 0), 0),
+    );
+    perRule('overshoot', "Requests per window the proxies' reports say were admitted above the rule's limit.", (r) => r.overshoot);
 
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
   }
@@ -294,6 +342,26 @@ export class Metrics {
   }
 
   /** One request answered by a replay of local denials (src/limiter/replay.ts): a local cache hit like any other. */
+  /** The quota service whose streams and shares the RLQS gauges read at each scrape. */
+  attachQuota(view: () => RlqsView): void {
+    this.quotaView = view;
+  }
+
+  /** The quota service's observer: reported usage per rule, and failed store calls. */
+  readonly quotaObserver: RlqsObserver = {
+    onReport: (domain, statKey, allowed, denied) => {
+      const key = `${domain}\u0000${statKey}`;
+      let descriptor = statKey;
+      if (!this.quotaSeries.has(key)) {
+        if (this.quotaSeries.size >= this.maxSeries) descriptor = OVERFLOW_LABEL;
+        else this.quotaSeries.add(key);
+      }
+      if (allowed > 0) this.quotaReported.inc({ domain, descriptor, outcome: 'allowed' }, allowed);
+      if (denied > 0) this.quotaReported.inc({ domain, descriptor, outcome: 'denied' }, denied);
+    },
+    onStoreError: () => this.quotaStoreErrors.inc(),
+  };
+
   onReplay(): void {
     this.recordLocalCacheHit();
   }

@@ -228,6 +228,16 @@ export interface Settings {
   readonly requestLimits: RequestLimits;
   /** Bounds of the per-rule metric series (see src/metrics/metrics.ts). */
   readonly metricLimits: MetricLimits;
+  /** Quota streams (RLQS): caps and timing (RLQS_*). */
+  readonly rlqs: {
+    readonly maxStreams: number;
+    readonly maxBucketsPerStream: number;
+    readonly maxBucketPairs: number;
+    readonly maxBucketIdBytes: number;
+    /** Report interval assumed until a stream's own is observed, ms. */
+    readonly reportIntervalMs: number;
+    readonly abandonAfterIdleReports: number;
+  };
 
   readonly defaultAlgorithm: Algorithm;
   readonly countDeniedRequests: boolean;
@@ -481,6 +491,14 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
       maxSeries: int(env, 'METRICS_MAX_SERIES', 10_000, 1, 1e7),
       maxSeriesBytes: int(env, 'METRICS_MAX_SERIES_BYTES', 16 * MIB, 64 * 1024, 2 ** 34),
       maxLabelLength: int(env, 'METRICS_MAX_LABEL_LENGTH', 256, 32, 65_536),
+    }),
+    rlqs: Object.freeze({
+      maxStreams: int(env, 'RLQS_MAX_STREAMS', 10_000, 1, 1_000_000),
+      maxBucketsPerStream: int(env, 'RLQS_MAX_BUCKETS_PER_STREAM', 1_000, 1, 1_000_000),
+      maxBucketPairs: int(env, 'RLQS_MAX_BUCKET_ID_PAIRS', 8, 1, 16),
+      maxBucketIdBytes: int(env, 'RLQS_MAX_BUCKET_ID_BYTES', 1_024, 16, 65_536),
+      reportIntervalMs: positive('RLQS_REPORT_INTERVAL', duration(env, 'RLQS_REPORT_INTERVAL', 5_000)),
+      abandonAfterIdleReports: int(env, 'RLQS_ABANDON_AFTER_IDLE_REPORTS', 3, 1, 1_000),
     }),
 
     defaultAlgorithm: oneOf<Algorithm>(env, 'DEFAULT_ALGORITHM', 'sliding_window', ALGORITHMS),

@@ -1,5 +1,14 @@
 import { monotonicClock, type Clock } from '../limiter/types';
-import { counterIdentity, type CounterDecision, type CounterRequest, type DecideOptions, type LocalAnswer, type Store } from '../limiter/store';
+import {
+  counterIdentity,
+  type CounterDecision,
+  type CounterRequest,
+  type DecideOptions,
+  type DemandExchange,
+  type LocalAnswer,
+  type ProxyDemand,
+  type Store,
+} from '../limiter/store';
 import { BoundedCache, entryBytes, type CacheEntry } from '../limiter/bounded-cache';
 
 /**
@@ -129,6 +138,11 @@ export class DenialCache implements Store {
       if (denied) this.denials.tidy(now);
       return decisions;
     });
+  }
+
+  /** The store's demand exchange (RLQS); nothing of it is cached. */
+  exchangeDemand(exchange: DemandExchange): Promise<ProxyDemand[]> {
+    return this.store.exchangeDemand?.(exchange) ?? Promise.resolve([...exchange.publish]);
   }
 
   /** Forgets every denial (the limits may have changed: config reload). */

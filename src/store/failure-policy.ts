@@ -1,5 +1,14 @@
 import type { FailurePolicy } from '../settings/settings';
-import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type LocalAnswer, type Store } from '../limiter/store';
+import {
+  StoreUnavailableError,
+  type CounterDecision,
+  type CounterRequest,
+  type DecideOptions,
+  type DemandExchange,
+  type LocalAnswer,
+  type ProxyDemand,
+  type Store,
+} from '../limiter/store';
 
 /**
  * What to answer when the store cannot (STORE_FAILURE_POLICY):
@@ -64,6 +73,17 @@ export class FailurePolicyStore implements Store {
           return this.decideByFallback(counters, options);
       }
     }
+  }
+
+  /**
+   * The primary's demand exchange (RLQS); under the local policy the fallback's while the primary is
+   * down or when it fails. Other policies pass the failure on: the quota service keeps its last shares.
+   */
+  exchangeDemand(exchange: DemandExchange): Promise<ProxyDemand[]> {
+    const local = (): Promise<ProxyDemand[]> => this.fallback!.exchangeDemand?.(exchange) ?? Promise.resolve([...exchange.publish]);
+    if (this.policy === 'local' && !this.store.isHealthy()) return local();
+    const primary = this.store.exchangeDemand?.(exchange) ?? Promise.resolve([...exchange.publish]);
+    return this.policy !== 'local' ? primary : primary.catch((err: unknown) => (err instanceof StoreUnavailableError ? local() : Promise.reject(err)));
   }
 
   /** The primary's local answer, unless the policy skips the primary altogether (local, while it is down). */

@@ -1,7 +1,7 @@
 import { MAX_BUCKET_AHEAD_MS } from '../../src/limiter/algorithms';
 import type { Algorithm } from '../../src/limiter/types';
 import { ALGORITHMS, UNIT_MS } from '../../src/limiter/types';
-import type { CounterDecision, CounterRequest, Store } from '../../src/limiter/store';
+import type { CounterDecision, CounterRequest, ProxyDemand, Store } from '../../src/limiter/store';
 
 /**
  * The behaviour every Store adapter shares, run once per adapter (see *.test.ts next to this file).
@@ -299,6 +299,35 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
       expect((await one(c(3))).allowed).toBe(true);
       await h.advance(2 * SHORT + 50);
       expect(await one(c(0))).toMatchObject({ allowed: true, remaining: 3 });
+    });
+
+    describe('quota demand exchange (RLQS)', () => {
+      const sorted = (entries: ProxyDemand[]): ProxyDemand[] => [...entries].sort((a, b) => (a.member < b.member ? -1 : 1));
+
+      it("returns every replica's live entries, replaces a member's own, and drops removed ones", async () => {
+        const key = freshKey('demand');
+        const exchange = h.store.exchangeDemand!.bind(h.store);
+        expect(await exchange({ key, publish: [{ member: 'r1.0', demand: 40, allowed: 30 }], remove: [], ttlMs: DAY })).toEqual([
+          { member: 'r1.0', demand: 40, allowed: 30 },
+        ]);
+        const both = await exchange({ key, publish: [{ member: 'r2.0', demand: Infinity, allowed: 0 }], remove: [], ttlMs: DAY });
+        expect(sorted(both)).toEqual([
+          { member: 'r1.0', demand: 40, allowed: 30 },
+          { member: 'r2.0', demand: Infinity, allowed: 0 },
+        ]);
+        const updated = await exchange({ key, publish: [{ member: 'r1.0', demand: 12.5, allowed: 12.5 }], remove: ['r2.0'], ttlMs: DAY });
+        expect(updated).toEqual([{ member: 'r1.0', demand: 12.5, allowed: 12.5 }]);
+        expect(await exchange({ key: freshKey('other'), publish: [], remove: [], ttlMs: DAY })).toEqual([]);
+      });
+
+      it('forgets an entry not published again within its ttl', async () => {
+        const key = freshKey('demand-ttl');
+        const exchange = h.store.exchangeDemand!.bind(h.store);
+        await exchange({ key, publish: [{ member: 'short', demand: 1, allowed: 1 }], remove: [], ttlMs: SHORT });
+        await exchange({ key, publish: [{ member: 'long', demand: 2, allowed: 2 }], remove: [], ttlMs: DAY });
+        await h.advance(SHORT + SLACK);
+        expect(await exchange({ key, publish: [], remove: [], ttlMs: DAY })).toEqual([{ member: 'long', demand: 2, allowed: 2 }]);
+      });
     });
   });
 }

@@ -1,6 +1,7 @@
 import { CallBatcher, type CallBatch, type PendingCall } from './batcher';
 import { cutParts, decideAcrossSlots, decideInShares, refundArgs, splitBySlot, type SlotPart, type SlotShare } from './cluster-slots';
 import type { RedisClient } from './connection';
+import { DEMAND_COMMAND, DEMAND_SCRIPT, demandArgs, parseDemandReply } from './demand';
 import { HealthProbe } from './health-probe';
 import { keySlot } from './key-slot';
 import { ShareGate, type GatedCall } from './share-gate';
@@ -16,7 +17,15 @@ import {
   REFUND_COMMAND,
   REFUND_SCRIPT,
 } from './script';
-import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../../limiter/store';
+import {
+  StoreUnavailableError,
+  type CounterDecision,
+  type CounterRequest,
+  type DecideOptions,
+  type DemandExchange,
+  type ProxyDemand,
+  type Store,
+} from '../../limiter/store';
 
 /**
  * The Redis adapter, a composition: time from Redis; decide() calls coalesced into batches by a
@@ -91,6 +100,9 @@ type Pending = PendingCall<RedisCall, CounterDecision[] | SlotShare>;
 const DISCONNECTED =
   /Stream isn't writeable|Connection is closed|MaxRetriesPerRequest|isn't ready|enableOfflineQueue|ECONNREFUSED|ECONNRESET|EPIPE|CLUSTERDOWN|None of startup nodes/i;
 
+/** The shortest deadline of a demand exchange, ms. */
+const MIN_DEMAND_DEADLINE_MS = 50;
+
 // A probe slower than this still proves Redis reachable; a frozen Redis misses it several times running.
 const MIN_PROBE_TIMEOUT_MS = 250;
 
@@ -104,6 +116,8 @@ export class RedisStore implements Store {
   private readonly client: RedisClient;
   private readonly decideCall: ScriptCall;
   private readonly refundCall: ScriptCall;
+  private readonly demandCall: ScriptCall;
+  private readonly timeoutMs: number;
   // `<prefix>{`: a counter's Redis key is this, its counter key, and `}`.
   private readonly tagOpen: string;
   private readonly onError: (kind: RedisErrorKind) => void;
@@ -120,6 +134,7 @@ export class RedisStore implements Store {
     this.client = options.client;
     this.tagOpen = `${options.keyPrefix ?? ''}{`;
     const timeoutMs = options.timeoutMs ?? 10;
+    this.timeoutMs = timeoutMs;
     const timeoutMessage = `redis did not answer within ${timeoutMs} ms`;
     this.onError = options.onError ?? (() => {});
     this.isCluster = this.client.isCluster === true;
@@ -157,9 +172,11 @@ export class RedisStore implements Store {
     // defineCommand gives EVALSHA by hash, and EVAL when the server answers NOSCRIPT (restart, failover, SCRIPT FLUSH).
     this.client.defineCommand(DECIDE_COMMAND, { lua: DECIDE_SCRIPT });
     this.client.defineCommand(REFUND_COMMAND, { lua: REFUND_SCRIPT });
+    this.client.defineCommand(DEMAND_COMMAND, { lua: DEMAND_SCRIPT, numberOfKeys: 1 });
     const commands = this.client as unknown as Record<string, ScriptCall>;
     this.decideCall = (args) => commands[DECIDE_COMMAND](args);
     this.refundCall = (args) => commands[REFUND_COMMAND](args);
+    this.demandCall = (args) => commands[DEMAND_COMMAND](args);
 
     const onChange = options.onConnectionChange;
     let connected = false;
@@ -223,6 +240,35 @@ export class RedisStore implements Store {
       decideShare: (share, slot) =>
         this.gate.pass(share.length, call, () => this.batcher.enqueue({ counters: share, countDenied, share: true }, slot) as Promise<SlotShare>),
       refund: this.refund,
+    });
+  }
+
+  /**
+   * RLQS demand of one budget (./demand.ts): one script call per exchange, outside the batcher (one
+   * per proxy report, not per request), with the deadline of a decide() call but at least
+   * MIN_DEMAND_DEADLINE_MS (a report is answered within 100 ms; no proxy waits on it per request).
+   */
+  exchangeDemand(exchange: DemandExchange): Promise<ProxyDemand[]> {
+    if (this.closed) return Promise.reject(new StoreUnavailableError('redis store is closed'));
+    const key = this.tagOpen + exchange.key + '}|rlqs';
+    const deadlineMs = Math.max(this.timeoutMs, MIN_DEMAND_DEADLINE_MS);
+    return new Promise<ProxyDemand[]>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.failed('timeout');
+        reject(new StoreUnavailableError(`redis did not answer within ${deadlineMs} ms`));
+      }, deadlineMs);
+      this.demandCall([key, ...demandArgs(exchange)]).then(
+        (reply) => {
+          clearTimeout(timer);
+          resolve(parseDemandReply(reply));
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          const kind = this.classify(err);
+          this.failed(kind);
+          reject(new StoreUnavailableError(`redis ${kind === 'disconnected' ? 'unavailable' : 'error'}: ${messageOf(err)}`, { cause: err }));
+        },
+      );
     });
   }
 

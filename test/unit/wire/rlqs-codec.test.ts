@@ -1,0 +1,73 @@
+import { MalformedMessageError } from '../../../src/errors';
+import { InvalidRequestError } from '../../../src/limiter/errors';
+import { loadProtoFiles } from '../../../src/wire/proto';
+import { decodeUsageReports, frameQuotaResponse, RLQS_PROTO } from '../../../src/wire/rlqs-codec';
+
+const root = loadProtoFiles([RLQS_PROTO]);
+const Reports = root.lookupType('envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports');
+const Response = root.lookupType('envoy.service.rate_limit_quota.v3.RateLimitQuotaResponse');
+
+const encode = (o: object): Uint8Array => Reports.encode(Reports.fromObject(o)).finish();
+
+describe('usage reports', () => {
+  test('decode into sorted pairs, whole seconds and counts', () => {
+    const report = decodeUsageReports(
+      encode({
+        domain: 'd',
+        bucketQuotaUsages: [{ bucketId: { bucket: { z: '1', a: '2' } }, timeElapsed: { seconds: 5 }, numRequestsAllowed: 7, numRequestsDenied: 3 }],
+      }),
+    );
+    expect(report).toEqual({
+      domain: 'd',
+      usages: [
+        {
+          bucket: [
+            { key: 'a', value: '2' },
+            { key: 'z', value: '1' },
+          ],
+          timeElapsedSeconds: 5,
+          allowed: 7,
+          denied: 3,
+        },
+      ],
+    });
+  });
+
+  test('a missing domain and time_elapsed decode as empty and 0', () => {
+    expect(decodeUsageReports(encode({ bucketQuotaUsages: [{ bucketId: { bucket: { k: 'v' } } }] }))).toEqual({
+      domain: '',
+      usages: [{ bucket: [{ key: 'k', value: 'v' }], timeElapsedSeconds: 0, allowed: 0, denied: 0 }],
+    });
+  });
+
+  test('bad bytes are malformed; a bucket without pairs or with an empty value is invalid', () => {
+    expect(() => decodeUsageReports(Buffer.from([0x0a, 0xff]))).toThrow(MalformedMessageError);
+    expect(() => decodeUsageReports(encode({ domain: 'd', bucketQuotaUsages: [{}] }))).toThrow(InvalidRequestError);
+    expect(() => decodeUsageReports(encode({ domain: 'd', bucketQuotaUsages: [{ bucketId: { bucket: { k: '' } } }] }))).toThrow(InvalidRequestError);
+  });
+});
+
+describe('responses', () => {
+  test('assignments (blanket rules and token buckets, whole-second TTL) and abandon actions, framed', () => {
+    const frame = frameQuotaResponse([
+      { bucket: [{ key: 'k', value: 'a' }], strategy: { kind: 'allow_all' }, ttlSeconds: 3 },
+      { bucket: [{ key: 'k', value: 'b' }], strategy: { kind: 'deny_all' }, ttlSeconds: 3 },
+      { bucket: [{ key: 'k', value: 'c' }], strategy: { kind: 'token_bucket', maxTokens: 2, tokensPerFill: 10, fillIntervalSeconds: 20 }, ttlSeconds: 15 },
+      { bucket: [{ key: 'k', value: 'd' }], abandon: true },
+    ]);
+    expect(frame[0]).toBe(0);
+    expect(frame.readUInt32BE(1)).toBe(frame.length - 5);
+    const decoded = Response.toObject(Response.decode(frame.subarray(5)), { longs: Number, oneofs: true, defaults: false }) as any;
+    const actions = decoded.bucketAction;
+    expect(actions[0].quotaAssignmentAction).toEqual({
+      assignmentTimeToLive: { seconds: 3 },
+      rateLimitStrategy: { blanketRule: 0, strategy: 'blanketRule' },
+    });
+    expect(actions[1].quotaAssignmentAction.rateLimitStrategy).toEqual({ blanketRule: 1, strategy: 'blanketRule' });
+    expect(actions[2].quotaAssignmentAction).toEqual({
+      assignmentTimeToLive: { seconds: 15 },
+      rateLimitStrategy: { tokenBucket: { maxTokens: 2, tokensPerFill: { value: 10 }, fillInterval: { seconds: 20 } }, strategy: 'tokenBucket' },
+    });
+    expect(actions[3]).toEqual({ bucketId: { bucket: { k: 'd' } }, abandonAction: {}, bucketAction: 'abandonAction' });
+  });
+});
