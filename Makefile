@@ -56,8 +56,9 @@ format-check: install ## list the files prettier would change
 
 # `build` is the typecheck (tsc with noUnusedLocals/noUnusedParameters fails on any error); jest
 # then runs every test with coverage, failing under the core's floor (jest.config.js).
+# --forceExit: a child process a failed test left running must not hold the run open.
 test: install tools lint format-check build ## install, lint, check formatting, build and run every test with coverage
-	npx jest --ci --coverage
+	npx jest --ci --coverage --forceExit
 
 validate: build ## check a config file or directory: make validate CONFIG=path
 	node dist/src/cli.js validate $(CONFIG)

@@ -74,6 +74,10 @@ async function startTracedService(env: Record<string, string>): Promise<{ addr: 
       if (Date.now() > until) throw new Error(`service did not become SERVING: ${output}`);
       await new Promise((r) => setTimeout(r, 50));
     }
+  } catch (err) {
+    // A service that never served is not left behind (it would keep jest from exiting).
+    child.kill('SIGKILL');
+    throw err;
   } finally {
     probe.close();
   }
