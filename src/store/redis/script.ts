@@ -1,5 +1,5 @@
 import { MAX_BUCKET_AHEAD_MS } from '../../limiter/algorithms';
-import { MAX_WINDOW_MS, type Algorithm } from '../../limiter/types';
+import { isBucket, MAX_WINDOW_MS, type Algorithm } from '../../limiter/types';
 import type { CounterRequest } from '../../limiter/store';
 
 /**
@@ -48,7 +48,11 @@ export function counterProblem(c: CounterRequest): string | undefined {
   if (!isCount(c.windowMs, 1, MAX_WINDOW_MS)) return `window ${c.windowMs} ms is not an integer from 1 to ${MAX_WINDOW_MS}`;
   if (!isCount(c.limit, 0, MAX_SCRIPT_COUNT)) return `limit ${c.limit} is not an integer from 0 to ${MAX_SCRIPT_COUNT}`;
   if (!isCount(c.hits, 0, Number.MAX_SAFE_INTEGER)) return `hits ${c.hits} is not a safe integer from 0`;
-  if (c.burst !== undefined && !isCount(c.burst, 1, MAX_SCRIPT_COUNT)) return `burst ${c.burst} is not an integer from 1 to ${MAX_SCRIPT_COUNT}`;
+  // Only the buckets read a burst (the others carry L there); a limit of 0 admits nothing, burst 0 included.
+  const minBurst = c.limit === 0 ? 0 : 1;
+  if (isBucket(c.algorithm) && c.burst !== undefined && !isCount(c.burst, minBurst, MAX_SCRIPT_COUNT)) {
+    return `burst ${c.burst} is not an integer from ${minBurst} to ${MAX_SCRIPT_COUNT}`;
+  }
   const k = c.subWindows;
   if (k !== undefined && (!isCount(k, 1, c.windowMs) || c.windowMs % k !== 0)) return `${k} sub-windows do not divide the window of ${c.windowMs} ms`;
   return undefined;
