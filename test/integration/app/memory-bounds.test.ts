@@ -50,7 +50,8 @@ beforeAll(async () => {
     env: {
       DESCRIPTOR_MAX_VALUE_BYTES: String(64 * 1024),
       MEMORY_MAX_BYTES: String(MIB),
-      METRICS_MAX_SERIES_BYTES: String(256 * 1024),
+      // The smallest budget allowed: about 40 series of 100-character labels (1,632 estimated bytes each).
+      METRICS_MAX_SERIES_BYTES: String(64 * 1024),
       METRICS_MAX_LABEL_LENGTH: '100',
     },
   });
