@@ -26,13 +26,15 @@ run: build ## start the service: memory store, config from examples/ (CONFIG=pat
 	CONFIG_PATH=$${CONFIG_PATH:-$(CONFIG)} BACKEND_TYPE=$${BACKEND_TYPE:-memory} LOG_LEVEL=$${LOG_LEVEL:-info} USE_STATSD=$${USE_STATSD:-false} \
 	  exec node dist/src/main.js
 
-# Tests start their own redis-server processes, and the benchmarks (also their smoke test) drive
-# load with h2load: install Debian's packages when a binary is missing.
+# Tests start their own redis-server processes, the benchmarks (also their smoke test) drive
+# load with h2load, and the live page is tested in a headless chromium: install Debian's packages
+# when a binary is missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-tools: ## install redis-server and h2load from Debian when missing (the tests and benchmarks need them)
+tools: ## install redis-server, h2load and chromium from Debian when missing (the tests and benchmarks need them)
 	@missing=""; \
 	command -v redis-server >/dev/null && command -v redis-cli >/dev/null || missing="$$missing redis-server"; \
 	command -v h2load >/dev/null || missing="$$missing nghttp2-client"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \

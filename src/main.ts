@@ -1,5 +1,6 @@
 import cluster from 'node:cluster';
-import { availableParallelism } from 'node:os';
+import { randomUUID } from 'node:crypto';
+import { availableParallelism, hostname } from 'node:os';
 import { configEvents } from './app/config-events';
 import { describeConfig, ruleMatch } from './config/describe';
 import { ConfigSource, configSourceOptions } from './config/source';
@@ -23,6 +24,8 @@ import { createStore, denialCacheEnabled } from './store/create-store';
 import { warmUp } from './app/warm-up';
 import { clusterMetrics, isSupervisor, reportReady, superviseWorkers } from './app/workers';
 import type { Store } from './limiter/store';
+import { LiveTop } from './top/live-top';
+import { TopSketch } from './top/top-sketch';
 
 /** Most requests kept for replay: the requests under attack at one time, not every client (and at most 16 MiB: see Replays). */
 const REPLAY_MAX_KEYS = 10_000;
@@ -123,6 +126,15 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   teardown.push(() => store.close());
   clearStoreCache = () => store.clearCache?.();
   teardown.push(watchStoreHealth({ store, health }));
+  metrics.watchStore(() => store.isHealthy());
+
+  // Who is being limited (src/top): fed by the outcomes the metrics count, shared through the store.
+  const top = settings.top.enabled ? liveTop(settings, store, logger) : undefined;
+  if (top !== undefined) {
+    top.start();
+    teardown.push(() => top.stop());
+  }
+  const observer = top?.observing(metrics) ?? metrics;
 
   // Replays (src/limiter/replay.ts) are built from the denial cache, which only the Redis store has.
   const replayMaxKeys = denialCacheEnabled(settings) ? Math.min(settings.denialCacheMaxKeys, REPLAY_MAX_KEYS) : 0;
@@ -137,13 +149,13 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     nearLimitRatio: settings.nearLimitRatio,
     responseHeaders: settings.responseHeaders,
     requestLimits: settings.requestLimits,
-    observer: metrics,
+    observer,
   });
   // Both edges share one timed, error-counting view of the limiter.
   const decider = instrumentDecider(limiter, metrics);
   const replays =
     replayMaxKeys > 0
-      ? instrumentReplays(new Replays({ maxKeys: replayMaxKeys, config: () => rules.current(), encode: frameResponse, observer: metrics }), metrics)
+      ? instrumentReplays(new Replays({ maxKeys: replayMaxKeys, config: () => rules.current(), encode: frameResponse, observer }), metrics)
       : undefined;
   // Under WORKERS > 1 every scrape answers for all workers (see workers.ts).
   const exposition = settings.disableStats ? undefined : (clusterMetrics(metrics.registry) ?? metrics);
@@ -199,6 +211,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     match: (domain, entries) => ruleMatch(rules.current(), domain, entries),
     quota: () => rlqs.view(),
     metrics: exposition,
+    top: top === undefined ? undefined : () => top.merged(),
     logger,
   });
   // Before the shared port opens: the first proxy calls then meet compiled code (see warm-up.ts).
@@ -263,6 +276,23 @@ function jsonRefusal(settings: Settings, logger: Logger): string | undefined {
 /** One warning line each for the settings' start-up warnings (unsupported reference variables and the like). */
 export function logStartupWarnings(settings: Settings, logger: Logger): void {
   for (const warning of settings.warnings) logger.warn(warning);
+}
+
+/**
+ * The live view of this process. Its name is unique among every process sharing the store; its
+ * replica's name is shared by the workers of one replica (the supervisor's pid), so /top counts replicas.
+ */
+function liveTop(settings: Settings, store: Store, logger: Logger): LiveTop {
+  const { windowMs, entries, rules } = settings.top;
+  const replica = `${hostname()}/${cluster.isWorker ? process.ppid : process.pid}`;
+  return new LiveTop({
+    sketch: new TopSketch({ windowMs, entries, maxRules: rules, nowMs: Date.now() }),
+    keep: entries,
+    documents: store.documents,
+    replica,
+    process: `${replica}/${cluster.worker?.id ?? 0}/${randomUUID()}`,
+    onError: (err) => logger.warn({ err: err.message }, 'cannot share the live view through the store; /top shows this process alone until it can'),
+  });
 }
 
 function errorText(err: unknown): string {

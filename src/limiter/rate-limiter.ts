@@ -346,7 +346,7 @@ export class RateLimiter {
       };
       if (observer === undefined && outcomes === undefined) continue;
       const cached = deniedUntilMs !== undefined && Number.isFinite(deniedUntilMs[k]);
-      const outcome = this.outcome(domain, descriptors[index].entries, rule, counter.hits, decision, statKey, cached);
+      const outcome = this.outcome(domain, descriptors[index].entries, rule, counter, decision, statKey, cached);
       observer?.onDescriptor(outcome);
       outcomes?.push(outcome);
     }
@@ -455,11 +455,12 @@ export class RateLimiter {
     domain: string,
     entries: readonly Entry[],
     rule: MatchedRule,
-    hits: number,
+    counter: CounterRequest,
     decision: CounterDecision,
     requestStatKey: string | undefined,
     cached: boolean,
   ): DescriptorOutcome {
+    const hits = counter.hits;
     const statKey = requestStatKey ?? (rule.detailedMetric ? detailedStatKey(rule, entries) : rule.statKey);
     // requests_per_unit, or a bucket's burst: what `remaining` counts down from.
     const limit = rule.limit.burst;
@@ -483,7 +484,7 @@ export class RateLimiter {
       if (rule.shadowMode) shadowMode = hits;
       if (cached) overLimitWithLocalCache = hits;
     }
-    return { domain, statKey, hits, overLimit, nearLimit, withinLimit, shadowMode, overLimitWithLocalCache };
+    return { domain, statKey, hits, overLimit, nearLimit, withinLimit, shadowMode, overLimitWithLocalCache, rule, key: counter.key };
   }
 }
 
@@ -515,7 +516,8 @@ function overallOverLimit(statuses: readonly DescriptorStatus[], quotaAt: readon
  * The response's dynamic metadata, in the reference's shape: the domain; per descriptor its entries
  * as `key=value`, its limit override in protobuf text form and its hits_addend when set; the
  * request's hits_addend when not 0; and `metadata`, the rules' metadata merged over the descriptors
- * not over their limit (first one wins for a key, mappings merged key by key).
+ * not over their limit (first one wins for a key, mappings merged key by key). One key of its own:
+ * `limitedBy`, the key path of the first rule over its limit, absent when none is.
  */
 function dynamicMetadataOf(plan: Plan): StructFields {
   const descriptors: StructFields[] = plan.descriptors.map((d) => {
@@ -531,6 +533,10 @@ function dynamicMetadataOf(plan: Plan): StructFields {
   });
   const fields: Record<string, StructValue> = { domain: plan.domain, descriptors };
   if (plan.hitsAddend !== 0) fields.hitsAddend = plan.hitsAddend;
+  // Beyond the reference: which rule denied the request (the first over its limit, by its key path as
+  // the metrics name it), for access logs (%DYNAMIC_METADATA(envoy.filters.http.ratelimit:limitedBy)%).
+  const limiting = plan.counted.find(({ index }) => plan.statuses[index].code === 'OVER_LIMIT');
+  if (limiting !== undefined) fields.limitedBy = limiting.rule.statKey;
   let merged: Record<string, StructValue> | undefined;
   for (const { index, rule } of plan.counted) {
     if (rule.metadata === undefined || plan.statuses[index].code === 'OVER_LIMIT') continue;

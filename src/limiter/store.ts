@@ -29,6 +29,8 @@ export interface Store {
   close(): Promise<void>;
   /** Optional: drops local answers derived from the current limits (cached denials); call after a config reload. */
   clearCache?(): void;
+  /** Optional: documents every process sharing this store can read (a shared store has them; see SharedDocuments). */
+  readonly documents?: SharedDocuments;
   /**
    * Optional: quota-stream coordination (RLQS). Sets this replica's proxies' demand on one budget
    * (`publish`, each entry living `ttlMs` unless published again), drops `remove`, and returns every
@@ -37,6 +39,18 @@ export interface Store {
    * divide its budgets alone.
    */
   exchangeDemand?(exchange: DemandExchange): Promise<ProxyDemand[]>;
+}
+
+/**
+ * Small documents that every process sharing a store publishes under its own name and reads from
+ * all the others: how replicas exchange their live views (src/top). Each lives `ttlMs` after it was
+ * last put, so a process that stops leaves no trace. Not on the decision path.
+ */
+export interface SharedDocuments {
+  /** Writes (or replaces) the document `name` of `kind`; it expires `ttlMs` later. */
+  put(kind: string, name: string, document: string, ttlMs: number): Promise<void>;
+  /** Every live document of `kind` (at most `max`), in no particular order. */
+  all(kind: string, max: number): Promise<string[]>;
 }
 
 /** One proxy's recent demand on one budget (RLQS), as replicas publish it to each other through the store. */

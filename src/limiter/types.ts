@@ -191,6 +191,18 @@ export interface DescriptorOutcome {
   readonly shadowMode: number;
   /** over_limit_with_local_cache: the part of overLimit answered by the local denial cache. */
   readonly overLimitWithLocalCache: number;
+  /** The rule that decided it: one object per rule of a config (the live view groups by it). */
+  readonly rule: OutcomeRule;
+  /** Its counter's identity (./keys.ts): the descriptor as it was counted. */
+  readonly key: string;
+}
+
+/** What an outcome tells of its rule (a MatchedRule is one). */
+export interface OutcomeRule {
+  /** The rule's key path as the metrics name it without detailed_metric ("tenant_acme.path"). */
+  readonly statKey: string;
+  readonly limit: Limit;
+  readonly shadowMode: boolean;
 }
 
 /** Receives per-descriptor outcomes (metrics). Called synchronously on the hot path: keep it cheap. */

@@ -143,6 +143,7 @@ export class Metrics {
   private readonly storeErrorChildren = new Map<string, Inc>();
   private readonly storeFallbackChildren = new Map<string, Inc>();
 
+  private storeHealthy: () => boolean = () => true;
   private readonly series = new Map<string, Map<string, Series>>();
   private readonly overflow = new Map<string, Series>();
   private seriesCount = 0;
@@ -204,6 +205,18 @@ export class Metrics {
       name: 'ratelimit_service_global_shadow_mode',
       help: 'Requests answered OK only because SHADOW_MODE is on.',
       registers,
+    });
+
+    // Read when scraped; under WORKERS the lowest of the workers' (one that cannot reach the store is enough).
+    const storeHealthy = (): boolean => this.storeHealthy();
+    new Gauge({
+      name: 'ratelimit_service_store_healthy',
+      help: '1 while the store answers (Redis reachable and its health probe passing), else 0.',
+      registers,
+      aggregator: 'min',
+      collect(this: Gauge) {
+        this.set(storeHealthy() ? 1 : 0);
+      },
     });
 
     this.storeErrorsByKind = new Counter({
@@ -364,6 +377,11 @@ export class Metrics {
 
   onReplay(): void {
     this.recordLocalCacheHit();
+  }
+
+  /** Where ratelimit_service_store_healthy is read from (the store's isHealthy); healthy until set. */
+  watchStore(isHealthy: () => boolean): void {
+    this.storeHealthy = isHealthy;
   }
 
   /** One request that was OVER_LIMIT but answered OK because of the global SHADOW_MODE (limiter observer). */

@@ -296,6 +296,19 @@ export interface Settings {
   readonly forceStartWithoutInitialConfig: boolean;
   readonly xds: XdsSettings;
   readonly tracing: TracingSettings;
+  readonly top: TopSettings;
+}
+
+/** The live view of who is being limited (TOP_*; GET /top and the page on the debug port, src/top). */
+export interface TopSettings {
+  /** Off: no sketch, no timers, /top answers 404. */
+  readonly enabled: boolean;
+  /** The recent window it covers, ms. */
+  readonly windowMs: number;
+  /** Descriptors kept per rule and slice of the window (the Space-Saving capacity). */
+  readonly entries: number;
+  /** Rules tracked at most; hits of further ones are only counted as untracked. */
+  readonly rules: number;
 }
 
 /** Bounds of the per-rule metric series: what clients sending new values can make the metrics hold. */
@@ -536,6 +549,19 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     forceStartWithoutInitialConfig: bool(env, 'FORCE_START_WITHOUT_INITIAL_CONFIG', false),
     xds: xdsSettings(env),
     tracing: tracingSettings(env),
+    top: topSettings(env),
+  });
+}
+
+function topSettings(env: Env): TopSettings {
+  const windowMs = duration(env, 'TOP_WINDOW', 60_000);
+  // 60 steps of at least 100 ms (the chart), at most a day.
+  if (!(windowMs >= 6_000 && windowMs <= 86_400_000)) throw new SettingsError('TOP_WINDOW', `expected a duration from 6s to 24h, got "${env.TOP_WINDOW}"`);
+  return Object.freeze({
+    enabled: bool(env, 'TOP_ENABLED', true),
+    windowMs,
+    entries: int(env, 'TOP_ENTRIES', 64, 1, 1_000),
+    rules: int(env, 'TOP_RULES', 100, 1, 10_000),
   });
 }
 

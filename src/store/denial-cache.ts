@@ -6,6 +6,7 @@ import {
   type DecideOptions,
   type DemandExchange,
   type LocalAnswer,
+  type SharedDocuments,
   type ProxyDemand,
   type Store,
 } from '../limiter/store';
@@ -78,6 +79,8 @@ const DENIAL_BYTES = 64;
 /** Store decorator answering known denials locally; see the file comment for the guarantee. */
 export class DenialCache implements Store {
   readonly name: string;
+  /** The wrapped store's (a wrapper shares what it shares). */
+  readonly documents: SharedDocuments | undefined;
   private readonly store: Store;
   private readonly clock: Clock;
   private readonly onHit: () => void;
@@ -91,6 +94,7 @@ export class DenialCache implements Store {
     this.name = options.store.name;
     this.denials = new BoundedCache({ maxEntries: options.maxKeys, maxBytes: options.maxBytes ?? DEFAULT_DENIAL_CACHE_MAX_BYTES });
     this.clock = options.clock ?? monotonicClock;
+    this.documents = options.store.documents;
     this.onHit = options.onHit ?? (() => {});
   }
 

@@ -6,6 +6,7 @@ import {
   type DecideOptions,
   type DemandExchange,
   type LocalAnswer,
+  type SharedDocuments,
   type ProxyDemand,
   type Store,
 } from '../limiter/store';
@@ -36,6 +37,8 @@ export interface FailurePolicyOptions {
 /** Store decorator applying the failure policy on StoreUnavailableError. */
 export class FailurePolicyStore implements Store {
   readonly name: string;
+  /** The wrapped store's (a wrapper shares what it shares). */
+  readonly documents: SharedDocuments | undefined;
   private readonly store: Store;
   private readonly policy: FailurePolicy;
   private readonly fallback: Store | undefined;
@@ -47,6 +50,7 @@ export class FailurePolicyStore implements Store {
     }
     this.store = options.store;
     this.name = options.store.name;
+    this.documents = options.store.documents;
     this.policy = options.policy;
     this.fallback = options.fallback;
     this.onFallback = options.onFallback ?? (() => {});

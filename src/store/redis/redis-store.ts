@@ -4,6 +4,7 @@ import type { RedisClient } from './connection';
 import { DEMAND_COMMAND, DEMAND_SCRIPT, demandArgs, parseDemandReply } from './demand';
 import { HealthProbe } from './health-probe';
 import { keySlot } from './key-slot';
+import { RedisDocuments } from './shared-documents';
 import { ShareGate, type GatedCall } from './share-gate';
 import {
   counterProblem,
@@ -100,6 +101,8 @@ type Pending = PendingCall<RedisCall, CounterDecision[] | SlotShare>;
 const DISCONNECTED =
   /Stream isn't writeable|Connection is closed|MaxRetriesPerRequest|isn't ready|enableOfflineQueue|ECONNREFUSED|ECONNRESET|EPIPE|CLUSTERDOWN|None of startup nodes/i;
 
+// Documents are not on the decision path: a busy Redis gets longer to answer them.
+const DOCUMENT_MIN_TIMEOUT_MS = 1_000;
 /** The shortest deadline of a demand exchange, ms. */
 const MIN_DEMAND_DEADLINE_MS = 50;
 
@@ -113,6 +116,8 @@ const MIN_PROBE_TIMEOUT_MS = 250;
  */
 export class RedisStore implements Store {
   readonly name = 'redis';
+  /** Documents every replica sharing this Redis reads (the live view's exchange). */
+  readonly documents: RedisDocuments;
   private readonly client: RedisClient;
   private readonly decideCall: ScriptCall;
   private readonly refundCall: ScriptCall;
@@ -172,6 +177,7 @@ export class RedisStore implements Store {
     // defineCommand gives EVALSHA by hash, and EVAL when the server answers NOSCRIPT (restart, failover, SCRIPT FLUSH).
     this.client.defineCommand(DECIDE_COMMAND, { lua: DECIDE_SCRIPT });
     this.client.defineCommand(REFUND_COMMAND, { lua: REFUND_SCRIPT });
+    this.documents = new RedisDocuments({ client: this.client, keyPrefix: options.keyPrefix, timeoutMs: Math.max(timeoutMs, DOCUMENT_MIN_TIMEOUT_MS) });
     this.client.defineCommand(DEMAND_COMMAND, { lua: DEMAND_SCRIPT, numberOfKeys: 1 });
     const commands = this.client as unknown as Record<string, ScriptCall>;
     this.decideCall = (args) => commands[DECIDE_COMMAND](args);

@@ -307,7 +307,11 @@ describe.each(['http2', 'grpc-js'])('quota_mode and dynamic metadata on the wire
     expect(json.dynamicMetadata).toEqual({ domain: 'quota', descriptors: [{ entries: [`quota2=${id}`] }] });
     // Now both are over: no rule within its limit, no metadata.
     const over = await svc.client.shouldRateLimit(ask('quota', [['regular', id]], [['quota', id]]));
-    expect(plainStruct(over.dynamicMetadata)).toEqual({ domain: 'quota', descriptors: [{ entries: [`regular=${id}`] }, { entries: [`quota=${id}`] }] });
+    expect(plainStruct(over.dynamicMetadata)).toEqual({
+      domain: 'quota',
+      descriptors: [{ entries: [`regular=${id}`] }, { entries: [`quota=${id}`] }],
+      limitedBy: 'regular',
+    });
   });
 });
 

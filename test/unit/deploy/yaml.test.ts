@@ -326,10 +326,11 @@ describe('shipped YAML', () => {
     }
   });
 
-  test.each(['kubernetes', 'istio'])('every resource the %s kustomization lists exists', (variant) => {
+  test.each(['kubernetes', 'istio', 'monitoring'])('every resource and generated file the %s kustomization lists exists', (variant) => {
     const dir = path.join(ROOT, 'deploy', variant);
     const kustomization = readDocs(path.join(dir, 'kustomization.yaml'))[0];
-    for (const r of kustomization.resources as string[]) expect(fs.existsSync(path.join(dir, r))).toBe(true);
+    const generated = ((kustomization.configMapGenerator ?? []) as { files: string[] }[]).flatMap((g) => g.files);
+    for (const r of [...(kustomization.resources as string[]), ...generated]) expect(fs.existsSync(path.join(dir, r))).toBe(true);
   });
 });
 

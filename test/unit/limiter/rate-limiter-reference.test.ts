@@ -180,6 +180,8 @@ describe('RateLimiter with the reference rule keys', () => {
           { entries: ['custom=y'], limit: 'requests_per_unit:42 unit:HOUR' },
         ],
         hitsAddend: 3,
+        // Beyond the reference: the rule that denied the request.
+        limitedBy: 'regular',
         // quota's mapping first, big's adds what quota's lacks; free (unlimited) and regular (over) add nothing.
         metadata: { service: { name: 'quota-svc', tier: 2, zone: 'eu' }, owner: 'team-big' },
       });

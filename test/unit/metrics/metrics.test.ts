@@ -1,6 +1,6 @@
 import { register as globalRegistry } from 'prom-client';
 import { InvalidRequestError, NotReadyError } from '../../../src/limiter/errors';
-import type { RateLimitResponse } from '../../../src/limiter/types';
+import type { Limit, RateLimitResponse } from '../../../src/limiter/types';
 import { cutLabel, instrumentDecider, LATENCY_BUCKETS_SECONDS, Metrics, type DescriptorEvent, type StatsdSink } from '../../../src/metrics/metrics';
 import { StoreUnavailableError } from '../../../src/limiter/store';
 
@@ -20,6 +20,18 @@ class RecordingStatsd implements StatsdSink {
   }
 }
 
+const LIMIT: Limit = {
+  requestsPerUnit: 1,
+  unit: 'second',
+  unitMultiplier: 1,
+  windowMs: 1000,
+  algorithm: 'sliding_window',
+  burst: 1,
+  subWindows: 1,
+  strict: false,
+  unlimited: false,
+};
+
 const event = (domain: string, statKey: string, counts: Partial<DescriptorEvent>): DescriptorEvent => ({
   domain,
   statKey,
@@ -29,6 +41,8 @@ const event = (domain: string, statKey: string, counts: Partial<DescriptorEvent>
   withinLimit: 0,
   shadowMode: 0,
   overLimitWithLocalCache: 0,
+  rule: { statKey, limit: LIMIT, shadowMode: false },
+  key: `${domain}|sw1000|${statKey}`,
   ...counts,
 });
 

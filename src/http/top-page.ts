@@ -1,0 +1,229 @@
+import { createHash } from 'node:crypto';
+
+/**
+ * The live page at GET / of the debug port: who is being limited, per domain and rule, refreshed
+ * from /top/rules every REFRESH_MS. One self-contained document (no external script, style, font or
+ * image: clusters are often air-gapped). Descriptor values are the callers' own bytes, so the script
+ * only ever puts them into the page as text (textContent), never as markup.
+ */
+
+const REFRESH_MS = 2_000;
+/** Descriptors shown per rule; /top has them all. */
+const ROWS_PER_RULE = 10;
+
+const STYLE = `
+  :root { --allowed: #3b8f4f; --denied: #c8402f; --near: #d89a1c; --line: #d8dde3; --muted: #5d6875; }
+  body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #1d232a; background: #f6f7f9; }
+  header { background: #1d232a; color: #fff; padding: 10px 20px; display: flex; gap: 24px; align-items: baseline; flex-wrap: wrap; }
+  header h1 { font-size: 17px; margin: 0; }
+  header .status { color: #c5ccd4; }
+  main { padding: 12px 20px 24px; }
+  h2 { font-size: 15px; margin: 18px 0 8px; }
+  .rule { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 10px 14px; margin: 0 0 12px; }
+  .rule-head { display: flex; gap: 18px; align-items: center; flex-wrap: wrap; }
+  .rule-name { font-weight: 600; font-family: ui-monospace, Menlo, Consolas, monospace; }
+  .limit, .share { color: var(--muted); }
+  .share b { color: var(--denied); }
+  svg.chart { display: block; }
+  table { border-collapse: collapse; width: 100%; margin-top: 8px; }
+  th, td { text-align: left; padding: 3px 8px; border-top: 1px solid var(--line); }
+  th { color: var(--muted); font-weight: 500; }
+  td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
+  td.descriptor { font-family: ui-monospace, Menlo, Consolas, monospace; word-break: break-all; }
+  td.denied { color: var(--denied); font-weight: 600; }
+  .legend span { margin-right: 12px; }
+  .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; vertical-align: -1px; }
+  .legend i.allowed { background: var(--allowed); }
+  .legend i.denied { background: var(--denied); }
+  .legend i.near { background: var(--near); }
+  .empty, footer { color: var(--muted); }
+  .more { margin: 6px 8px 0; }
+  footer { padding: 0 20px 20px; }
+  footer a { color: inherit; margin-right: 14px; }
+`;
+
+const SCRIPT = `
+"use strict";
+const REFRESH_MS = ${REFRESH_MS};
+const ROWS_PER_RULE = ${ROWS_PER_RULE};
+const SVG = "http://www.w3.org/2000/svg";
+const ALLOWED = "#3b8f4f", DENIED = "#c8402f", NEAR = "#d89a1c";
+
+function el(tag, attrs, text) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = String(text);
+  return node;
+}
+
+function svgEl(tag, attrs) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  return node;
+}
+
+function unitText(limit) {
+  const n = limit.unit_multiplier;
+  return n === 1 ? limit.unit : n + " " + limit.unit + "s";
+}
+
+function percent(part, whole) {
+  return whole === 0 ? "0%" : (100 * part / whole).toFixed(1) + "%";
+}
+
+/** Stacked bars, one per step: allowed below, denied above; near-limit as a mark on the allowed bar. */
+function chart(steps) {
+  const n = steps.allowed.length;
+  const width = 240, height = 44, bar = width / n;
+  let max = 1;
+  for (let i = 0; i < n; i++) max = Math.max(max, steps.allowed[i] + steps.denied[i]);
+  const svg = svgEl("svg", { class: "chart", width, height, viewBox: "0 0 " + width + " " + height, role: "img" });
+  svg.appendChild(svgEl("rect", { x: 0, y: 0, width, height, fill: "#f2f4f7" }));
+  for (let i = 0; i < n; i++) {
+    const a = steps.allowed[i] * height / max, d = steps.denied[i] * height / max, near = steps.near_limit[i] * height / max;
+    const x = i * bar;
+    if (a > 0) svg.appendChild(svgEl("rect", { x, y: height - a, width: Math.max(bar - 0.6, 0.6), height: a, fill: ALLOWED }));
+    if (near > 0) svg.appendChild(svgEl("rect", { x, y: height - near, width: Math.max(bar - 0.6, 0.6), height: near, fill: NEAR }));
+    if (d > 0) svg.appendChild(svgEl("rect", { x, y: height - a - d, width: Math.max(bar - 0.6, 0.6), height: d, fill: DENIED }));
+  }
+  const title = svgEl("title", {});
+  title.textContent = "decisions per " + steps.step_s + " s over the window";
+  svg.appendChild(title);
+  return svg;
+}
+
+/** "exact", or how much the counts may be short by (a descriptor that entered a full summary). */
+function errorText(error) {
+  const parts = [];
+  if (error.denied > 0) parts.push("+" + error.denied + " denied");
+  if (error.allowed > 0) parts.push("+" + error.allowed + " allowed");
+  return parts.length === 0 ? "exact" : parts.join(", ");
+}
+
+function descriptorText(descriptor) {
+  return descriptor.map(([k, v]) => k + "=" + v).join(", ");
+}
+
+function ruleCard(r) {
+  const card = el("div", { class: "rule", "data-domain": r.domain, "data-rule": r.rule });
+  const head = el("div", { class: "rule-head" });
+  head.appendChild(el("span", { class: "rule-name" }, r.rule));
+  const l = r.limit;
+  const name = l.name ? " (" + l.name + ")" : "";
+  head.appendChild(el("span", { class: "limit" }, l.requests_per_unit + " per " + unitText(l) + ", " + l.algorithm + (l.shadow_mode ? ", shadow mode" : "") + name));
+  const share = el("span", { class: "share" });
+  share.appendChild(el("b", { class: "denied-share" }, percent(r.denied, r.allowed + r.denied)));
+  share.appendChild(document.createTextNode(" denied (" + r.denied + " of " + (r.allowed + r.denied) + "), " + r.near_limit + " near limit"));
+  head.appendChild(share);
+  head.appendChild(chart(r.steps));
+  card.appendChild(head);
+  const table = el("table");
+  const top = el("tr");
+  top.appendChild(el("th", {}, "descriptor"));
+  for (const h of ["denied", "allowed", "near limit", "may be short by"]) top.appendChild(el("th", { class: "n" }, h));
+  table.appendChild(el("thead")).appendChild(top);
+  const body = table.appendChild(el("tbody"));
+  for (const e of r.entries.slice(0, ROWS_PER_RULE)) {
+    const row = el("tr");
+    row.appendChild(el("td", { class: "descriptor" }, descriptorText(e.descriptor)));
+    row.appendChild(el("td", { class: "n denied" }, e.denied));
+    row.appendChild(el("td", { class: "n allowed" }, e.allowed));
+    row.appendChild(el("td", { class: "n near" }, e.near_limit));
+    row.appendChild(el("td", { class: "n error" }, errorText(e.error)));
+    body.appendChild(row);
+  }
+  card.appendChild(table);
+  const more = r.entries.length - ROWS_PER_RULE;
+  if (more > 0) card.appendChild(el("p", { class: "empty more" }, more + " more in /top?domain=" + r.domain + "&limit=1000"));
+  return card;
+}
+
+function rlqsSection(streams) {
+  const section = el("div");
+  section.appendChild(el("h2", {}, "Quota streams (RLQS)"));
+  if (!streams || streams.length === 0) {
+    section.appendChild(el("p", { class: "empty" }, "No quota stream is open."));
+    return section;
+  }
+  const table = el("table", { class: "rule" });
+  const head = el("tr");
+  for (const h of ["bucket", "proxy", "demand", "assigned"]) head.appendChild(el("th", {}, h));
+  table.appendChild(head);
+  for (const s of streams) {
+    const row = el("tr");
+    row.appendChild(el("td", { class: "descriptor" }, s.bucket));
+    row.appendChild(el("td", { class: "descriptor" }, s.proxy));
+    row.appendChild(el("td", { class: "n" }, s.demand));
+    row.appendChild(el("td", { class: "n" }, s.assigned));
+    table.appendChild(row);
+  }
+  section.appendChild(table);
+  return section;
+}
+
+function render(view) {
+  const main = document.getElementById("domains");
+  const domains = new Map();
+  for (const r of view.rules) {
+    if (!domains.has(r.domain)) domains.set(r.domain, []);
+    domains.get(r.domain).push(r);
+  }
+  const next = document.createDocumentFragment();
+  if (domains.size === 0) next.appendChild(el("p", { class: "empty" }, "No decisions in the last " + view.window_s + " s."));
+  for (const [domain, rules] of domains) {
+    const section = el("section", { class: "domain", "data-domain": domain });
+    section.appendChild(el("h2", {}, "domain " + domain));
+    for (const r of rules) section.appendChild(ruleCard(r));
+    next.appendChild(section);
+  }
+  main.replaceChildren(next);
+  if (view.rlqs !== undefined) document.getElementById("rlqs").replaceChildren(rlqsSection(view.rlqs));
+  const replicas = view.replicas === 1 ? "1 replica" : view.replicas + " replicas";
+  document.getElementById("status").textContent =
+    "last " + view.window_s + " s, " + replicas + ", updated " + new Date(view.at_ms).toLocaleTimeString();
+  document.body.dataset.updated = String(view.at_ms);
+}
+
+async function refresh() {
+  try {
+    const reply = await fetch("top/rules", { cache: "no-store" });
+    if (!reply.ok) throw new Error("HTTP " + reply.status);
+    render(await reply.json());
+  } catch (err) {
+    document.getElementById("status").textContent = "cannot refresh: " + err.message;
+  } finally {
+    setTimeout(refresh, REFRESH_MS);
+  }
+}
+refresh();
+`;
+
+/** The page. */
+export const TOP_PAGE = `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>slidegate: who is being limited</title>
+<style>${STYLE}</style>
+</head>
+<body>
+<header>
+  <h1>slidegate: who is being limited</h1>
+  <span class="status" id="status">loading…</span>
+  <span class="legend status"><span><i class="allowed"></i>allowed</span><span><i class="denied"></i>denied</span><span><i class="near"></i>near limit</span></span>
+</header>
+<main id="domains"><p class="empty">Waiting for the first view…</p></main>
+<section id="rlqs"></section>
+<footer>
+  <a href="/top">/top (JSON)</a><a href="/top/rules">/top/rules (JSON)</a><a href="/rlconfig">/rlconfig</a><a href="/metrics">/metrics</a>
+</footer>
+<script>${SCRIPT}</script>
+</body>
+</html>
+`;
+
+const sha256 = (text: string): string => `'sha256-${createHash('sha256').update(text).digest('base64')}'`;
+
+/** The page's Content-Security-Policy: its own style and script (by hash) and requests to this origin, nothing else. */
+export const TOP_PAGE_CSP = `default-src 'none'; style-src ${sha256(STYLE)}; script-src ${sha256(SCRIPT)}; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`;

@@ -1,0 +1,277 @@
+import type { DescriptorOutcome, Limit } from '../limiter/types';
+import { SpaceSaving } from './space-saving';
+import { mergeSummaries, type EntryView, type Summary } from './summary';
+
+/**
+ * The heavy hitters of every rule over a sliding recent window (TOP_WINDOW), fed by the limiter's
+ * outcomes. The window is cut into SLICES slices, each with its own Space-Saving summary per rule
+ * (./space-saving.ts), and into STEPS steps of exact totals per rule (the page's chart). The view
+ * covers the current slice and the SLICES - 1 before it, so a hit stays in view between
+ * (SLICES - 1) / SLICES of the window and the whole window after it was counted.
+ *
+ * Bounded: at most `maxRules` rules (hits of further ones are only counted as untracked), each
+ * SLICES x `entries` entries, and every id at most ID_MAX_CHARS characters (longer counter keys are
+ * cut and hashed, see boundedId). Recording reads no clock: advance(), on a timer, moves the window.
+ */
+
+export const SLICES = 10;
+export const STEPS = 60;
+const STEPS_PER_SLICE = STEPS / SLICES;
+
+/** Longest id kept; longer counter keys keep their first ID_KEPT_CHARS characters and a hash of the whole. */
+export const ID_MAX_CHARS = 200;
+const ID_KEPT_CHARS = 180;
+
+export interface TopSketchOptions {
+  /** The window in ms (TOP_WINDOW). */
+  readonly windowMs: number;
+  /** Entries per rule and slice (TOP_ENTRIES): the summaries' capacity k. */
+  readonly entries: number;
+  /** Rules tracked at most (TOP_RULES). */
+  readonly maxRules: number;
+  /** The time the sketch starts at (ms). */
+  readonly nowMs: number;
+}
+
+/** What a rule's view says of its limit (the config's, as the metrics name the rule). */
+export interface LimitView {
+  readonly requestsPerUnit: number;
+  readonly unit: string;
+  readonly unitMultiplier: number;
+  readonly windowMs: number;
+  readonly algorithm: string;
+  readonly name?: string;
+  readonly shadowMode: boolean;
+}
+
+/** One rule over the window: its limit, exact totals, the totals per step, and its heaviest descriptors. */
+export interface RuleView extends Summary {
+  readonly domain: string;
+  /** The rule's key path, as the metrics name it ("tenant_acme.path"). */
+  readonly rule: string;
+  readonly limit: LimitView;
+  readonly allowed: number;
+  readonly denied: number;
+  readonly nearLimit: number;
+  /** Absolute number (time / stepMs) of the first of the STEPS steps below. */
+  readonly firstStep: number;
+  readonly stepAllowed: readonly number[];
+  readonly stepDenied: readonly number[];
+  readonly stepNearLimit: readonly number[];
+}
+
+/** Every rule over the window, as one process (or a merge of several) sees it. */
+export interface WindowView {
+  readonly windowMs: number;
+  readonly stepMs: number;
+  /** The time it was taken (ms). */
+  readonly atMs: number;
+  readonly rules: readonly RuleView[];
+  /** Hits of rules beyond maxRules, not tracked. */
+  readonly untracked: number;
+}
+
+/** The parts of the sketch a rule's outcomes need. */
+interface RuleWindow {
+  readonly domain: string;
+  readonly rule: string;
+  limit: LimitView;
+  readonly slices: SpaceSaving[];
+  /** The absolute slice number each of `slices` holds. */
+  readonly sliceAt: Float64Array;
+  /** The summary of the current slice. */
+  current: SpaceSaving;
+  /** allowed, denied, nearLimit per step, at 3 x (step % STEPS). */
+  readonly steps: Float64Array;
+  readonly stepAt: Float64Array;
+}
+
+/** Heavy hitters per rule over a sliding window; see the file comment. */
+export class TopSketch {
+  readonly windowMs: number;
+  readonly stepMs: number;
+  private readonly capacity: number;
+  private readonly maxRules: number;
+  private readonly byRule = new WeakMap<object, RuleWindow>();
+  private readonly byName = new Map<string, RuleWindow>();
+  private step: number;
+  private stepIndex: number;
+  private untracked = 0;
+
+  constructor(options: TopSketchOptions) {
+    if (!(options.windowMs >= STEPS)) throw new RangeError(`windowMs must be at least ${STEPS}, got ${options.windowMs}`);
+    this.windowMs = options.windowMs;
+    this.stepMs = options.windowMs / STEPS;
+    this.capacity = options.entries;
+    this.maxRules = options.maxRules;
+    this.step = Math.floor(options.nowMs / this.stepMs);
+    this.stepIndex = 3 * (this.step % STEPS);
+  }
+
+  /** Counts one outcome of the limiter: the hot path, a lookup and a few additions. */
+  record(o: DescriptorOutcome): void {
+    if (o.withinLimit + o.overLimit === 0) return;
+    const w = this.byRule.get(o.rule) ?? this.windowOf(o);
+    if (w === undefined) {
+      this.untracked += o.withinLimit + o.overLimit;
+      return;
+    }
+    w.current.add(boundedId(o.key), o.withinLimit, o.overLimit, o.nearLimit);
+    const steps = w.steps;
+    const i = this.stepIndex;
+    steps[i] += o.withinLimit;
+    steps[i + 1] += o.overLimit;
+    steps[i + 2] += o.nearLimit;
+  }
+
+  /** Moves the window to `nowMs`: slices and steps that left it are emptied. Call at least once per step. */
+  advance(nowMs: number): void {
+    const step = Math.floor(nowMs / this.stepMs);
+    if (step <= this.step) return;
+    this.step = step;
+    this.stepIndex = 3 * (step % STEPS);
+    for (const w of this.byName.values()) this.moveTo(w, step);
+  }
+
+  /** The window as of the last advance(): per rule its totals, steps and its `keep` heaviest descriptors. */
+  view(keep: number = this.capacity): WindowView {
+    const rules: RuleView[] = [];
+    const first = this.step - STEPS + 1;
+    const firstSlice = Math.floor(this.step / STEPS_PER_SLICE) - SLICES + 1;
+    for (const w of this.byName.values()) {
+      const parts: Summary[] = [];
+      for (let s = 0; s < SLICES; s++) if (w.sliceAt[s] >= firstSlice) parts.push(summaryOf(w.slices[s]));
+      const merged = mergeSummaries(parts, keep);
+      const stepAllowed: number[] = new Array<number>(STEPS).fill(0);
+      const stepDenied: number[] = new Array<number>(STEPS).fill(0);
+      const stepNearLimit: number[] = new Array<number>(STEPS).fill(0);
+      let allowed = 0;
+      let denied = 0;
+      let nearLimit = 0;
+      for (let j = 0; j < STEPS; j++) {
+        const at = first + j;
+        const i = 3 * (at % STEPS);
+        if (w.stepAt[at % STEPS] !== at) continue;
+        stepAllowed[j] = w.steps[i];
+        stepDenied[j] = w.steps[i + 1];
+        stepNearLimit[j] = w.steps[i + 2];
+      }
+      for (let s = 0; s < SLICES; s++) {
+        if (w.sliceAt[s] < firstSlice) continue;
+        allowed += w.slices[s].allowedTotal;
+        denied += w.slices[s].deniedTotal;
+        nearLimit += w.slices[s].nearLimitTotal;
+      }
+      if (allowed + denied === 0) continue;
+      rules.push({
+        domain: w.domain,
+        rule: w.rule,
+        limit: w.limit,
+        allowed,
+        denied,
+        nearLimit,
+        firstStep: first,
+        stepAllowed,
+        stepDenied,
+        stepNearLimit,
+        ...merged,
+      });
+    }
+    return { windowMs: this.windowMs, stepMs: this.stepMs, atMs: this.step * this.stepMs, rules, untracked: this.untracked };
+  }
+
+  /** The window of the rule of `o`, made on its first outcome; undefined past maxRules. */
+  private windowOf(o: DescriptorOutcome): RuleWindow | undefined {
+    const name = `${o.domain}\u0000${o.rule.statKey}`;
+    let w = this.byName.get(name);
+    if (w === undefined) {
+      if (this.byName.size >= this.maxRules) return undefined;
+      const slices: SpaceSaving[] = [];
+      for (let s = 0; s < SLICES; s++) slices.push(new SpaceSaving(this.capacity));
+      w = {
+        domain: o.domain,
+        rule: o.rule.statKey,
+        limit: limitView(o.rule.limit, o.rule.shadowMode),
+        slices,
+        sliceAt: new Float64Array(SLICES).fill(-1),
+        current: slices[0],
+        steps: new Float64Array(3 * STEPS),
+        stepAt: new Float64Array(STEPS).fill(-1),
+      };
+      this.moveTo(w, this.step);
+      this.byName.set(name, w);
+    } else {
+      // A new config made a new rule object for it: its limit may have changed.
+      w.limit = limitView(o.rule.limit, o.rule.shadowMode);
+    }
+    this.byRule.set(o.rule, w);
+    return w;
+  }
+
+  private moveTo(w: RuleWindow, step: number): void {
+    const at = step % STEPS;
+    if (w.stepAt[at] !== step) {
+      w.stepAt[at] = step;
+      w.steps.fill(0, 3 * at, 3 * at + 3);
+    }
+    const slice = Math.floor(step / STEPS_PER_SLICE);
+    const s = slice % SLICES;
+    if (w.sliceAt[s] !== slice) {
+      w.sliceAt[s] = slice;
+      w.slices[s].clear();
+    }
+    w.current = w.slices[s];
+  }
+}
+
+function summaryOf(s: SpaceSaving): Summary {
+  const entries: EntryView[] = [];
+  for (let slot = 0; slot < s.size; slot++) {
+    entries.push({
+      id: s.idAt(slot),
+      allowed: s.allowed[slot],
+      denied: s.denied[slot],
+      nearLimit: s.nearLimit[slot],
+      errorAllowed: s.errorAllowed[slot],
+      errorDenied: s.errorDenied[slot],
+    });
+  }
+  return { entries, floorAllowed: s.floorAllowed(), floorDenied: s.floorDenied() };
+}
+
+function limitView(limit: Limit, shadowMode: boolean): LimitView {
+  return {
+    requestsPerUnit: limit.requestsPerUnit,
+    unit: limit.unit,
+    unitMultiplier: limit.unitMultiplier,
+    windowMs: limit.windowMs,
+    algorithm: limit.algorithm,
+    ...(limit.name === undefined ? {} : { name: limit.name }),
+    shadowMode,
+  };
+}
+
+/**
+ * A counter key as an id of at most ID_MAX_CHARS characters: itself when short enough, else its
+ * first ID_KEPT_CHARS characters, '{' (never part of a counter key) and a 52-bit hash of the whole,
+ * the same in every process, so that long values stay apart and merge across replicas.
+ */
+export function boundedId(key: string): string {
+  if (key.length <= ID_MAX_CHARS) return key;
+  return `${key.slice(0, ID_KEPT_CHARS)}{${hash52(key).toString(36)}`;
+}
+
+/**
+ * Two 32-bit FNV-1a lanes (different offsets, the second with an extra shift) over the UTF-16 code
+ * units, folded into 52 bits: enough that two long keys of one rule practically never meet.
+ */
+function hash52(s: string): number {
+  let a = 0x811c9dc5;
+  let b = 0x2b2f5a8d;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    a = Math.imul(a ^ c, 0x01000193);
+    b = Math.imul(b ^ c, 0x01000193) ^ (b >>> 13);
+  }
+  return (a >>> 0) * 0x100000 + (b >>> 12);
+}

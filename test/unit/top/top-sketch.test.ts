@@ -1,0 +1,187 @@
+import type { DescriptorOutcome, Limit } from '../../../src/limiter/types';
+import { mergeViews, parseTopQuery, topReport, descriptorOf, rulesReport } from '../../../src/top/top-report';
+import { boundedId, ID_MAX_CHARS, SLICES, STEPS, TopSketch } from '../../../src/top/top-sketch';
+import { mergeSummaries } from '../../../src/top/summary';
+
+/** The sliding window of the heavy hitters, on a pinned clock: slices leave the view, steps chart it, views merge. */
+
+const T0 = 1_700_000_000_000 - (1_700_000_000_000 % 60_000);
+const LIMIT: Limit = {
+  requestsPerUnit: 5,
+  unit: 'minute',
+  unitMultiplier: 1,
+  windowMs: 60_000,
+  algorithm: 'sliding_window',
+  burst: 5,
+  subWindows: 1,
+  strict: false,
+  unlimited: false,
+};
+const API_KEY = { statKey: 'api_key', limit: LIMIT, shadowMode: false };
+
+function outcome(value: string, allowed: boolean, rule = API_KEY, domain = 'edge'): DescriptorOutcome {
+  return {
+    domain,
+    statKey: rule.statKey,
+    hits: 1,
+    overLimit: allowed ? 0 : 1,
+    nearLimit: 0,
+    withinLimit: allowed ? 1 : 0,
+    shadowMode: 0,
+    overLimitWithLocalCache: 0,
+    rule,
+    key: `${domain}|sw60000|${rule.statKey}=${value}`,
+  };
+}
+
+const QUERY = { by: 'denied', limit: 20 } as const;
+const sketch = (nowMs = T0, entries = 16, maxRules = 10) => new TopSketch({ windowMs: 60_000, entries, maxRules, nowMs });
+
+describe('TopSketch', () => {
+  it('counts allowed, denied and near-limit hits per descriptor of a rule', () => {
+    const s = sketch();
+    for (let i = 0; i < 60; i++) s.record(outcome('mallory', i < 5));
+    s.record({ ...outcome('alice', true), nearLimit: 1 });
+    s.record({ ...outcome('check', true), withinLimit: 0, hits: 0 }); // hits 0: a check counts nothing
+    const report = topReport(s.view(), 1, QUERY);
+    expect(report).toEqual({
+      window_s: 60,
+      replicas: 1,
+      entries: [
+        { domain: 'edge', rule: 'api_key', descriptor: [['api_key', 'mallory']], allowed: 5, denied: 55, near_limit: 0, error: { allowed: 0, denied: 0 } },
+        { domain: 'edge', rule: 'api_key', descriptor: [['api_key', 'alice']], allowed: 1, denied: 0, near_limit: 1, error: { allowed: 0, denied: 0 } },
+      ],
+    });
+  });
+
+  it('keeps a hit in view for at least 9/10 of the window and drops it after the whole window', () => {
+    const s = sketch();
+    s.record(outcome('early', false));
+    s.advance(T0 + 54_000 - 1);
+    expect(s.view().rules).toHaveLength(1);
+    s.advance(T0 + 60_000);
+    expect(s.view().rules).toHaveLength(0);
+  });
+
+  it('charts the window in 60 steps, oldest first, and totals what the slices hold', () => {
+    const s = sketch();
+    s.record(outcome('a', true));
+    s.advance(T0 + 2_000);
+    s.record(outcome('a', false));
+    s.record(outcome('b', false));
+    const [rule] = s.view().rules;
+    expect(rule.stepAllowed).toHaveLength(STEPS);
+    expect(rule.stepAllowed[STEPS - 3]).toBe(1);
+    expect(rule.stepDenied[STEPS - 1]).toBe(2);
+    expect([rule.allowed, rule.denied]).toEqual([1, 2]);
+  });
+
+  it('tracks at most maxRules rules and counts the hits of any further one as untracked', () => {
+    const s = sketch(T0, 4, 1);
+    s.record(outcome('a', true));
+    s.record(outcome('x', true, { statKey: 'user', limit: LIMIT, shadowMode: false }));
+    const view = s.view();
+    expect(view.rules.map((r) => r.rule)).toEqual(['api_key']);
+    expect(view.untracked).toBe(1);
+  });
+
+  it('takes the new limit of a rule a reload replaced', () => {
+    const s = sketch();
+    s.record(outcome('a', true));
+    s.record(outcome('a', true, { statKey: 'api_key', limit: { ...LIMIT, requestsPerUnit: 9 }, shadowMode: true }));
+    const [rule] = s.view().rules;
+    expect([rule.limit.requestsPerUnit, rule.limit.shadowMode, rule.allowed]).toEqual([9, true, 2]);
+  });
+
+  it('holds a fixed number of entries whatever the number of distinct values', () => {
+    const s = sketch(T0, 8);
+    for (let slice = 0; slice < SLICES; slice++) {
+      s.advance(T0 + slice * 6_000);
+      for (let i = 0; i < 5_000; i++) s.record(outcome(`${slice}-${i}`, true));
+    }
+    expect(s.view(1_000).rules[0].entries.length).toBeLessThanOrEqual(SLICES * 8);
+  });
+});
+
+describe('ids and display', () => {
+  it('keeps short counter keys as they are and cuts long ones, with a hash that tells them apart', () => {
+    const short = 'edge|sw60000|api_key=alice';
+    expect(boundedId(short)).toBe(short);
+    const a = boundedId(`edge|sw60000|api_key=${'x'.repeat(500)}a`);
+    const b = boundedId(`edge|sw60000|api_key=${'x'.repeat(500)}b`);
+    expect(a.length).toBeLessThanOrEqual(ID_MAX_CHARS);
+    expect(a).not.toBe(b);
+    expect(descriptorOf(a)[0][1]).toMatch(/^x{64}…#[0-9a-z]+$/);
+  });
+
+  it('reads escaped keys and values back, and cuts long values for display', () => {
+    expect(descriptorOf('edge%7C|sw60000|k%3D=v%7Cw|path=')).toEqual([
+      ['k=', 'v|w'],
+      ['path', ''],
+    ]);
+    expect(descriptorOf(`edge|sw60000|k=${'y'.repeat(100)}`)[0][1]).toBe(`${'y'.repeat(64)}…`);
+  });
+});
+
+describe('merging views', () => {
+  it('adds up counts, totals and steps of the same rule across processes', () => {
+    const a = sketch();
+    const b = sketch();
+    for (let i = 0; i < 3; i++) a.record(outcome('mallory', false));
+    b.record(outcome('mallory', false));
+    b.record(outcome('alice', true));
+    const merged = mergeViews([a.view(), b.view()], 16);
+    expect(topReport(merged, 2, QUERY).entries.map((e) => [e.descriptor[0][1], e.allowed, e.denied])).toEqual([
+      ['mallory', 0, 4],
+      ['alice', 1, 0],
+    ]);
+    expect(merged.rules[0].stepDenied[STEPS - 1]).toBe(4);
+  });
+
+  it('aligns steps by their time when processes are a step apart', () => {
+    const a = sketch(T0);
+    const b = sketch(T0);
+    a.record(outcome('x', true));
+    b.advance(T0 + 1_000);
+    b.record(outcome('x', true));
+    const merged = mergeViews([a.view(), b.view()], 16);
+    expect(merged.rules[0].stepAllowed.slice(-2)).toEqual([1, 1]);
+  });
+
+  it('adds what a full part did not keep to the errors of the entries it lacks', () => {
+    const merged = mergeSummaries(
+      [
+        { entries: [{ id: 'a', allowed: 1, denied: 5, nearLimit: 0, errorAllowed: 0, errorDenied: 0 }], floorAllowed: 2, floorDenied: 1 },
+        { entries: [{ id: 'b', allowed: 3, denied: 0, nearLimit: 0, errorAllowed: 0, errorDenied: 0 }], floorAllowed: 0, floorDenied: 0 },
+      ],
+      1,
+    );
+    expect(merged.entries).toEqual([{ id: 'a', allowed: 1, denied: 5, nearLimit: 0, errorAllowed: 0, errorDenied: 0 }]);
+    // b was dropped with up to 3 + 2 allowed and 0 + 1 denied.
+    expect([merged.floorAllowed, merged.floorDenied]).toEqual([5, 1]);
+  });
+
+  it('lays out /top/rules for the page, rules of a domain by denials', () => {
+    const s = sketch();
+    s.record(outcome('a', true));
+    s.record(outcome('b', false, { statKey: 'user', limit: { ...LIMIT, name: 'per_user' }, shadowMode: false }));
+    const report = rulesReport(s.view(), 1, { rlqs: [] }) as { rules: { rule: string; limit: { name: string | null } }[]; rlqs: unknown[] };
+    expect(report.rules.map((r) => [r.rule, r.limit.name])).toEqual([
+      ['user', 'per_user'],
+      ['api_key', null],
+    ]);
+    expect(report.rlqs).toEqual([]);
+  });
+});
+
+describe('parseTopQuery', () => {
+  it('reads domain, by and limit with their defaults', () => {
+    expect(parseTopQuery(new URLSearchParams(''))).toEqual({ by: 'denied', limit: 20 });
+    expect(parseTopQuery(new URLSearchParams('domain=edge&by=near_limit&limit=5'))).toEqual({ domain: 'edge', by: 'near_limit', limit: 5 });
+  });
+
+  it('names the parameter it rejects', () => {
+    expect(parseTopQuery(new URLSearchParams('by=x'))).toMatch(/^by:/);
+    for (const limit of ['0', '-1', '1.5', '1001', ' 2', '']) expect(parseTopQuery(new URLSearchParams(`limit=${limit}`))).toMatch(/^limit:/);
+  });
+});
