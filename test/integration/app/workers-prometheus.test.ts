@@ -1,8 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as http from 'node:http';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { request } from '../../helpers/http-request';
 import { freePort, startRedis, type RedisServer } from '../../helpers/redis';
 import { LOOPBACK_ANY_PORT } from '../../helpers/service';
 
@@ -18,19 +18,6 @@ let child: ChildProcess;
 let configDir: string;
 let httpPort: number;
 let prometheusPort: number;
-
-/** One HTTP request on a new connection (so the primary hands it to either worker). */
-function request(port: number, method: string, pathName: string, body?: string): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, method, path: pathName, agent: false }, (res) => {
-      let text = '';
-      res.on('data', (c: Buffer) => (text += c.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
-}
 
 beforeAll(async () => {
   if (!fs.existsSync(MAIN_JS)) throw new Error(`${MAIN_JS} is missing: build first (npx tsc -p tsconfig.json)`);

@@ -1,8 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as http from 'node:http';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { request } from '../../helpers/http-request';
 import { freePort, startRedis, type RedisServer } from '../../helpers/redis';
 import { LOOPBACK_ANY_PORT } from '../../helpers/service';
 
@@ -24,19 +24,6 @@ interface Replica {
 let redis: RedisServer;
 let configDir: string;
 const replicas: Replica[] = [];
-
-/** One HTTP request on a new connection (so that a replica's workers take turns). */
-function request(port: number, method: string, pathName: string, body?: string): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, method, path: pathName, agent: false }, (res) => {
-      let text = '';
-      res.on('data', (c: Buffer) => (text += c.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
-}
 
 async function startReplica(workers: number): Promise<Replica> {
   const httpPort = await freePort();
