@@ -145,6 +145,10 @@ export class RateLimiter {
   // Weak: a descriptor the codec no longer holds takes its memo with it. Replaced as a whole when
   // the config changes, so that no memo keeps an old config's rules alive.
   private memos = new WeakMap<Descriptor, DescriptorMemo>();
+  // Plans of frozen requests (the codec hands out one frozen object per distinct request message,
+  // src/wire/rls-codec.ts RequestCache), their statuses as before any decision: a repeated request
+  // is neither validated nor matched again. Replaced with the memos.
+  private plans = new WeakMap<RateLimitRequest, Plan>();
   private memosConfig: RateLimitConfig | undefined;
   private readonly limits: RequestLimits;
 
@@ -177,7 +181,7 @@ export class RateLimiter {
    */
   shouldRateLimit(req: RateLimitRequest, onLocalDenial?: LocalDenialListener): Promise<RateLimitResponse> {
     try {
-      const plan = this.plan(req);
+      const plan = this.planOf(req);
       const counted = plan.counted;
       const m = counted.length;
       if (m === 0) return Promise.resolve(this.answer(plan));
@@ -221,6 +225,16 @@ export class RateLimiter {
     return response;
   }
 
+  /** plan(req), from the plans kept when the request is frozen (see `plans`); its statuses are the caller's to fill. */
+  private planOf(req: RateLimitRequest): Plan {
+    if (!Object.isFrozen(req)) return this.plan(req);
+    const kept = this.config() === this.memosConfig ? this.plans.get(req) : undefined;
+    if (kept !== undefined) return { ...kept, statuses: kept.statuses.slice() };
+    const plan = this.plan(req);
+    this.plans.set(req, { ...plan, statuses: plan.statuses.slice() });
+    return plan;
+  }
+
   /** Validation, matching, and the statuses that need no store; throws on a bad request or before the first config. */
   private plan(req: RateLimitRequest): Plan {
     const { domain, descriptors } = req;
@@ -234,6 +248,7 @@ export class RateLimiter {
     const requestHits = req.hitsAddend > 0 ? req.hitsAddend : 1;
     if (config !== this.memosConfig) {
       this.memos = new WeakMap();
+      this.plans = new WeakMap();
       this.memosConfig = config;
     }
 

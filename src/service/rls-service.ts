@@ -6,7 +6,7 @@ import type { CallSpan, CallTracer } from '../tracing/call-tracer';
 import { GrpcStatus } from '../wire/grpc-framing';
 import type { HealthState, ServingStatus } from './health';
 import { ServingStatusNumber } from '../wire/proto';
-import { decodeRateLimitRequest, DescriptorCache, frameResponse } from '../wire/rls-codec';
+import { DescriptorCache, frameResponse, RequestCache, requestKey } from '../wire/rls-codec';
 
 /**
  * The rate-limit service as every gRPC transport serves it (GRPC_TRANSPORT: ./http2-grpc-server on
@@ -17,18 +17,17 @@ import { decodeRateLimitRequest, DescriptorCache, frameResponse } from '../wire/
  */
 
 /**
- * Request messages up to this size are named by their bytes for the replay of local denials
- * (src/limiter/replay.ts); Envoy's requests are far smaller, and the bound caps what is kept.
- */
-const REPLAY_KEY_MAX_BYTES = 512;
-
-/**
  * Distinct descriptors kept decoded (src/wire/rls-codec.ts DescriptorCache), and the largest one
  * kept: at most about 15 MB (10,000 descriptors of 127 encoded bytes take 7.4 MB of heap), and far
  * more descriptors than a fleet of proxies sends again and again.
  */
 export const DESCRIPTOR_CACHE_MAX_ENTRIES = 10_000;
 export const DESCRIPTOR_CACHE_MAX_BYTES = 256;
+/**
+ * Distinct requests kept decoded (RequestCache), each named by at most REQUEST_KEY_MAX_BYTES: at most
+ * about 12 MB with the names seen once, for far more (client, route) pairs than repeat within seconds.
+ */
+export const REQUEST_CACHE_MAX_ENTRIES = 10_000;
 
 /** A failed call's gRPC status and message. */
 export interface CallFailure {
@@ -68,7 +67,10 @@ export class RlsService {
   private readonly logger: Logger;
   private readonly tracer: CallTracer | undefined;
   private readonly replays: ServiceReplays | undefined;
-  private readonly descriptors = new DescriptorCache({ maxEntries: DESCRIPTOR_CACHE_MAX_ENTRIES, maxDescriptorBytes: DESCRIPTOR_CACHE_MAX_BYTES });
+  private readonly requests = new RequestCache({
+    maxEntries: REQUEST_CACHE_MAX_ENTRIES,
+    descriptors: new DescriptorCache({ maxEntries: DESCRIPTOR_CACHE_MAX_ENTRIES, maxDescriptorBytes: DESCRIPTOR_CACHE_MAX_BYTES }),
+  });
   private readonly watches = new Map<WatchSink, () => void>();
   private stopping = false;
 
@@ -97,8 +99,10 @@ export class RlsService {
    */
   shouldRateLimit(message: Buffer, sink: CallSink): void {
     const replays = this.replays;
+    // One name per request message, for the replays and the request cache.
+    const key = requestKey(message);
     // A repeat of a request answered from local denials skips decoding and matching (attack traffic).
-    const replayKey = replays !== undefined && message.length <= REPLAY_KEY_MAX_BYTES ? message.toString('latin1') : undefined;
+    const replayKey = replays === undefined ? undefined : key;
     if (replayKey !== undefined) {
       const replayed = replays!.answer(replayKey);
       if (replayed !== undefined) {
@@ -108,7 +112,7 @@ export class RlsService {
     }
     let pending: Promise<RateLimitResponse>;
     try {
-      const request: RateLimitRequest = decodeRateLimitRequest(message, this.descriptors);
+      const request: RateLimitRequest = this.requests.decode(message, key);
       pending = this.limiter.shouldRateLimit(request, replayKey === undefined ? undefined : replays!.remembering(replayKey));
     } catch (err) {
       sink.fail(err);
@@ -130,7 +134,7 @@ export class RlsService {
     let request: RateLimitRequest;
     let pending: Promise<RateLimitResponse>;
     try {
-      request = decodeRateLimitRequest(message, this.descriptors);
+      request = this.requests.decode(message, requestKey(message));
     } catch (err) {
       this.failTraced(span, undefined, sink, err);
       return;

@@ -186,6 +186,46 @@ function decodeDescriptor(r: Reader, end: number, index: number): Descriptor {
   return hitsAddend === undefined ? { entries, limit } : { entries, limit, hitsAddend };
 }
 
+/**
+ * Values named by their encoded bytes, kept from their second sighting on: a value seen once is
+ * remembered by its bytes only (as many as are kept), so traffic that never repeats pays one set
+ * entry per value, not the keeping of values nobody sends again. At most `maxEntries` kept (and as
+ * many seen once), the oldest dropped first (insertion order: a hit costs no reordering).
+ */
+class KeptFromSecondSighting<V> {
+  private readonly kept = new Map<string, V>();
+  private readonly seenOnce = new Set<string>();
+
+  constructor(private readonly maxEntries: number) {}
+
+  get size(): number {
+    return this.kept.size;
+  }
+
+  get(bytes: string): V | undefined {
+    return this.kept.get(bytes);
+  }
+
+  /** Records a sighting of `bytes` (not kept); true when it is the second one: keep() its value then. */
+  sightedBefore(bytes: string): boolean {
+    if (this.seenOnce.delete(bytes)) return true;
+    this.seenOnce.add(bytes);
+    if (this.seenOnce.size > this.maxEntries) this.seenOnce.delete(this.seenOnce.values().next().value!);
+    return false;
+  }
+
+  keep(bytes: string, value: V): void {
+    this.kept.set(bytes, value);
+    if (this.kept.size > this.maxEntries) this.kept.delete(this.kept.keys().next().value!);
+  }
+}
+
+function checkBounds(options: object): void {
+  for (const [name, v] of Object.entries(options)) {
+    if (!Number.isInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
+  }
+}
+
 /** DescriptorCache bounds: the entries kept, and the encoded size of a descriptor it keeps. */
 export interface DescriptorCacheOptions {
   readonly maxEntries: number;
@@ -199,24 +239,15 @@ export interface DescriptorCacheOptions {
  * the limiter derives from it alone (its rule, its counter key) is kept per object too
  * (src/limiter/rate-limiter.ts). A descriptor is kept from its second sighting on. Bounded in
  * entries and in bytes: only descriptors of at most `maxDescriptorBytes` are kept, at most
- * `maxEntries` of them (and as many seen once); beyond that the oldest entry is dropped (insertion
- * order: a hit costs no reordering).
+ * `maxEntries` of them (and as many seen once).
  */
 export class DescriptorCache {
-  private readonly byBytes = new Map<string, Descriptor>();
-  // Descriptors seen once, by their bytes (as many as the cache holds, oldest dropped first): a
-  // descriptor is kept only when it comes back. Traffic whose descriptors never repeat (a value per
-  // client, more clients than the cache holds) then pays one set entry per call, not the keeping
-  // and the memos of descriptors nobody sends again.
-  private readonly seenOnce = new Set<string>();
-  private readonly maxEntries: number;
+  private readonly byBytes: KeptFromSecondSighting<Descriptor>;
   private readonly maxDescriptorBytes: number;
 
   constructor(options: DescriptorCacheOptions) {
-    for (const [name, v] of Object.entries(options)) {
-      if (!Number.isInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
-    }
-    this.maxEntries = options.maxEntries;
+    checkBounds(options);
+    this.byBytes = new KeptFromSecondSighting(options.maxEntries);
     this.maxDescriptorBytes = options.maxDescriptorBytes;
   }
 
@@ -235,19 +266,70 @@ export class DescriptorCache {
       r.pos = end;
       return known;
     }
-    if (!this.seenOnce.delete(bytes)) {
-      this.seenOnce.add(bytes);
-      if (this.seenOnce.size > this.maxEntries) this.seenOnce.delete(this.seenOnce.values().next().value!);
-      return decodeDescriptor(r, end, index);
-    }
+    if (!this.byBytes.sightedBefore(bytes)) return decodeDescriptor(r, end, index);
     const d = freezeDescriptor(decodeDescriptor(r, end, index));
-    this.byBytes.set(bytes, d);
-    if (this.byBytes.size > this.maxEntries) this.byBytes.delete(this.byBytes.keys().next().value!);
+    this.byBytes.keep(bytes, d);
     return d;
   }
 }
 
+/** RequestCache bounds: the requests kept (each named by at most REQUEST_KEY_MAX_BYTES). */
+export interface RequestCacheOptions {
+  readonly maxEntries: number;
+  /** The cache of the descriptors of requests it does not hold. */
+  readonly descriptors: DescriptorCache;
+}
+
+/**
+ * Requests messages are named by at most this many bytes (the request cache, and the replays of
+ * src/limiter/replay.ts): Envoy's requests are far smaller, and the bound caps what is kept.
+ */
+export const REQUEST_KEY_MAX_BYTES = 512;
+
+/** The name of a request message in the request cache and the replays: its bytes as latin1; undefined past REQUEST_KEY_MAX_BYTES. */
+export function requestKey(message: Buffer): string | undefined {
+  return message.length <= REQUEST_KEY_MAX_BYTES ? message.toString('latin1') : undefined;
+}
+
+/**
+ * Decoded requests by their bytes, kept from their second sighting on (as DescriptorCache keeps
+ * descriptors): a proxy sends the same request (these descriptors, this domain) for every call of
+ * one client on one route, and a request seen before costs one lookup, not one per descriptor. A
+ * kept request is frozen, its descriptors too, so that the limiter may keep what it derives from
+ * them. Requests not kept are decoded with the descriptor cache.
+ */
+export class RequestCache {
+  private readonly byBytes: KeptFromSecondSighting<RateLimitRequest>;
+  private readonly descriptors: DescriptorCache;
+
+  constructor(options: RequestCacheOptions) {
+    checkBounds({ maxEntries: options.maxEntries });
+    this.byBytes = new KeptFromSecondSighting(options.maxEntries);
+    this.descriptors = options.descriptors;
+  }
+
+  /** Requests kept. */
+  get size(): number {
+    return this.byBytes.size;
+  }
+
+  /** The request in `message`, whose requestKey() is `key` (undefined: too large to be kept). */
+  decode(message: Buffer, key: string | undefined): RateLimitRequest {
+    if (key === undefined) return decodeRateLimitRequest(message, this.descriptors);
+    const known = this.byBytes.get(key);
+    if (known !== undefined) return known;
+    const request = decodeRateLimitRequest(message, this.descriptors);
+    if (this.byBytes.sightedBefore(key)) {
+      for (const d of request.descriptors) freezeDescriptor(d);
+      Object.freeze(request.descriptors);
+      this.byBytes.keep(key, Object.freeze(request));
+    }
+    return request;
+  }
+}
+
 function freezeDescriptor(d: Descriptor): Descriptor {
+  if (Object.isFrozen(d)) return d;
   for (const e of d.entries) Object.freeze(e);
   Object.freeze(d.entries);
   if (d.limit !== undefined) Object.freeze(d.limit);
@@ -278,6 +360,23 @@ export function decodeRateLimitRequest(buf: Buffer, cache?: DescriptorCache): Ra
 
 /* ---------- Response encoding ---------- */
 
+/**
+ * Where responses are written before they are copied out at their size: one pass over the
+ * response, each length-prefixed field written after a one-byte length it fills in once known
+ * (and shifts for in the rare field of 128 bytes or more). Grows when a response needs more.
+ */
+let scratch = Buffer.allocUnsafe(16 * 1024);
+
+/** `scratch`, at least `pos + more` bytes long (its first `pos` bytes kept). */
+function room(pos: number, more: number): Buffer {
+  if (pos + more > scratch.length) {
+    const larger = Buffer.allocUnsafe(Math.max(2 * scratch.length, pos + more));
+    scratch.copy(larger, 0, 0, pos);
+    scratch = larger;
+  }
+  return scratch;
+}
+
 function varintSize(n: number): number {
   let size = 1;
   while (n >= 128) {
@@ -288,12 +387,37 @@ function varintSize(n: number): number {
 }
 
 function writeVarint(buf: Buffer, pos: number, n: number): number {
+  if (n < 0x80000000) {
+    // Small enough for 32-bit integer arithmetic (remaining counts and limits always are).
+    while (n >= 128) {
+      buf[pos++] = (n & 0x7f) | 0x80;
+      n >>>= 7;
+    }
+    buf[pos++] = n;
+    return pos;
+  }
   while (n >= 128) {
     buf[pos++] = (n % 128) | 0x80;
     n = Math.floor(n / 128);
   }
   buf[pos++] = n;
   return pos;
+}
+
+/**
+ * Fills in the length of the field whose content was written at [start + 1, end), after the one byte
+ * left for it at `start`; returns the new end (content moved right when the length takes more bytes).
+ */
+function closeField(buf: Buffer, start: number, end: number): number {
+  const length = end - start - 1;
+  if (length < 128) {
+    buf[start] = length;
+    return end;
+  }
+  const extra = varintSize(length) - 1;
+  buf.copyWithin(start + 1 + extra, start + 1, end);
+  writeVarint(buf, start, length);
+  return end + extra;
 }
 
 function clampUint32(n: number): number {
@@ -303,52 +427,30 @@ function clampUint32(n: number): number {
 
 type LimitShape = NonNullable<RateLimitResponse['statuses'][number]['currentLimit']>;
 
+/** Most bytes a status takes beyond its limit's name (tags, lengths, varints of at most 10 bytes). */
+const STATUS_MAX_BYTES = 64;
+
 /** The response as one framed gRPC message (5-byte prefix included), in one buffer. */
 export function frameResponse(response: RateLimitResponse): Buffer {
   const statuses = response.statuses;
-  const n = statuses.length;
-  const limitSizes: number[] = new Array<number>(n);
-  const statusSizes: number[] = new Array<number>(n);
-  // overall_code is never 0 (UNKNOWN), so it is always present.
-  let size = 2;
-  for (let i = 0; i < n; i++) {
-    const s = statuses[i];
-    let inner = 2; // code (never 0)
-    if (s.currentLimit !== undefined) {
-      const limitSize = limitMessageSize(s.currentLimit);
-      limitSizes[i] = limitSize;
-      inner += 1 + varintSize(limitSize) + limitSize;
-    }
-    const remaining = clampUint32(s.limitRemaining);
-    if (remaining !== 0) inner += 1 + varintSize(remaining);
-    if (s.durationUntilResetMs !== undefined) inner += 1 + durationSize(s.durationUntilResetMs);
-    statusSizes[i] = inner;
-    size += 1 + varintSize(inner) + inner;
-  }
-  const headers = response.responseHeaders;
-  for (let i = 0; i < headers.length; i++) {
-    const inner = headerSize(headers[i].key, headers[i].value);
-    size += 1 + varintSize(inner) + inner;
-  }
-  const metadata = response.dynamicMetadata === undefined ? undefined : encodeStruct(response.dynamicMetadata);
-  if (metadata !== undefined) size += 1 + varintSize(metadata.length) + metadata.length;
-
-  const buf = Buffer.allocUnsafe(MESSAGE_PREFIX_BYTES + size);
-  buf[0] = 0;
-  buf.writeUInt32BE(size, 1);
+  let buf = room(0, MESSAGE_PREFIX_BYTES + 2);
   let pos = MESSAGE_PREFIX_BYTES;
+  // overall_code is never 0 (UNKNOWN), so it is always present.
   buf[pos++] = 0x08;
   buf[pos++] = response.overallCode === 'OVER_LIMIT' ? CODE_NUMBER.OVER_LIMIT : CODE_NUMBER.OK;
-  for (let i = 0; i < n; i++) {
+  for (let i = 0; i < statuses.length; i++) {
     const s = statuses[i];
+    const limit = s.currentLimit;
+    const name = limit?.name;
+    buf = room(pos, STATUS_MAX_BYTES + (name === undefined ? 0 : 3 * name.length));
     buf[pos++] = 0x12;
-    pos = writeVarint(buf, pos, statusSizes[i]);
+    const start = pos++;
     buf[pos++] = 0x08;
     buf[pos++] = s.code === 'OVER_LIMIT' ? CODE_NUMBER.OVER_LIMIT : CODE_NUMBER.OK;
-    if (s.currentLimit !== undefined) {
+    if (limit !== undefined) {
       buf[pos++] = 0x12;
-      pos = writeVarint(buf, pos, limitSizes[i]);
-      pos = writeLimitMessage(buf, pos, s.currentLimit);
+      const limitStart = pos++;
+      pos = closeField(buf, limitStart, writeLimitMessage(buf, pos, limit));
     }
     const remaining = clampUint32(s.limitRemaining);
     if (remaining !== 0) {
@@ -357,37 +459,35 @@ export function frameResponse(response: RateLimitResponse): Buffer {
     }
     if (s.durationUntilResetMs !== undefined) {
       buf[pos++] = 0x22;
-      pos = writeDuration(buf, pos, s.durationUntilResetMs);
+      const durationStart = pos++;
+      pos = closeField(buf, durationStart, writeDuration(buf, pos, s.durationUntilResetMs));
     }
+    pos = closeField(buf, start, pos);
   }
+  const headers = response.responseHeaders;
   for (let i = 0; i < headers.length; i++) {
     const { key, value } = headers[i];
+    buf = room(pos, 24 + 3 * (key.length + value.length));
     buf[pos++] = 0x1a;
-    pos = writeVarint(buf, pos, headerSize(key, value));
+    const start = pos++;
     pos = writeString(buf, pos, 0x0a, key);
-    pos = writeString(buf, pos, 0x12, value);
+    pos = closeField(buf, start, writeString(buf, pos, 0x12, value));
   }
-  if (metadata !== undefined) {
+  if (response.dynamicMetadata !== undefined) {
+    const metadata = encodeStruct(response.dynamicMetadata);
+    buf = room(pos, 11 + metadata.length);
     buf[pos++] = 0x32;
     pos = writeVarint(buf, pos, metadata.length);
-    metadata.copy(buf, pos);
+    pos += metadata.copy(buf, pos);
   }
-  return buf;
+  buf[0] = 0;
+  buf.writeUInt32BE(pos - MESSAGE_PREFIX_BYTES, 1);
+  const framed = Buffer.allocUnsafe(pos);
+  buf.copy(framed, 0, 0, pos);
+  return framed;
 }
 
-/** Encoded size of a RateLimit message (current_limit); zero fields are omitted. */
-function limitMessageSize(limit: LimitShape): number {
-  const rpu = clampUint32(limit.requestsPerUnit);
-  let size = rpu !== 0 ? 1 + varintSize(rpu) : 0;
-  if (UNIT_NUMBER[limit.unit] !== 0) size += 2;
-  const name = limit.name;
-  if (name !== undefined && name.length > 0) {
-    const nameBytes = Buffer.byteLength(name, 'utf8');
-    size += 1 + varintSize(nameBytes) + nameBytes;
-  }
-  return size;
-}
-
+/** A RateLimit message's fields (current_limit); zero fields are omitted. */
 function writeLimitMessage(buf: Buffer, pos: number, limit: LimitShape): number {
   const rpu = clampUint32(limit.requestsPerUnit);
   if (rpu !== 0) {
@@ -402,26 +502,11 @@ function writeLimitMessage(buf: Buffer, pos: number, limit: LimitShape): number 
   return limit.name === undefined ? pos : writeString(buf, pos, 0x1a, limit.name);
 }
 
-function wholeMs(ms: number): number {
-  return ms > 0 ? Math.round(ms) : 0;
-}
-
-/** Encoded size of a google.protobuf.Duration's fields (zero fields are omitted). */
-function durationBodySize(seconds: number, nanos: number): number {
-  return (seconds !== 0 ? 1 + varintSize(seconds) : 0) + (nanos !== 0 ? 1 + varintSize(nanos) : 0);
-}
-
-function durationSize(ms: number): number {
-  const whole = wholeMs(ms);
-  const inner = durationBodySize(Math.floor(whole / 1000), (whole % 1000) * 1_000_000);
-  return varintSize(inner) + inner;
-}
-
+/** A google.protobuf.Duration's fields (zero fields are omitted), from whole milliseconds. */
 function writeDuration(buf: Buffer, pos: number, ms: number): number {
-  const whole = wholeMs(ms);
+  const whole = ms > 0 ? Math.round(ms) : 0;
   const seconds = Math.floor(whole / 1000);
   const nanos = (whole % 1000) * 1_000_000;
-  pos = writeVarint(buf, pos, durationBodySize(seconds, nanos));
   if (seconds !== 0) {
     buf[pos++] = 0x08;
     pos = writeVarint(buf, pos, seconds);
@@ -433,16 +518,9 @@ function writeDuration(buf: Buffer, pos: number, ms: number): number {
   return pos;
 }
 
-function headerSize(key: string, value: string): number {
-  const k = Buffer.byteLength(key, 'utf8');
-  const v = Buffer.byteLength(value, 'utf8');
-  return (k > 0 ? 1 + varintSize(k) + k : 0) + (v > 0 ? 1 + varintSize(v) + v : 0);
-}
-
 function writeString(buf: Buffer, pos: number, tag: number, s: string): number {
   if (s.length === 0) return pos;
-  const bytes = Buffer.byteLength(s, 'utf8');
   buf[pos++] = tag;
-  pos = writeVarint(buf, pos, bytes);
-  return pos + buf.write(s, pos, bytes, 'utf8');
+  const start = pos++;
+  return closeField(buf, start, pos + buf.write(s, pos, 'utf8'));
 }

@@ -254,6 +254,47 @@ describe('RateLimiter', () => {
     });
   });
 
+  describe('frozen requests (the codec hands out one object per distinct request message)', () => {
+    const frozenRequest = (descriptors: Descriptor[], hitsAddend = 0, domain = 'edge'): RateLimitRequest =>
+      Object.freeze({ domain, descriptors: Object.freeze(descriptors.map((x) => Object.freeze(x))), hitsAddend });
+
+    it('are planned once per config: a repeat makes the same store call, each answer with statuses of its own', async () => {
+      const rl = limiter();
+      const request = frozenRequest([d(['big', 'a']), d(['nope', 'x']), d(['api_key', 'k'])], 2);
+      const first = await rl.shouldRateLimit(request);
+      const second = await rl.shouldRateLimit(request);
+      expect(store.calls[1].counters[0]).toBe(store.calls[0].counters[0]);
+      expect(store.calls[1].counters[1]).toBe(store.calls[0].counters[1]);
+      expect(first.statuses.map((s) => s.limitRemaining)).toEqual([98, 0, 3]);
+      expect(second.statuses.map((s) => s.limitRemaining)).toEqual([96, 0, 1]);
+      expect(second.statuses).not.toBe(first.statuses);
+      const third = await rl.shouldRateLimit(request);
+      expect(third.overallCode).toBe('OVER_LIMIT');
+      expect(third.statuses.map((s) => s.code)).toEqual(['OK', 'OK', 'OVER_LIMIT']);
+      expect(second.statuses.map((s) => s.code)).toEqual(['OK', 'OK', 'OK']);
+    });
+
+    it('are planned again under a new config', async () => {
+      const rl = limiter();
+      const request = frozenRequest([d(['big', 'a'])]);
+      expect((await rl.shouldRateLimit(request)).statuses[0].limitRemaining).toBe(99);
+      config = buildConfig([
+        parseConfigText('edge.yaml', EDGE.replace('requests_per_unit: 100', 'requests_per_unit: 50'), { defaultAlgorithm: 'sliding_window' }),
+      ]);
+      expect((await rl.shouldRateLimit(request)).statuses[0]).toMatchObject({ currentLimit: { requestsPerUnit: 50 }, limitRemaining: 48 });
+      config = undefined;
+      await expect(rl.shouldRateLimit(request)).rejects.toBeInstanceOf(NotReadyError);
+    });
+
+    it('that are invalid are refused every time', async () => {
+      const rl = limiter();
+      const request = frozenRequest([d(['api_key', 'a'])], 0, '');
+      await expect(rl.shouldRateLimit(request)).rejects.toBeInstanceOf(InvalidRequestError);
+      await expect(rl.shouldRateLimit(request)).rejects.toBeInstanceOf(InvalidRequestError);
+      expect(store.calls).toHaveLength(0);
+    });
+  });
+
   it('makes one store call for all counted descriptors, in request order', async () => {
     await limiter().shouldRateLimit(req([d(['api_key', 'a']), d(['nope', 'x']), d(['big', 'b']), d(['internal', 'i']), d(['fixed', 'f'])]));
     expect(store.calls).toHaveLength(1);

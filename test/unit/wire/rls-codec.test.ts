@@ -4,7 +4,15 @@ import type { DescriptorStatus, RateLimitResponse, Unit } from '../../../src/lim
 import { requestFromWire } from '../../../src/wire/convert';
 import { responseToWire } from '../../helpers/response-oracle';
 import { protoRoot, type WireRateLimitRequest } from '../../../src/wire/proto';
-import { decodeRateLimitRequest, DescriptorCache, frameResponse, MalformedMessageError } from '../../../src/wire/rls-codec';
+import {
+  decodeRateLimitRequest,
+  DescriptorCache,
+  frameResponse,
+  MalformedMessageError,
+  RequestCache,
+  REQUEST_KEY_MAX_BYTES,
+  requestKey,
+} from '../../../src/wire/rls-codec';
 import { plainStruct } from '../../helpers/struct';
 
 /**
@@ -79,15 +87,23 @@ describe('decodeRateLimitRequest', () => {
 });
 
 const units: Unit[] = ['second', 'minute', 'hour', 'day', 'week', 'month', 'year'];
+// Names and header values of 128 bytes or more take two-byte lengths (and so does their field).
+const longText = fc.string({ minLength: 40, maxLength: 300, unit: 'binary' });
+const someText = fc.oneof(text, longText);
 const status: fc.Arbitrary<DescriptorStatus> = fc.record(
   {
     code: fc.constantFrom('OK' as const, 'OVER_LIMIT' as const),
     limitRemaining: fc.oneof(uint32, fc.constant(5e10), fc.constant(-3)),
     currentLimit: fc.record(
-      { requestsPerUnit: fc.oneof(uint32, fc.constant(0)), unit: fc.constantFrom(...units), name: text },
+      { requestsPerUnit: fc.oneof(uint32, fc.constant(0)), unit: fc.constantFrom(...units), name: someText },
       { requiredKeys: ['requestsPerUnit', 'unit'] },
     ),
-    durationUntilResetMs: fc.oneof(fc.integer({ min: 0, max: 400 * 86_400_000 }), fc.double({ min: -5, max: 1e7, noNaN: true })),
+    // Up to a bucket's debt cap of 200 years: seconds beyond 2^32.
+    durationUntilResetMs: fc.oneof(
+      fc.integer({ min: 0, max: 400 * 86_400_000 }),
+      fc.double({ min: -5, max: 1e7, noNaN: true }),
+      fc.constant(200 * 365 * 86_400_000),
+    ),
   },
   { requiredKeys: ['code', 'limitRemaining'] },
 );
@@ -95,7 +111,7 @@ const response: fc.Arbitrary<RateLimitResponse> = fc.record(
   {
     overallCode: fc.constantFrom('OK' as const, 'OVER_LIMIT' as const),
     statuses: fc.array(status, { maxLength: 5 }),
-    responseHeaders: fc.array(fc.record({ key: text, value: text }), { maxLength: 3 }),
+    responseHeaders: fc.array(fc.record({ key: text, value: someText }), { maxLength: 3 }),
     // dynamic_metadata: a google.protobuf.Struct of any JSON value, nested.
     dynamicMetadata: fc.dictionary(text, fc.jsonValue({ maxDepth: 3 }), { maxKeys: 4 }) as fc.Arbitrary<RateLimitResponse['dynamicMetadata']>,
   },
@@ -163,6 +179,57 @@ describe('DescriptorCache', () => {
   });
 });
 
+describe('RequestCache', () => {
+  const encode = (domain: string, values: string[]): Buffer =>
+    Buffer.from(RequestType.encode(RequestType.fromObject({ domain, descriptors: values.map((v) => ({ entries: [{ key: 'k', value: v }] })) })).finish());
+  const cacheOf = (maxEntries: number): RequestCache =>
+    new RequestCache({ maxEntries, descriptors: new DescriptorCache({ maxEntries: 100, maxDescriptorBytes: 1024 }) });
+  const decode = (cache: RequestCache, bytes: Buffer) => cache.decode(bytes, requestKey(bytes));
+
+  it('decodes every request, again and again, exactly as without it', () => {
+    const cache = cacheOf(8);
+    fc.assert(
+      fc.property(wireRequest, (msg) => {
+        const bytes = Buffer.from(RequestType.encode(RequestType.fromObject(msg)).finish());
+        const plain = decodeRateLimitRequest(bytes);
+        for (let i = 0; i < 3; i++) expect(decode(cache, bytes)).toEqual(plain);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('hands out one frozen request per distinct message from its second sighting on, its descriptors frozen', () => {
+    const cache = cacheOf(10);
+    const bytes = encode('a', ['x', 'y']);
+    const once = decode(cache, bytes);
+    expect(Object.isFrozen(once)).toBe(false);
+    expect(cache.size).toBe(0);
+    const kept = decode(cache, bytes);
+    expect(Object.isFrozen(kept)).toBe(true);
+    expect(Object.isFrozen(kept.descriptors)).toBe(true);
+    for (const d of kept.descriptors) expect(Object.isFrozen(d) && Object.isFrozen(d.entries) && Object.isFrozen(d.entries[0])).toBe(true);
+    expect(decode(cache, Buffer.from(bytes))).toBe(kept);
+    // Another domain with the same descriptors is another request, sharing the frozen descriptors.
+    decode(cache, encode('b', ['x', 'y']));
+    const other = decode(cache, encode('b', ['x', 'y']));
+    expect(other).not.toBe(kept);
+    expect(other.descriptors[0]).toBe(kept.descriptors[0]);
+    expect(cache.size).toBe(2);
+  });
+
+  it('keeps at most maxEntries requests, and none named by more than REQUEST_KEY_MAX_BYTES', () => {
+    const cache = cacheOf(2);
+    for (const v of ['a', 'b', 'c']) for (let i = 0; i < 2; i++) decode(cache, encode('d', [v]));
+    expect(cache.size).toBe(2);
+    const large = encode('d', ['v'.repeat(REQUEST_KEY_MAX_BYTES)]);
+    expect(requestKey(large)).toBeUndefined();
+    const first = decode(cache, large);
+    expect(decode(cache, large)).not.toBe(first);
+    expect(decode(cache, large)).toEqual(decodeRateLimitRequest(large));
+    expect(cache.size).toBe(2);
+  });
+});
+
 describe('frameResponse', () => {
   it('frames the same bytes protobufjs would after responseToWire', () => {
     fc.assert(
@@ -178,5 +245,25 @@ describe('frameResponse', () => {
       }),
       { numRuns: 300 },
     );
+  });
+
+  it('frames a response larger than its scratch space, and the small one after it, exactly', () => {
+    const big: RateLimitResponse = {
+      overallCode: 'OVER_LIMIT',
+      statuses: Array.from({ length: 3000 }, (_, i) => ({
+        code: 'OVER_LIMIT' as const,
+        currentLimit: { requestsPerUnit: i, unit: 'minute' as const, name: `limit-${i}-${'x'.repeat(i % 200)}` },
+        limitRemaining: 0,
+        durationUntilResetMs: i * 1001,
+      })),
+      responseHeaders: [{ key: 'x-ratelimit-limit', value: 'v'.repeat(70_000) }],
+    };
+    const small: RateLimitResponse = { overallCode: 'OK', statuses: [{ code: 'OK', limitRemaining: 7 }], responseHeaders: [] };
+    for (const r of [big, small, big]) {
+      const framed = frameResponse(r);
+      expect(framed.readUInt32BE(1)).toBe(framed.length - 5);
+      const expected = ResponseType.toObject(ResponseType.decode(ResponseType.encode(responseToWire(r)).finish()), { longs: Number });
+      expect(ResponseType.toObject(ResponseType.decode(framed.subarray(5)), { longs: Number })).toEqual(expected);
+    }
   });
 });
