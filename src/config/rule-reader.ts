@@ -6,6 +6,7 @@ import { type DomainConfig, type Metadata, type RuleIdentity, type RuleLevel, ty
 import { isWildcard } from './wildcard';
 import { Context, fail, child, resolve, describe, fields, readMetadata, text, bool, integer, requiredText } from './yaml-reader';
 import { EMPTY_LEVEL, NO_WARNINGS, LevelBuilder, addRule, duplicateRule, freezeLevel } from './rule-tree';
+import { checkYamlBounds } from './yaml-bounds';
 import { SETTINGS, ROOT_KEYS, RULE_KEYS, LIMIT_KEYS, REPLACES_KEYS } from './format-keys';
 /**
  * YAML text -> one validated, deeply frozen domain. The format is envoyproxy/ratelimit's plus this
@@ -292,7 +293,7 @@ export function parseConfigValue(source: string, value: unknown, opts: ParseOpti
 }
 
 function parseConfigDocument(file: string, doc: Document, opts: ParseOptions): DomainConfig {
-  const ctx: Context = { file, doc, defaultAlgorithm: opts.defaultAlgorithm, warnings: [] };
+  const ctx: Context = { file, aliases: checkYamlBounds(file, doc), defaultAlgorithm: opts.defaultAlgorithm, warnings: [] };
   const root = resolve(ctx, doc.contents);
   if (root === undefined) fail(ctx, '', 'the file is empty (expected a mapping with "domain" and "descriptors")');
   if (!isMap(root)) fail(ctx, '', `expected a mapping with "domain" and "descriptors", got ${describe(root)}`);

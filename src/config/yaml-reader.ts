@@ -1,9 +1,10 @@
-import { Document, isAlias, isMap, isScalar, isSeq, type Scalar, type YAMLMap } from 'yaml';
+import { isAlias, isMap, isScalar, isSeq, type Scalar, type YAMLMap } from 'yaml';
 import { type Algorithm } from '../limiter/types';
 import { ConfigError } from './config-error';
 import type { Metadata } from '../limiter/rules';
 import type { StructValue } from '../limiter/types';
 import { REFERENCE_KEYS } from './format-keys';
+import type { AliasTargets } from './yaml-bounds';
 /**
  * Reading YAML nodes the way the reference's YAML 1.1 parser reads them: aliases followed, string
  * fields kept as their source text (`value: 010` is "010"), floats told from integers, unknown keys and
@@ -12,7 +13,8 @@ import { REFERENCE_KEYS } from './format-keys';
 
 export interface Context {
   readonly file: string;
-  readonly doc: Document;
+  /** The node each alias names (./yaml-bounds.ts found them, once). */
+  readonly aliases: AliasTargets;
   readonly defaultAlgorithm: Algorithm;
   /** Collected while parsing; attached to the file's DomainConfig. */
   readonly warnings: string[];
@@ -28,11 +30,8 @@ export function child(path: string, key: string): string {
 
 /** Follows aliases; undefined for an absent or null node. */
 export function resolve(ctx: Context, node: unknown): unknown {
-  let n = node;
-  for (let hops = 0; isAlias(n); hops++) {
-    if (hops > 100) return undefined; // the parser rejects cycles; this only bounds pathological chains
-    n = n.resolve(ctx.doc);
-  }
+  // An alias names a collection or a scalar, never another alias: one step.
+  const n = isAlias(node) ? ctx.aliases.get(node) : node;
   if (n === null || n === undefined) return undefined;
   if (isScalar(n) && (n.value === null || n.value === undefined)) return undefined;
   return n;

@@ -12,7 +12,8 @@ import { StatsdMapper, type StatsdMetricType } from './statsd-mapping';
  * Each statsd name is mapped once, when first seen; after that a counter costs one map lookup and an
  * addition.
  * The statsd names mapped are bounded in count and bytes (their source, the metric series, is bounded
- * too); an event of a new name beyond them is dropped and counted in `statsd_exporter_events_dropped_total`.
+ * too); an event of a new name beyond them, or of a name longer than the mapper matches, is dropped and
+ * counted in `statsd_exporter_events_dropped_total`.
  * EXTRA_TAGS become labels of every series. Two mappings giving one name different label sets share
  * it (a sample carries only its own labels); a name already used with another metric type, a label
  * the first mapping did not declare, or a second label set of a histogram is dropped and counted in
@@ -116,7 +117,7 @@ export class MappedPrometheus {
     });
     this.dropped = new Counter({
       name: 'statsd_exporter_events_dropped_total',
-      help: 'Statsd events of new names dropped because the names mapped reached their bound.',
+      help: 'Statsd events of new names dropped because the names mapped reached their bound, or of names too long to map.',
       registers: [this.registry],
     });
     this.maxNames = options.maxNames ?? DEFAULT_MAX_NAMES;
@@ -151,8 +152,9 @@ export class MappedPrometheus {
     t.observe(milliseconds);
   }
 
-  /** Whether a new name would go beyond the bounds; when not, it is counted in. */
+  /** Whether a new name would go beyond the bounds (or is too long to match); when not, it is counted in. */
   private full(stat: string): boolean {
+    if (stat.length > this.options.mapper.maxNameLength) return true;
     const bytes = MAPPED_NAME_OVERHEAD_BYTES + 2 * stat.length;
     if (this.counters.size + this.timers.size >= this.maxNames || this.namesBytes + bytes > this.maxBytes) return true;
     this.namesBytes += bytes;

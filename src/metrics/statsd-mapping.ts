@@ -1,16 +1,27 @@
+import { setFlagsFromString } from 'node:v8';
 import { parse } from 'yaml';
 
 /**
  * statsd-to-Prometheus mappings in the statsd_exporter format (PROMETHEUS_MAPPER_YAML), as the
  * reference server applies them to its own statsd names: `mappings` of `match` (a glob where `*`
- * stands for one dot-separated part, or with `match_type: regex` a regular expression, unanchored as
- * statsd_exporter uses it), `name` and `labels` with `$1`/`${1}` for the captures, `action: drop`,
+ * stands for one dot-separated part, or with `match_type: regex` a regular expression matched against
+ * the whole name), `name` and `labels` with `$1`/`${1}` for the captures, `action: drop`,
  * `match_metric_type` (counter, gauge, observer), `observer_type`/`timer_type` (histogram, summary:
  * both served as histograms), `histogram_options.buckets` or `buckets`, `scale`; and `defaults` for
  * `match_type`, `observer_type` and buckets. Globs are tried before regular expressions, each in
  * file order, as statsd_exporter does. A name no mapping matches keeps its own name with every
  * character outside `[a-zA-Z0-9_]` turned into `_`, and no labels.
+ *
+ * The names carry request values (rules with `detailed_metric`), so matching is bounded: a name longer
+ * than `maxNameLength` is dropped without being matched, and regular expressions are anchored at both
+ * ends (statsd_exporter's are not: a pattern that should match inside a name says `.*` itself), which
+ * spares the engine a try at every start position and keeps `...\.over_limit` off the
+ * `over_limit_with_local_cache` counters. A pattern that still backtracks without end on some name
+ * (`(a+)+b`) is run by V8's linear-time engine once it has backtracked 50,000 times.
  */
+
+/** Longest statsd name matched: a long domain and a detailed_metric label cut at METRICS_MAX_LABEL_LENGTH stay under it. */
+export const MAX_MAPPED_NAME_LENGTH = 1024;
 
 export type StatsdMetricType = 'counter' | 'gauge' | 'observer';
 
@@ -49,6 +60,7 @@ export class MappingError extends Error {
   }
 }
 
+const DROP: MappedMetric = Object.freeze({ drop: true });
 const METRIC_NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 const LABEL_NAME = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
 
@@ -57,8 +69,14 @@ export class StatsdMapper {
   private readonly globs: readonly Mapping[];
   private readonly regexes: readonly Mapping[];
 
+  /** Longest name `map` matches; a longer one is dropped. */
+  readonly maxNameLength: number;
+
   /** Parses a mapping file's text; throws MappingError naming the bad entry. */
-  constructor(yamlText: string) {
+  constructor(yamlText: string, options: { readonly maxNameLength?: number } = {}) {
+    this.maxNameLength = options.maxNameLength ?? MAX_MAPPED_NAME_LENGTH;
+    // Before the patterns are compiled: the fallback is chosen when a regular expression is compiled.
+    setFlagsFromString('--enable-experimental-regexp-engine-on-excessive-backtracks');
     let doc: unknown;
     try {
       doc = parse(yamlText);
@@ -91,7 +109,7 @@ export class StatsdMapper {
       });
       let pattern: RegExp;
       try {
-        pattern = regex ? new RegExp(m.match) : globPattern(m.match);
+        pattern = regex ? new RegExp(`^(?:${m.match})$`) : globPattern(m.match);
       } catch (err) {
         throw new MappingError(`${at}.match: ${(err as Error).message}`);
       }
@@ -122,16 +140,17 @@ export class StatsdMapper {
     return [...names];
   }
 
-  /** Where the statsd metric `name` of `type` goes. */
+  /** Where the statsd metric `name` of `type` goes; nowhere when it is longer than `maxNameLength`. */
   map(name: string, type: StatsdMetricType): MappedMetric {
+    if (name.length > this.maxNameLength) return DROP;
     for (const list of [this.globs, this.regexes]) {
       for (const m of list) {
         if (m.metricType !== undefined && m.metricType !== type) continue;
         const match = m.pattern.exec(name);
         if (match === null) continue;
-        if (m.drop) return { drop: true };
+        if (m.drop) return DROP;
         const mappedName = expand(m.name, match);
-        if (!METRIC_NAME.test(mappedName)) return { drop: true };
+        if (!METRIC_NAME.test(mappedName)) return DROP;
         const labels: Record<string, string> = {};
         for (const [k, v] of m.labels) labels[k] = expand(v, match);
         return { drop: false, name: mappedName, labels, scale: m.scale, buckets: m.buckets };

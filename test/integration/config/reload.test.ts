@@ -5,6 +5,7 @@ import { Writable } from 'node:stream';
 import { createLogger } from '../../../src/log';
 import { descriptor, type RlsRequestInput } from '../../helpers/grpc-client';
 import { startTestService, type TestService } from '../../helpers/service';
+import { metadataAliasBomb, ruleAliasBomb } from '../../helpers/yaml-bombs';
 
 /**
  * Hot reload seen from a client of the running service: a rewritten file, a Kubernetes ConfigMap
@@ -37,6 +38,18 @@ async function rlconfig(svc: TestService): Promise<string> {
   return (await fetch(`http://127.0.0.1:${svc.service.debugPort}/rlconfig`)).text();
 }
 
+/** A logger of errors and the lines it wrote. */
+function errorLog(): { lines: string[]; logger: ReturnType<typeof createLogger> } {
+  const lines: string[] = [];
+  const destination = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      lines.push(chunk.toString());
+      done();
+    },
+  });
+  return { lines, logger: createLogger({ level: 'error', format: 'json', destination }) };
+}
+
 describe('config reload in a running service', () => {
   it('applies a rewritten file within seconds', async () => {
     const svc = await startTestService({ config: { 'edge.yaml': limits(5) } });
@@ -50,14 +63,7 @@ describe('config reload in a running service', () => {
   });
 
   it('keeps serving the previous limits when the new file is invalid, and names the file and path', async () => {
-    const lines: string[] = [];
-    const destination = new Writable({
-      write(chunk: Buffer, _enc, done) {
-        lines.push(chunk.toString());
-        done();
-      },
-    });
-    const logger = createLogger({ level: 'error', format: 'json', destination });
+    const { lines, logger } = errorLog();
     const svc = await startTestService({ config: { 'edge.yaml': limits(5) }, logger });
     try {
       svc.writeConfig('edge.yaml', 'domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: sec, requests_per_unit: 1}\n');
@@ -78,6 +84,33 @@ describe('config reload in a running service', () => {
       // A fixed file is picked up again.
       svc.writeConfig('edge.yaml', limits(9));
       expect(await limitSeen(svc, 9)).toBe(9);
+    } finally {
+      await svc.stop();
+    }
+  });
+
+  it.each([
+    ['aliases in metadata', metadataAliasBomb()],
+    ['rule lists aliasing each other', ruleAliasBomb()],
+  ])('refuses a file whose %s stand for billions of nodes at once, and keeps serving the previous limits', async (_shape, bomb) => {
+    const { lines, logger } = errorLog();
+    const svc = await startTestService({ config: { 'edge.yaml': limits(5) }, logger });
+    try {
+      svc.writeConfig('edge.yaml', bomb);
+      const until = Date.now() + 3_000;
+      let slowest = 0;
+      while (Date.now() < until && !lines.join('').includes('aliases expand')) {
+        const start = Date.now();
+        const reply = await svc.client.shouldRateLimit(ask('during-reload'));
+        slowest = Math.max(slowest, Date.now() - start);
+        expect(reply.statuses[0].currentLimit?.requestsPerUnit).toBe(5);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(lines.join('')).toMatch(/edge\.yaml: descriptors\[\d\][.\w[\]]*: aliases expand to more than 100000 nodes/);
+      // Refusing it held the event loop for a moment, not for the minutes reading it would take.
+      expect(slowest).toBeLessThan(500);
+      expect((await svc.client.shouldRateLimit(ask('after-bomb'))).statuses[0].currentLimit?.requestsPerUnit).toBe(5);
+      expect(await rlconfig(svc)).toContain('requests_per_unit=5');
     } finally {
       await svc.stop();
     }

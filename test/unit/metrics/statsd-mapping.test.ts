@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import { defaultMappingYaml, MappedPrometheus } from '../../../src/metrics/mapped-metrics';
 import { escapeMetricName, MappingError, StatsdMapper } from '../../../src/metrics/statsd-mapping';
 
@@ -54,6 +55,13 @@ describe('StatsdMapper with the default mapping', () => {
     expect(escapeMetricName('9.lives-x')).toBe('_9_lives_x');
   });
 
+  it('keeps the over_limit_with_local_cache counter of a deeper rule off over_limit (its patterns match whole names)', () => {
+    expect(mapper.map('ratelimit.service.rate_limit.edge.tenant_acme.path.over_limit_with_local_cache', 'counter')).toMatchObject({
+      name: 'ratelimit_service_rate_limit_edge_tenant_acme_path_over_limit_with_local_cache',
+      labels: {},
+    });
+  });
+
   it('declares every label a name gets from any mapping', () => {
     expect([...mapper.labelNamesOf('ratelimit_service_rate_limit_total_hits')].sort()).toEqual(['domain', 'key1', 'key2']);
   });
@@ -92,7 +100,57 @@ mappings:
   });
 });
 
+describe('StatsdMapper bounds what a name can cost', () => {
+  const regex = (match: string): StatsdMapper => new StatsdMapper(`mappings:\n  - match: '${match}'\n    match_type: regex\n    name: "hit"\n`);
+  const timed = (mapper: StatsdMapper, name: string): { name: string | undefined; ms: number } => {
+    const start = performance.now();
+    const mapped = mapper.map(name, 'counter');
+    return { name: mapped.drop ? undefined : mapped.name, ms: performance.now() - start };
+  };
+
+  it('matches a regular expression against the whole name, as globs are', () => {
+    expect(regex('b\\.c').map('a.b.c.d', 'counter')).toMatchObject({ name: 'a_b_c_d' });
+    expect(regex('.*b\\.c.*').map('a.b.c.d', 'counter')).toMatchObject({ name: 'hit' });
+    expect(regex('a|b').map('ab', 'counter')).toMatchObject({ name: 'ab' });
+  });
+
+  it('drops a name longer than 1,024 characters without matching it', () => {
+    const mapper = regex('x.*');
+    expect(mapper.map(`x${'y'.repeat(1023)}`, 'counter')).toMatchObject({ name: 'hit' });
+    expect(mapper.map(`x${'y'.repeat(1024)}`, 'counter')).toEqual({ drop: true });
+  });
+
+  it('answers at once for a pattern that backtracks exponentially, on a name within the bound and on a longer one', () => {
+    // (x+x+)+y on n x's and no y backtracks about 2^n times: 30 already take seconds without a bound.
+    const mapper = regex('(x+x+)+y');
+    const within = timed(mapper, 'x'.repeat(1000));
+    expect(within).toEqual({ name: 'x'.repeat(1000), ms: expect.any(Number) });
+    expect(within.ms).toBeLessThan(250);
+    const longer = timed(mapper, 'x'.repeat(100_000));
+    expect(longer.name).toBeUndefined();
+    expect(longer.ms).toBeLessThan(50);
+  });
+
+  it('answers at once for the reference-style pattern of unbounded groups on a name of many dots', () => {
+    const start = performance.now();
+    expect(regex('ratelimit\\.service\\.(.*)\\.(.*)\\.(.*)\\.total_hits').map(`ratelimit.service.${'a.'.repeat(500)}`, 'counter')).toMatchObject({
+      drop: false,
+    });
+    expect(performance.now() - start).toBeLessThan(250);
+  });
+});
+
 describe('MappedPrometheus', () => {
+  it('drops and counts the events of a name too long to map', async () => {
+    const prom = new MappedPrometheus({ mapper: new StatsdMapper('mappings:\n  - match: "a.*"\n    name: "a_total"\n') });
+    prom.increment(`a.${'v'.repeat(2000)}`, 1);
+    prom.increment(`a.${'v'.repeat(2000)}`, 1);
+    prom.timing(`t.${'v'.repeat(2000)}`, 1);
+    const text = await prom.registry.metrics();
+    expect(text).toContain('statsd_exporter_events_dropped_total 3');
+    expect(text).not.toContain('vvvv');
+  });
+
   it('exposes one-level and deeper rules under one name with their own labels, and extra tags on every series', async () => {
     const prom = new MappedPrometheus({ mapper: new StatsdMapper(defaultMappingYaml()), extraLabels: { cluster: 'eu1' } });
     prom.increment('ratelimit.service.rate_limit.edge.api_key.total_hits', 2);
