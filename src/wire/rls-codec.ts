@@ -1,4 +1,5 @@
 import { MalformedMessageError } from '../errors';
+import { OldestKey } from '../limiter/bounded-cache';
 import { InvalidRequestError } from '../limiter/errors';
 import type { Descriptor, Entry, LimitOverride, RateLimitRequest, RateLimitResponse } from '../limiter/types';
 import { CODE_NUMBER, UINT32_MAX, UNIT_NUMBER, unitFromWire } from './convert';
@@ -195,6 +196,8 @@ function decodeDescriptor(r: Reader, end: number, index: number): Descriptor {
 class KeptFromSecondSighting<V> {
   private readonly kept = new Map<string, V>();
   private readonly seenOnce = new Set<string>();
+  private readonly oldestKept = new OldestKey(() => this.kept.keys());
+  private readonly oldestSeen = new OldestKey(() => this.seenOnce.values());
 
   constructor(private readonly maxEntries: number) {}
 
@@ -210,13 +213,13 @@ class KeptFromSecondSighting<V> {
   sightedBefore(bytes: string): boolean {
     if (this.seenOnce.delete(bytes)) return true;
     this.seenOnce.add(bytes);
-    if (this.seenOnce.size > this.maxEntries) this.seenOnce.delete(this.seenOnce.values().next().value!);
+    if (this.seenOnce.size > this.maxEntries) this.seenOnce.delete(this.oldestSeen.next()!);
     return false;
   }
 
   keep(bytes: string, value: V): void {
     this.kept.set(bytes, value);
-    if (this.kept.size > this.maxEntries) this.kept.delete(this.kept.keys().next().value!);
+    if (this.kept.size > this.maxEntries) this.kept.delete(this.oldestKept.next()!);
   }
 }
 
