@@ -1,13 +1,14 @@
 import { isBucket, type Limit } from '../limiter/types';
 import { matchDescriptor } from '../limiter/match';
-import type { RateLimitConfig, RuleLevel } from '../limiter/rules';
+import type { RateLimitConfig, RuleLevel, RuleNode } from '../limiter/rules';
 import type { Entry } from '../limiter/types';
 
 /**
  * Human-readable dump of the loaded rules, for /rlconfig and the validate command. Each line keeps
  * the reference server's shape (`<domain>.<statKey>: unit=SECOND requests_per_unit=5, shadow_mode: false, quota_mode: false`)
  * so existing scripts still read it, with this server's window and algorithm (and its burst, sub-windows or
- * strictness) inserted before the comma.
+ * strictness) inserted before the comma. A rule with several limits (`rate_limits`) has one line per
+ * limit, named as its metrics are (`<statKey>.<name>`, or `.<position>` unnamed).
  */
 
 /** The algorithm's options, where they differ from plain: ` burst=N`, ` sub_windows=k`, ` strict=true`. */
@@ -18,22 +19,26 @@ function shapeOf(limit: Limit): string {
   return out;
 }
 
+/** One line of the dump: one limit of `node`, named `name`. */
+function limitLine(name: string, limit: Limit, replaces: readonly string[], node: RuleNode): string {
+  let line = `${name}: `;
+  line += limit.unlimited
+    ? 'unlimited'
+    : `unit=${limit.unit.toUpperCase()} requests_per_unit=${limit.requestsPerUnit} unit_multiplier=${limit.unitMultiplier} algorithm=${limit.algorithm}${shapeOf(limit)}`;
+  if (limit.name !== undefined) line += ` name=${limit.name}`;
+  if (replaces.length > 0) line += ` replaces=${replaces.join(',')}`;
+  if (node.countDeniedRequests) line += ' count_denied_requests=true';
+  return `${line}, shadow_mode: ${node.shadowMode}, quota_mode: ${node.quotaMode}`;
+}
+
 function walk(domain: string, level: RuleLevel, out: string[]): void {
   for (const rules of level.values()) {
     const nodes = [...rules.exact.values(), ...rules.wildcards.map((w) => w.node)];
     if (rules.keyOnly !== undefined) nodes.push(rules.keyOnly);
     for (const node of nodes) {
-      const limit = node.limit;
-      if (limit !== undefined) {
-        let line = `${domain}.${node.statKey}: `;
-        line += limit.unlimited
-          ? 'unlimited'
-          : `unit=${limit.unit.toUpperCase()} requests_per_unit=${limit.requestsPerUnit} unit_multiplier=${limit.unitMultiplier} algorithm=${limit.algorithm}${shapeOf(limit)}`;
-        if (limit.name !== undefined) line += ` name=${limit.name}`;
-        if (node.replaces.length > 0) line += ` replaces=${node.replaces.join(',')}`;
-        line += `, shadow_mode: ${node.shadowMode}, quota_mode: ${node.quotaMode}`;
-        out.push(line);
-      }
+      if (node.limits !== undefined) {
+        for (const l of node.limits) out.push(limitLine(`${domain}.${l.statKey}`, l.limit, l.replaces, node));
+      } else if (node.limit !== undefined) out.push(limitLine(`${domain}.${node.statKey}`, node.limit, node.replaces, node));
       walk(domain, node.children, out);
     }
   }
@@ -46,21 +51,37 @@ export function describeConfig(config: RateLimitConfig): string[] {
   return out;
 }
 
+/** One limit as /rlmatch shows it. */
+export interface LimitMatch {
+  readonly requestsPerUnit: number;
+  readonly unit: string;
+  readonly unitMultiplier: number;
+  readonly windowMs: number;
+  readonly algorithm: string;
+  readonly name: string | null;
+  readonly unlimited: boolean;
+}
+
 /** What /rlmatch answers (JSON). */
 export interface RuleMatch {
   /** Domains of the config in force. */
   readonly domains: readonly string[];
-  /** The matched rule, null when none matches (or the domain is not loaded). */
-  readonly rule: {
-    readonly requestsPerUnit: number;
-    readonly unit: string;
-    readonly unitMultiplier: number;
-    readonly windowMs: number;
-    readonly algorithm: string;
-    readonly name: string | null;
-    readonly unlimited: boolean;
-    readonly shadowMode: boolean;
-  } | null;
+  /**
+   * The matched rule, null when none matches (or the domain is not loaded): its (first) limit, and
+   * for a rule with several limits (`rate_limits`) every one of them in `limits`, each with its stat key.
+   */
+  readonly rule:
+    | (LimitMatch & {
+        readonly shadowMode: boolean;
+        readonly countDeniedRequests: boolean;
+        readonly limits?: readonly (LimitMatch & { readonly statKey: string })[];
+      })
+    | null;
+}
+
+function limitMatch(limit: Limit): LimitMatch {
+  const { requestsPerUnit, unit, unitMultiplier, windowMs, algorithm, unlimited } = limit;
+  return { requestsPerUnit, unit, unitMultiplier, windowMs, algorithm, name: limit.name ?? null, unlimited };
 }
 
 /** The debug port's /rlmatch answer: the rule `entries` match in `domain` under `config`. */
@@ -68,18 +89,7 @@ export function ruleMatch(config: RateLimitConfig | undefined, domain: string, e
   const domains = config === undefined ? [] : [...config.domains.keys()];
   const matched = config === undefined ? undefined : matchDescriptor(config, domain, entries);
   if (matched === undefined) return { domains, rule: null };
-  const { limit } = matched;
-  return {
-    domains,
-    rule: {
-      requestsPerUnit: limit.requestsPerUnit,
-      unit: limit.unit,
-      unitMultiplier: limit.unitMultiplier,
-      windowMs: limit.windowMs,
-      algorithm: limit.algorithm,
-      name: limit.name ?? null,
-      unlimited: limit.unlimited,
-      shadowMode: matched.shadowMode,
-    },
-  };
+  const rule = { ...limitMatch(matched.limit), shadowMode: matched.shadowMode, countDeniedRequests: matched.countDeniedRequests };
+  if (matched.limits === undefined) return { domains, rule };
+  return { domains, rule: { ...rule, limits: matched.limits.map((l) => ({ ...limitMatch(l.limit), statKey: `${domain}.${l.statKey}` })) } };
 }

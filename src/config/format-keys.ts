@@ -9,6 +9,7 @@ export const RULE_KEYS: readonly string[] = [
   'key',
   'value',
   'rate_limit',
+  'rate_limits',
   'descriptors',
   ...SETTINGS.map(([, s]) => s.yaml),
   'value_to_metric',

@@ -2,7 +2,16 @@ import { Document, isMap, isSeq, parseDocument, type YAMLError } from 'yaml';
 import { counterKeyPrefix } from '../limiter/keys';
 import { ALGORITHMS, isBucket, MAX_WINDOW_MS, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
 import { ConfigError } from './config-error';
-import { type DomainConfig, type Metadata, type RuleIdentity, type RuleLevel, type RuleNode, type RuleSettings } from '../limiter/rules';
+import {
+  MAX_RULE_LIMITS,
+  type DomainConfig,
+  type Metadata,
+  type RuleIdentity,
+  type RuleLevel,
+  type RuleLimit,
+  type RuleNode,
+  type RuleSettings,
+} from '../limiter/rules';
 import { isWildcard } from './wildcard';
 import { Context, fail, child, resolve, describe, fields, readMetadata, text, bool, integer, requiredText } from './yaml-reader';
 import { EMPTY_LEVEL, NO_WARNINGS, LevelBuilder, addRule, duplicateRule, freezeLevel } from './rule-tree';
@@ -134,6 +143,53 @@ function readReplaces(ctx: Context, node: unknown, path: string, ownName: string
   return Object.freeze(names);
 }
 
+/** Where a `rate_limits` list sits: its rule's domain, stat key and shadow mode (each limit reports under them). */
+interface LimitListOwner {
+  readonly domain: string;
+  readonly statKey: string;
+  readonly shadowMode: boolean;
+}
+
+/**
+ * `rate_limits`: 1 to MAX_RULE_LIMITS mappings, each read by readLimit as `rate_limit` is, each on
+ * its own counter and metrics series (`<statKey>.<name>`, or `.<position>` unnamed). Not allowed in
+ * it: `unlimited` (a limit among others), two limits on one counter (same algorithm and window: they
+ * would count each hit twice), a name twice, a limit replacing a name of its own list.
+ */
+function readLimitList(ctx: Context, node: unknown, path: string, owner: LimitListOwner): readonly RuleLimit[] {
+  const n = resolve(ctx, node);
+  const expected = `expected a list of 1 to ${MAX_RULE_LIMITS} rate_limit mappings`;
+  if (!isSeq(n)) fail(ctx, path, `${expected}, got ${describe(n)}`);
+  if (n.items.length === 0 || n.items.length > MAX_RULE_LIMITS) fail(ctx, path, `${expected}, got ${n.items.length}`);
+  const names = new Map<string, string>();
+  const counters = new Map<string, string>();
+  const limits = n.items.map((item, i): RuleLimit => {
+    const at = `${path}[${i}]`;
+    const parsed = readLimit(ctx, item, at);
+    if (parsed === undefined) fail(ctx, at, `expected a rate_limit mapping, got ${describe(resolve(ctx, item))}`);
+    const { limit, replaces } = parsed;
+    if (limit.unlimited) fail(ctx, child(at, 'unlimited'), 'not allowed in rate_limits (every limit of the list counts)');
+    if (limit.name !== undefined) {
+      const first = names.get(limit.name);
+      if (first !== undefined) fail(ctx, child(at, 'name'), `duplicate name ${JSON.stringify(limit.name)} in this list (first at ${first})`);
+      names.set(limit.name, at);
+    }
+    const keyPrefix = counterKeyPrefix(owner.domain, limit.algorithm, limit.windowMs, limit.subWindows);
+    const same = counters.get(keyPrefix);
+    if (same !== undefined) {
+      fail(ctx, at, `counts on the same counter as ${same} (${limit.algorithm} over ${limit.windowMs} ms): give one of them another window or algorithm`);
+    }
+    counters.set(keyPrefix, at);
+    const statSuffix = `.${limit.name ?? i}`;
+    return Object.freeze({ limit, keyPrefix, statSuffix, statKey: owner.statKey + statSuffix, shadowMode: owner.shadowMode, replaces });
+  });
+  limits.forEach((l, i) => {
+    const own = l.replaces.findIndex((name) => names.has(name));
+    if (own >= 0) fail(ctx, child(`${path}[${i}]`, `replaces[${own}].name`), `${JSON.stringify(l.replaces[own])} is a limit of the same list`);
+  });
+  return Object.freeze(limits);
+}
+
 /**
  * The RULE_SETTINGS fields of the rule at `path`, each read by its setting's type: absent, its
  * default, or for an inherited setting the value `above`; set to other than the default, checked.
@@ -187,6 +243,10 @@ function readRule(ctx: Context, node: unknown, path: string, domain: string, par
   const statKey = parent.statKey === '' ? own : `${parent.statKey}.${own}`;
   const parsed = readLimit(ctx, f.get('rate_limit'), child(path, 'rate_limit'));
   const settings = readSettings(ctx, f, path, { key, value }, parent.settings);
+  if (f.has('rate_limits') && f.has('rate_limit')) fail(ctx, child(path, 'rate_limits'), 'not allowed with rate_limit (a rule has one or the other)');
+  const limits = f.has('rate_limits')
+    ? readLimitList(ctx, f.get('rate_limits'), child(path, 'rate_limits'), { domain, statKey, shadowMode: settings.shadowMode })
+    : undefined;
   const valueToMetric = bool(ctx, f.get('value_to_metric'), child(path, 'value_to_metric'));
   const shareThreshold = bool(ctx, f.get('share_threshold'), child(path, 'share_threshold'));
   if (shareThreshold && (value === undefined || !isWildcard(value))) {
@@ -195,17 +255,18 @@ function readRule(ctx: Context, node: unknown, path: string, domain: string, par
   const metadata = readMetadata(ctx, f.get('metadata'), child(path, 'metadata'));
   const requestKeyed = parent.requestKeyed || valueToMetric || shareThreshold;
   const children = readLevel(ctx, f.get('descriptors'), child(path, 'descriptors'), domain, { statKey, requestKeyed, settings });
-  const limit = parsed?.limit;
+  const limit = limits === undefined ? parsed?.limit : limits[0].limit;
   const fixed: FixedFields = {
     key,
     path,
     value,
     limit,
+    limits,
     shareThreshold,
     valueToMetric,
     requestKeyed,
     metadata,
-    replaces: parsed?.replaces ?? Object.freeze([]),
+    replaces: limits === undefined ? (parsed?.replaces ?? Object.freeze([])) : Object.freeze([...new Set(limits.flatMap((l) => l.replaces))]),
     statKey,
     keyPrefix: limit === undefined ? undefined : counterKeyPrefix(domain, limit.algorithm, limit.windowMs, limit.subWindows),
     children,
@@ -226,6 +287,7 @@ class BuiltRule implements FixedFields {
   declare readonly path: string;
   declare readonly value?: string;
   declare readonly limit?: Limit;
+  declare readonly limits?: readonly RuleLimit[];
   declare readonly shareThreshold: boolean;
   declare readonly valueToMetric: boolean;
   declare readonly requestKeyed: boolean;
@@ -241,6 +303,7 @@ class BuiltRule implements FixedFields {
     this.path = fixed.path;
     this.value = fixed.value;
     this.limit = fixed.limit;
+    this.limits = fixed.limits;
     for (const [field] of SETTINGS) (this as unknown as Record<string, unknown>)[field] = settings[field];
     this.shareThreshold = fixed.shareThreshold;
     this.valueToMetric = fixed.valueToMetric;

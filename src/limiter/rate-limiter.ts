@@ -1,5 +1,5 @@
 import { detailedStatKey, keysStatKey, matchDescriptor, requestKeys } from './match';
-import type { MatchedRule, RateLimitConfig } from './rules';
+import type { MatchedRule, RateLimitConfig, RuleLimit } from './rules';
 import { InvalidRequestError, NotReadyError } from './errors';
 import type { CounterDecision, CounterRequest, LocalAnswer, Store } from './store';
 import { rateLimitHeaders, type HeaderValue, type ResponseHeaderOptions } from './headers';
@@ -44,6 +44,14 @@ import {
  * - global shadow mode keeps every descriptor's own code and makes only the overall code OK;
  * - an entry with an empty value is accepted (Envoy sends them; the reference server counts them).
  *
+ * Beyond the reference, a rule may hold several limits (`rate_limits`): its descriptor becomes one
+ * counter per limit, all in the same store call (so all-or-nothing covers them), sharing a tag (one
+ * Redis Cluster slot). Its status is the deciding limit's: among the limits that deny, the one with
+ * the longest wait; when all admit, the one with the fewest hits remaining. Each limit reports its
+ * own outcome, under the rule's stat key and the limit's suffix. A limit whose name another matched
+ * rule replaces is dropped from the list; a descriptor whose every limit is dropped is not limited.
+ * A rule with `count_denied_requests` marks its counters to be charged even when the call is denied.
+ *
  * All-or-nothing is the store's job (one decide() call), with one refinement: shadow-mode and
  * quota-mode rules ("soft" rules) never deny on their own, so their counters must not veto the
  * charging of the enforced ones. When a request has soft rules, the enforced counters are decided
@@ -86,6 +94,8 @@ const NO_HEADERS: readonly HeaderValue[] = Object.freeze([]);
 const NOT_LIMITED: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: 0 });
 const UNLIMITED: DescriptorStatus = Object.freeze({ code: 'OK', limitRemaining: UNLIMITED_REMAINING });
 const NO_REPLACES: readonly string[] = Object.freeze([]);
+/** What a counter of a `count_denied_requests` rule carries (other counters leave it out). */
+const CHARGED_ANYWAY = Object.freeze({ countDenied: true });
 /** deniedUntilMs of a store answer: nothing in it came from remembered denials. */
 const NOT_LOCAL: readonly number[] = Object.freeze([]);
 
@@ -103,6 +113,11 @@ interface Plan {
   readonly softCount: number;
   /** Per descriptor, whether it is in quota mode; undefined when none is (the overall code is then any status's). */
   readonly quotaAt: boolean[] | undefined;
+  /**
+   * Per descriptor, the position in `counted` of the limit its status is taken from; undefined when
+   * no descriptor has several limits (each status is then its one counter's).
+   */
+  readonly decidedBy: number[] | undefined;
 }
 
 /**
@@ -115,6 +130,8 @@ interface DescriptorMemo {
   readonly domain: string;
   readonly rule: MatchedRule | undefined;
   counter: CounterRequest | undefined;
+  /** A `rate_limits` rule's counters, one per limit (`counter` is then unused). */
+  counters: readonly CounterRequest[] | undefined;
   statKey: string | undefined;
 }
 
@@ -127,6 +144,24 @@ interface Counted {
   readonly soft: boolean;
   /** The stat key when it depends on the request (share_threshold, value_to_metric); else the rule's. */
   readonly statKey: string | undefined;
+  /** Which limit of a `rate_limits` rule the counter is; undefined for a rule with one limit. */
+  readonly limit: RuleLimit | undefined;
+}
+
+/** A descriptor matched to a `rate_limits` rule, as RateLimiter.planLimits counts it. */
+interface LimitsPlan {
+  readonly config: RateLimitConfig;
+  readonly domain: string;
+  readonly descriptor: Descriptor;
+  readonly rule: MatchedRule;
+  readonly limits: readonly RuleLimit[];
+  /** Its position in the request. */
+  readonly index: number;
+  readonly hits: number;
+  readonly soft: boolean;
+  readonly memo: DescriptorMemo | undefined;
+  /** Names replaced by the request's matched rules. */
+  readonly replaced: ReadonlySet<string> | undefined;
 }
 
 /** Decides ShouldRateLimit requests against the current config and a Store. */
@@ -229,9 +264,9 @@ export class RateLimiter {
   private planOf(req: RateLimitRequest): Plan {
     if (!Object.isFrozen(req)) return this.plan(req);
     const kept = this.config() === this.memosConfig ? this.plans.get(req) : undefined;
-    if (kept !== undefined) return { ...kept, statuses: kept.statuses.slice() };
+    if (kept !== undefined) return decidable(kept);
     const plan = this.plan(req);
-    this.plans.set(req, { ...plan, statuses: plan.statuses.slice() });
+    this.plans.set(req, decidable(plan));
     return plan;
   }
 
@@ -267,7 +302,7 @@ export class RateLimiter {
         validateDescriptor(d, i, limits);
         if (!domainKnown) continue;
         rule = d.limit !== undefined ? this.overrideRule(domain, d) : matchDescriptor(config!, domain, d.entries);
-        if (Object.isFrozen(d)) this.memos.set(d, (memos[i] = { domain, rule, counter: undefined, statKey: undefined }));
+        if (Object.isFrozen(d)) this.memos.set(d, (memos[i] = { domain, rule, counter: undefined, counters: undefined, statKey: undefined }));
       }
       rules[i] = rule;
       if (rule !== undefined && rule.replaces.length > 0) {
@@ -284,6 +319,7 @@ export class RateLimiter {
     const counted: Counted[] = [];
     let softCount = 0;
     let quotaAt: boolean[] | undefined;
+    let decidedBy: number[] | undefined;
     for (let i = 0; i < n; i++) {
       const rule = rules[i];
       if (rule === undefined) {
@@ -296,7 +332,7 @@ export class RateLimiter {
         statuses[i] = UNLIMITED;
         continue;
       }
-      if (replaced !== undefined && limit.name !== undefined && replaced.has(limit.name)) {
+      if (replaced !== undefined && (rule.limits === undefined ? limit.name !== undefined && replaced.has(limit.name) : everyReplaced(rule.limits, replaced))) {
         statuses[i] = NOT_LIMITED;
         if (this.quotaMode) (quotaAt ??= new Array<boolean>(n).fill(false))[i] = true;
         continue;
@@ -308,20 +344,16 @@ export class RateLimiter {
       const soft = rule.shadowMode || quota;
       if (soft) softCount++;
       const memo = memos[i];
+      if (rule.limits !== undefined) {
+        decidedBy ??= new Array<number>(n).fill(-1);
+        this.planLimits({ config, domain, descriptor: d, rule, limits: rule.limits, index: i, hits, soft, memo, replaced }, counted);
+        continue;
+      }
       let counter = memo?.counter;
       let statKey = memo?.statKey;
       if (counter === undefined) {
         const keys = rule.requestKeyed ? requestKeys(config, domain, d.entries, rule) : undefined;
-        counter = {
-          key: counterKey(rule.keyPrefix, keys === undefined ? d.entries : keys.entries),
-          limit: limit.requestsPerUnit,
-          windowMs: limit.windowMs,
-          algorithm: limit.algorithm,
-          hits,
-          burst: limit.burst,
-          subWindows: limit.subWindows,
-          strict: limit.strict,
-        };
+        counter = counterOf(counterKey(rule.keyPrefix, keys === undefined ? d.entries : keys.entries), limit, hits, rule);
         statKey = keys?.statKey;
         if (memo !== undefined) {
           memo.counter = counter;
@@ -331,10 +363,40 @@ export class RateLimiter {
         counter = { ...counter, hits };
         memo!.counter = counter;
       }
-      counted.push({ index: i, rule, counter, soft, statKey });
+      counted.push({ index: i, rule, counter, soft, statKey, limit: undefined });
     }
 
-    return { config, domain, descriptors, hitsAddend: req.hitsAddend, statuses, counted, softCount, quotaAt };
+    return { config, domain, descriptors, hitsAddend: req.hitsAddend, statuses, counted, softCount, quotaAt, decidedBy };
+  }
+
+  /**
+   * The counters of a descriptor matched to a `rate_limits` rule, one per limit not replaced, into
+   * `counted`. They share a tag (the first limit's counter key), so that a Redis Cluster keeps them
+   * in one slot; made once per memoized descriptor, as a single counter is.
+   */
+  private planLimits(p: LimitsPlan, counted: Counted[]): void {
+    const { descriptor: d, rule, limits, hits, memo } = p;
+    let counters = memo?.counters;
+    let statKey = memo?.statKey;
+    if (counters === undefined) {
+      const keys = rule.requestKeyed ? requestKeys(p.config, p.domain, d.entries, rule) : undefined;
+      const entries = keys === undefined ? d.entries : keys.entries;
+      const tag = counterKey(limits[0].keyPrefix, entries);
+      counters = limits.map(({ limit, keyPrefix }, j) => ({ ...counterOf(j === 0 ? tag : counterKey(keyPrefix, entries), limit, hits, rule), tag }));
+      statKey = keys?.statKey;
+      if (memo !== undefined) {
+        memo.counters = counters;
+        memo.statKey = statKey;
+      }
+    } else if (counters[0].hits !== hits) {
+      counters = counters.map((c) => ({ ...c, hits }));
+      memo!.counters = counters;
+    }
+    for (let j = 0; j < limits.length; j++) {
+      const name = limits[j].limit.name;
+      if (p.replaced !== undefined && name !== undefined && p.replaced.has(name)) continue;
+      counted.push({ index: p.index, rule, counter: counters[j], soft: p.soft, statKey, limit: limits[j] });
+    }
   }
 
   /**
@@ -348,20 +410,26 @@ export class RateLimiter {
     deniedUntilMs: readonly number[] | undefined,
     outcomes: DescriptorOutcome[] | undefined,
   ): void {
-    const { domain, descriptors, statuses, counted } = plan;
+    const { domain, descriptors, statuses, counted, decidedBy } = plan;
     const observer = this.observer;
     for (let k = 0; k < counted.length; k++) {
-      const { index, rule, counter, statKey } = counted[k];
+      const c = counted[k];
+      const { index, rule, limit } = c;
       const decision = decisions[k];
-      statuses[index] = {
-        code: decision.allowed || rule.shadowMode ? 'OK' : 'OVER_LIMIT',
-        currentLimit: currentLimitOf(rule.limit),
-        limitRemaining: decision.remaining,
-        durationUntilResetMs: decision.resetMs,
-      };
+      // A limit of a `rate_limits` rule speaks for its descriptor only if it decides over the ones before it.
+      const speaks = limit === undefined || decidedBy![index] < 0 || decidesOver(decision, decisions[decidedBy![index]]);
+      if (speaks) {
+        if (limit !== undefined) decidedBy![index] = k;
+        statuses[index] = {
+          code: decision.allowed || rule.shadowMode ? 'OK' : 'OVER_LIMIT',
+          currentLimit: currentLimitOf(limit === undefined ? rule.limit : limit.limit),
+          limitRemaining: decision.remaining,
+          durationUntilResetMs: decision.resetMs,
+        };
+      }
       if (observer === undefined && outcomes === undefined) continue;
       const cached = deniedUntilMs !== undefined && Number.isFinite(deniedUntilMs[k]);
-      const outcome = this.outcome(domain, descriptors[index].entries, rule, counter, decision, statKey, cached);
+      const outcome = this.outcome(domain, descriptors[index].entries, c, decision, cached);
       observer?.onDescriptor(outcome);
       outcomes?.push(outcome);
     }
@@ -418,22 +486,34 @@ export class RateLimiter {
         if (!decisions[k].allowed) admitted = false;
       }
     }
-    // A denied request is counted nowhere: soft counters are then only checked (hits 0) for their status.
+    // A denied request is counted nowhere (but on counters charged whatever the outcome): soft
+    // counters are then only checked (hits 0) for their status. The limits of one descriptor are
+    // decided together, all-or-nothing among themselves.
     const shadowCalls: (Promise<LocalAnswer> | LocalAnswer)[] = [];
     const shadowAt: number[] = [];
-    for (let k = 0; k < m; k++) {
-      const { soft, counter } = counted[k];
-      if (!soft) continue;
-      shadowAt.push(k);
-      shadowCalls.push(this.call([admitted ? counter : { ...counter, hits: 0 }]));
+    for (let k = 0; k < m;) {
+      let end = k + 1;
+      while (end < m && counted[end].index === counted[k].index) end++;
+      if (counted[k].soft) {
+        const group: CounterRequest[] = [];
+        for (let g = k; g < end; g++) group.push(admitted || isChargedAnyway(counted[g].counter) ? counted[g].counter : { ...counted[g].counter, hits: 0 });
+        shadowAt.push(k);
+        shadowCalls.push(this.call(group));
+      }
+      k = end;
     }
     const shadowVerdicts = await Promise.all(shadowCalls);
     for (let j = 0; j < shadowAt.length; j++) {
-      const k = shadowAt[j];
+      const first = shadowAt[j];
       const verdict = shadowVerdicts[j];
-      // Checked with hits 0, a soft counter would always look allowed: re-judge it with its own hits.
-      decisions[k] = admitted ? verdict.decisions[0] : judgeCheck(verdict.decisions[0], counted[k].counter);
-      if (admitted) deniedUntilMs[k] = verdict.deniedUntilMs[0] ?? NaN;
+      for (let g = 0; g < verdict.decisions.length; g++) {
+        const k = first + g;
+        const counter = counted[k].counter;
+        const charged = admitted || isChargedAnyway(counter);
+        // Checked with hits 0, a soft counter would always look allowed: re-judge it with its own hits.
+        decisions[k] = charged ? verdict.decisions[g] : judgeCheck(verdict.decisions[g], counter);
+        if (charged) deniedUntilMs[k] = verdict.deniedUntilMs[g] ?? NaN;
+      }
     }
     this.applyDecisions(plan, decisions, deniedUntilMs, undefined);
     return this.answer(plan);
@@ -458,6 +538,7 @@ export class RateLimiter {
       shadowMode: false,
       detailedMetric: false,
       quotaMode: false,
+      countDeniedRequests: false,
       requestKeyed: false,
       replaces: NO_REPLACES,
       statKey: keysStatKey(d.entries),
@@ -465,20 +546,14 @@ export class RateLimiter {
     };
   }
 
-  /** What one counted descriptor reports: `cached` when its denial was a remembered one. */
-  private outcome(
-    domain: string,
-    entries: readonly Entry[],
-    rule: MatchedRule,
-    counter: CounterRequest,
-    decision: CounterDecision,
-    requestStatKey: string | undefined,
-    cached: boolean,
-  ): DescriptorOutcome {
+  /** What one counted descriptor (one limit of it) reports: `cached` when its denial was a remembered one. */
+  private outcome(domain: string, entries: readonly Entry[], counted: Counted, decision: CounterDecision, cached: boolean): DescriptorOutcome {
+    const { rule, counter } = counted;
     const hits = counter.hits;
-    const statKey = requestStatKey ?? (rule.detailedMetric ? detailedStatKey(rule, entries) : rule.statKey);
+    const ruleStatKey = counted.statKey ?? (rule.detailedMetric ? detailedStatKey(rule, entries) : rule.statKey);
+    const statKey = counted.limit === undefined ? ruleStatKey : ruleStatKey + counted.limit.statSuffix;
     // requests_per_unit, or a bucket's burst: what `remaining` counts down from.
-    const limit = rule.limit.burst;
+    const limit = (counted.limit ?? rule).limit.burst;
     let overLimit = 0;
     let nearLimit = 0;
     let withinLimit = 0;
@@ -499,7 +574,7 @@ export class RateLimiter {
       if (rule.shadowMode) shadowMode = hits;
       if (cached) overLimitWithLocalCache = hits;
     }
-    return { domain, statKey, hits, overLimit, nearLimit, withinLimit, shadowMode, overLimitWithLocalCache, rule, key: counter.key };
+    return { domain, statKey, hits, overLimit, nearLimit, withinLimit, shadowMode, overLimitWithLocalCache, rule: counted.limit ?? rule, key: counter.key };
   }
 }
 
@@ -550,8 +625,10 @@ function dynamicMetadataOf(plan: Plan): StructFields {
   if (plan.hitsAddend !== 0) fields.hitsAddend = plan.hitsAddend;
   // Beyond the reference: which rule denied the request (the first over its limit, by its key path as
   // the metrics name it), for access logs (%DYNAMIC_METADATA(envoy.filters.http.ratelimit:limitedBy)%).
-  const limiting = plan.counted.find(({ index }) => plan.statuses[index].code === 'OVER_LIMIT');
-  if (limiting !== undefined) fields.limitedBy = limiting.rule.statKey;
+  const first = plan.counted.find(({ index }) => plan.statuses[index].code === 'OVER_LIMIT');
+  // Of a rule with several limits, the one its status names.
+  const limiting = first === undefined || plan.decidedBy === undefined || first.limit === undefined ? first : plan.counted[plan.decidedBy[first.index]];
+  if (limiting !== undefined) fields.limitedBy = (limiting.limit ?? limiting.rule).statKey;
   let merged: Record<string, StructValue> | undefined;
   for (const { index, rule } of plan.counted) {
     if (rule.metadata === undefined || plan.statuses[index].code === 'OVER_LIMIT') continue;
@@ -575,6 +652,43 @@ function mergeStruct(into: Record<string, StructValue>, from: StructFields): Rec
     else if (isStruct(mine) && isStruct(theirs)) into[key] = mergeStruct({ ...mine }, theirs);
   }
   return into;
+}
+
+/** A copy of `plan` whose decision-time fields (statuses, deciding limits) are its own to fill. */
+function decidable(plan: Plan): Plan {
+  return { ...plan, statuses: plan.statuses.slice(), decidedBy: plan.decidedBy?.slice() };
+}
+
+/** The store request of one limit of `rule`, counted under `key`. */
+function counterOf(key: string, limit: Limit, hits: number, rule: MatchedRule): CounterRequest {
+  return {
+    key,
+    limit: limit.requestsPerUnit,
+    windowMs: limit.windowMs,
+    algorithm: limit.algorithm,
+    hits,
+    burst: limit.burst,
+    subWindows: limit.subWindows,
+    strict: limit.strict,
+    ...(rule.countDeniedRequests ? CHARGED_ANYWAY : undefined),
+  };
+}
+
+/** Whether a rule with several limits takes its status from `next` rather than `current`: a denial over an admission, the longer wait between denials, the fewer remaining between admissions; ties keep the earlier limit. */
+function decidesOver(next: CounterDecision, current: CounterDecision): boolean {
+  if (next.allowed !== current.allowed) return !next.allowed;
+  return next.allowed ? next.remaining < current.remaining : next.resetMs > current.resetMs;
+}
+
+/** Every limit of a `rate_limits` rule is named and replaced by another matched rule. */
+function everyReplaced(limits: readonly RuleLimit[], replaced: ReadonlySet<string>): boolean {
+  for (const { limit } of limits) if (limit.name === undefined || !replaced.has(limit.name)) return false;
+  return true;
+}
+
+/** A counter charged even when its call is denied (a `count_denied_requests` rule's, with hits). */
+function isChargedAnyway(counter: CounterRequest): boolean {
+  return counter.countDenied === true && counter.hits > 0;
 }
 
 /**

@@ -1,4 +1,4 @@
-import type { Limit, StructFields } from './types';
+import type { Limit, OutcomeRule, StructFields } from './types';
 
 /**
  * The validated, frozen rule tree the decision walks (./match.ts): built by a config source
@@ -63,6 +63,13 @@ export const RULE_SETTINGS = {
   quotaMode: { yaml: 'quota_mode', type: 'boolean', default: false, inherited: false, reference: true },
   /** `detailed_metric`: metrics name the rule by the request's entries, values included (see detailedStatKey). */
   detailedMetric: { yaml: 'detailed_metric', type: 'boolean', default: false, inherited: false, reference: true },
+  /**
+   * `count_denied_requests`: the rule's counters are charged even when the request is denied (by
+   * them or by another descriptor), as COUNT_DENIED_REQUESTS does for every rule. A cost charged
+   * after the response (Envoy's `apply_on_stream_done`) is then recorded past the limit instead of
+   * lost, and later checks are denied until the usage drains. Covers the rule's subtree.
+   */
+  countDeniedRequests: { yaml: 'count_denied_requests', type: 'boolean', default: false, inherited: true },
 } as const satisfies Readonly<Record<string, RuleSetting>>;
 
 type SettingValue<S> = S extends { readonly type: 'integer' } ? number : boolean;
@@ -78,6 +85,11 @@ export interface RuleNode extends RuleSettings {
   /** Exact value or wildcard pattern; undefined for a key-only rule. */
   readonly value?: string;
   readonly limit?: Limit;
+  /**
+   * `rate_limits` (several limits on one node): every limit, in file order; `limit`, `keyPrefix` and
+   * `replaces` are then its first limit's, and the union of their replaces. Undefined for `rate_limit`.
+   */
+  readonly limits?: readonly RuleLimit[];
   /** `share_threshold` (wildcard rules only): every value matching the pattern counts on one counter. */
   readonly shareThreshold: boolean;
   /** `value_to_metric`: the request's value, not the pattern or nothing, names this level in metrics. */
@@ -131,9 +143,28 @@ export interface RateLimitConfig {
   readonly warnings: readonly string[];
 }
 
+/**
+ * One limit of a `rate_limits` list, as the decision counts and reports it: its own counter (its
+ * key prefix) and its own metrics series (the rule's stat key and its suffix), under the rule's
+ * shadow mode. One frozen object per limit of a config, so the live view can group by it.
+ */
+export interface RuleLimit extends OutcomeRule {
+  readonly limit: Limit;
+  /** counterKeyPrefix(domain, limit.algorithm, limit.windowMs, limit.subWindows). */
+  readonly keyPrefix: string;
+  /** `.<name>`, or `.<position>` for an unnamed limit: what follows the rule's stat key (detailed or not) in metrics. */
+  readonly statSuffix: string;
+  /** Names this limit replaces (`replaces[].name` of its mapping). */
+  readonly replaces: readonly string[];
+}
+
+/** The most limits one `rate_limits` list may hold: each is one counter per request. */
+export const MAX_RULE_LIMITS = 10;
+
 /** What a descriptor matched: the rule at the node reached by its last entry. */
 export interface MatchedRule extends RuleSettings {
   readonly limit: Limit;
+  readonly limits?: readonly RuleLimit[];
   readonly requestKeyed: boolean;
   readonly metadata?: Metadata;
   readonly replaces: readonly string[];

@@ -10,7 +10,8 @@ import type { Algorithm } from './types';
  * - Decision per counter, by its algorithm (src/limiter/algorithms.ts is the reference):
  *   allowed iff the algorithm admits `hits` more.
  * - All-or-nothing: counters are incremented only when every counter in the call is allowed
- *   (unless `countDenied`, where every counter is charged whatever the outcome).
+ *   (unless `countDenied`, where every counter is charged whatever the outcome; a counter with its
+ *   own `countDenied` is charged whatever the outcome too, the others as without it).
  * - `hits` 0 checks without counting.
  * - Results are in input order.
  * - A store that cannot answer rejects with StoreUnavailableError (never hangs past its deadline).
@@ -93,6 +94,18 @@ export interface CounterRequest {
   readonly subWindows?: number;
   /** sliding_window: count the oldest sub-window in full; default false. */
   readonly strict?: boolean;
+  /**
+   * Charge this counter even when the call is denied (a rule's `count_denied_requests`), as
+   * DecideOptions.countDenied does for every counter; default false. A store that splits a call
+   * keeps such a charge when another part of the call denies it.
+   */
+  readonly countDenied?: boolean;
+  /**
+   * Counters of a call with the same tag are kept together: the Redis store puts them in one hash
+   * slot (`<prefix>{<tag>}<key>`), so a Cluster decides them atomically. Free of `{` and `}`, like
+   * the key. A tag equal to the key is the same as none. The limits of one descriptor share one.
+   */
+  readonly tag?: string;
 }
 
 /** One string per distinct counter of a call: a key named with another algorithm or window is another counter. */

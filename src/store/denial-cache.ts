@@ -38,6 +38,9 @@ import { BoundedCache, entryBytes, type CacheEntry } from '../limiter/bounded-ca
  * stretch a denial. Memory is bounded in entries and estimated bytes (../limiter/bounded-cache);
  * expired denials are dropped as they are met and swept a few per recorded denial.
  *
+ * A call holding a counter charged whatever its outcome (CounterRequest.countDenied, with hits) is
+ * never answered here: its charge must reach the store. Its checks (hits 0) are.
+ *
  * Caveats, both conservative in the store's favour or bounded:
  * - Redis Cluster requests spanning slots refund a denied request's charges in the other slots;
  *   a denial observed during that brief window may be cached a little longer than needed.
@@ -175,6 +178,7 @@ export class DenialCache implements Store {
       if (denial === undefined) return undefined;
       found.push(denial);
     }
+    for (let i = 0; i < n; i++) if (counters[i].countDenied === true && counters[i].hits > 0) return undefined;
     for (let i = 0; i < n; i++) if (counters[i].hits < found[i].minHits) return undefined;
     // A counter named twice is decided once per naming, the later ones seeing the earlier ones'
     // hits: the store's verdicts differ by position, which no remembered denial tells.

@@ -208,14 +208,12 @@ export class MemoryStore implements Store {
       const verdict = decideOne(c, record, now, before);
       decisions[i] = verdict;
       if (!verdict.allowed) allAllowed = false;
-      if (pending !== undefined && (verdict.allowed || countDenied) && c.hits > 0) pending.set(id, before + c.hits);
+      if (pending !== undefined && (verdict.allowed || countDenied || c.countDenied === true) && c.hits > 0) pending.set(id, before + c.hits);
     }
-    if (allAllowed || countDenied) {
-      for (let i = 0; i < n; i++) {
-        const c = counters[i];
-        // A record absent above may have been created by an earlier counter of this call (same key).
-        if (c.hits > 0) this.charge(c, now, records[i] ?? this.live(c, now));
-      }
+    for (let i = 0; i < n; i++) {
+      const c = counters[i];
+      // A record absent above may have been created by an earlier counter of this call (same key).
+      if (c.hits > 0 && (allAllowed || countDenied || c.countDenied === true)) this.charge(c, now, records[i] ?? this.live(c, now));
     }
     // The timer sweeps the rest (sweep()).
     this.records.tidy(now, 0);
@@ -406,7 +404,7 @@ function pendingHits(counters: readonly CounterRequest[], decisions: readonly Co
   let pending = 0;
   for (let j = 0; j < i; j++) {
     const o = counters[j];
-    if (o.key === c.key && o.algorithm === c.algorithm && o.windowMs === c.windowMs && (decisions[j].allowed || countDenied)) {
+    if (o.key === c.key && o.algorithm === c.algorithm && o.windowMs === c.windowMs && (decisions[j].allowed || countDenied || o.countDenied === true)) {
       pending += o.hits;
     }
   }

@@ -13,6 +13,13 @@ import { loadProtoFiles } from '../wire/proto';
  * descriptors[0].descriptors[1].rate_limit.unit: required (or unlimited: true)`.
  */
 
+/**
+ * What the xDS source cannot carry, said once at its start: the RateLimitConfig proto has one
+ * `rate_limit` per descriptor and no count_denied_requests field (both are config-file features).
+ */
+export const XDS_FORMAT_NOTE =
+  'xDS RateLimitConfig resources hold one rate_limit per descriptor: several limits on one key (rate_limits) and count_denied_requests are read from config files only';
+
 export const RATE_LIMIT_CONFIG_PROTO = 'ratelimit/config/ratelimit/v3/rls_conf.proto';
 export const RATE_LIMIT_CONFIG_TYPE = 'ratelimit.config.ratelimit.v3.RateLimitConfig';
 export const RATE_LIMIT_CONFIG_TYPE_URL = `type.googleapis.com/${RATE_LIMIT_CONFIG_TYPE}`;

@@ -2,6 +2,7 @@ import type { ConfigEvents } from '../config/config-provider';
 import type { Logger } from '../log';
 import type { HealthState } from '../service/health';
 import type { Settings } from '../settings/settings';
+import { XDS_FORMAT_NOTE } from './rate-limit-config';
 import { XdsConfigSource } from './xds-config-source';
 
 /**
@@ -25,6 +26,7 @@ export async function startXdsConfig(options: {
     onLoad: (config, resources) => events.applied(config, { resources }),
     onError: (err) => events.rejected(err),
   });
+  logger.info(XDS_FORMAT_NOTE);
   source.start();
   if (settings.forceStartWithoutInitialConfig) {
     health.set('config', !settings.healthyWithAtLeastOneConfigLoaded);

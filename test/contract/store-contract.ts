@@ -1,7 +1,8 @@
 import { MAX_BUCKET_AHEAD_MS } from '../../src/limiter/algorithms';
 import type { Algorithm } from '../../src/limiter/types';
-import { ALGORITHMS, UNIT_MS } from '../../src/limiter/types';
+import { ALGORITHMS, isBucket, UNIT_MS } from '../../src/limiter/types';
 import type { CounterDecision, CounterRequest, ProxyDemand, Store } from '../../src/limiter/store';
+import { describeBudgetContract } from './budget-contract';
 
 /**
  * The behaviour every Store adapter shares, run once per adapter (see *.test.ts next to this file).
@@ -145,6 +146,28 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
         expect((await one(counter(plain, algorithm, 2, 1))).allowed).toBe(false);
         expect(await one(counter(plain, algorithm, 2, 0))).toMatchObject({ allowed: true, remaining: 0 });
       });
+
+      it('charges a counter marked countDenied past its limit, and only it: 700 then 500 on 1,000 stand at 1,200', async () => {
+        const key = freshKey('post-paid');
+        const post = (hits: number, limit = 1_000): CounterRequest => ({ ...counter(key, algorithm, limit, hits), countDenied: true });
+        // Tagged with the post-paid counter: one slot on a cluster, so the call is atomic there too.
+        const other = (hits: number): CounterRequest => ({ ...counter(freshKey('beside-post-paid'), algorithm, 10, hits), tag: key });
+        const beside = other(1);
+        expect((await one(post(700))).allowed).toBe(true);
+        const [charged, plain] = await h.store.decide([post(500), beside]);
+        expect([charged.allowed, plain.allowed]).toEqual([false, true]);
+        expect(await one(post(0))).toMatchObject({ allowed: false, remaining: 0 });
+        expect(await one({ ...beside, hits: 0 })).toMatchObject({ allowed: true, remaining: 10 });
+        if (isBucket(algorithm)) {
+          // 200 over a burst of 1,000 at 1,000 a day drain in a fifth of a day.
+          const wait = (await one(post(0))).resetMs;
+          expect(wait).toBeGreaterThan(DAY / 5 - 60_000);
+          expect(wait).toBeLessThanOrEqual(DAY / 5);
+        } else {
+          expect(await one(post(0, 1_200))).toMatchObject({ allowed: true, remaining: 0 });
+          expect((await one(post(0, 1_199))).allowed).toBe(false);
+        }
+      });
     });
 
     it('is all-or-nothing: a denied counter keeps every other counter of the call uncharged', async () => {
@@ -177,6 +200,19 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
       expect(next.allowed).toBe(false);
       expect(next.resetMs).toBeLessThanOrEqual(MAX_BUCKET_AHEAD_MS);
       expect(next.resetMs).toBeGreaterThan(MAX_BUCKET_AHEAD_MS - 60_000);
+    });
+
+    it('decides counters sharing a tag as one call: 200 concurrent calls of two admit exactly 50, and leave the other charged exactly 50 times', async () => {
+      const a = freshKey('tagged-a');
+      const b = freshKey('tagged-b');
+      const call = (): Promise<CounterDecision[]> =>
+        h.store.decide([
+          { ...counter(a, 'sliding_window', 50), tag: a },
+          { ...counter(b, 'fixed_window', 1_000), tag: a },
+        ]);
+      const decisions = await Promise.all(Array.from({ length: 200 }, call));
+      expect(decisions.filter(([first]) => first.allowed)).toHaveLength(50);
+      expect(await one({ ...counter(b, 'fixed_window', 1_000, 0), tag: a })).toMatchObject({ allowed: true, remaining: 950 });
     });
 
     it('returns decisions in input order', async () => {
@@ -300,6 +336,8 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
       await h.advance(2 * SHORT + 50);
       expect(await one(c(0))).toMatchObject({ allowed: true, remaining: 3 });
     });
+
+    describeBudgetContract(() => h, lineUp);
 
     describe('quota demand exchange (RLQS)', () => {
       const sorted = (entries: ProxyDemand[]): ProxyDemand[] => [...entries].sort((a, b) => (a.member < b.member ? -1 : 1));

@@ -15,7 +15,9 @@ import type { CounterDecision, CounterRequest } from '../../limiter/store';
  *   admitted them (conservative, transient);
  * - a share that missed its deadline is refunded when its answer comes in after all (the store
  *   does that); a refund that cannot be delivered (node down) leaves the charge in place until its
- *   window expires: over-counting, never under-counting.
+ *   window expires: over-counting, never under-counting;
+ * - a counter charged whatever the outcome (CounterRequest.countDenied) keeps its charge when
+ *   another share denies the call, as it would in one atomic call; a failed call takes it back too.
  */
 
 /** A multi-slot call's share in one slot: its decisions, and its charge tokens for a refund ('' for a counter not charged). */
@@ -142,10 +144,9 @@ export async function decideInShares(options: DecideInSharesOptions): Promise<Co
   );
   const merged = mergeSlotShares(counters.length, parts, settled, countDenied);
   for (const g of merged.refund) {
-    options.refund(
-      parts[g][1].map((i) => counters[i]),
-      (settled[g] as PromiseFulfilledResult<SlotShare>).value.tokens,
-    );
+    const share = parts[g][1].map((i) => counters[i]);
+    const tokens = (settled[g] as PromiseFulfilledResult<SlotShare>).value.tokens;
+    options.refund(share, merged.failure === undefined ? tokens.map((token, k) => (share[k].countDenied === true ? '' : token)) : tokens);
   }
   if (merged.failure !== undefined) throw merged.failure;
   return merged.decisions;

@@ -123,7 +123,7 @@ export class RedisStore implements Store {
   private readonly refundCall: ScriptCall;
   private readonly demandCall: ScriptCall;
   private readonly timeoutMs: number;
-  // `<prefix>{`: a counter's Redis key is this, its counter key, and `}`.
+  // `<prefix>{`: a counter's Redis key is this, its counter key (or its tag), and `}` (and then its counter key).
   private readonly tagOpen: string;
   private readonly onError: (kind: RedisErrorKind) => void;
   private readonly isCluster: boolean;
@@ -329,7 +329,9 @@ export class RedisStore implements Store {
     return times[Math.floor(times.length / 2)];
   }
 
-  private readonly keyOf = (c: CounterRequest): string => this.tagOpen + c.key + '}';
+  // A tagged counter (the limits of one descriptor) lives in its tag's slot; its key still names it in full.
+  private readonly keyOf = (c: CounterRequest): string =>
+    c.tag === undefined || c.tag === c.key ? this.tagOpen + c.key + '}' : this.tagOpen + c.tag + '}' + c.key;
 
   private argsOf(c: CounterRequest): CounterArgs {
     let a = this.counterArgs.get(c);

@@ -20,14 +20,16 @@ export const ALGORITHM_CODE: Readonly<Record<Algorithm, string>> = {
 
 /**
  * A counter's limit and hits as DECIDE reads them, `<algorithm code>:<W>:<L>:<shape>:<hits>`
- * (shape: sub-windows for sw/ss, burst for tb/lb, 0 otherwise). One string, not five arguments per
+ * (shape: sub-windows for sw/ss, burst for tb/lb, 0 otherwise), and `:d` after it for a counter
+ * charged even when its request is denied (CounterRequest.countDenied). One string, not five arguments per
  * counter: the client encodes a third of the arguments, and the script parses each distinct one
  * once per call (a hot descriptor sends the same string in every request).
  */
 export function counterSpec(c: CounterRequest): string {
-  if (c.algorithm === 'sliding_window') return `${c.strict === true ? 'ss' : 'sw'}:${c.windowMs}:${c.limit}:${c.subWindows ?? 1}:${c.hits}`;
+  const charged = c.countDenied === true ? ':d' : '';
+  if (c.algorithm === 'sliding_window') return `${c.strict === true ? 'ss' : 'sw'}:${c.windowMs}:${c.limit}:${c.subWindows ?? 1}:${c.hits}${charged}`;
   const shape = c.algorithm === 'token_bucket' || c.algorithm === 'leaky_bucket' ? (c.burst ?? c.limit) : 0;
-  return `${ALGORITHM_CODE[c.algorithm]}:${c.windowMs}:${c.limit}:${shape}:${c.hits}`;
+  return `${ALGORITHM_CODE[c.algorithm]}:${c.windowMs}:${c.limit}:${shape}:${c.hits}${charged}`;
 }
 
 /** A counter's DECIDE argument after its key (counterSpec). */
@@ -158,8 +160,10 @@ export const REFUND_COMMAND = 'slidegate_refund';
  * requests before it in the batch, exactly as if each had been a call of its own at the same instant.
  *
  * KEYS     base keys of every counter of every request, request after request: `<prefix>{<counter
- *          key>}`. The braces make the counter key the Redis Cluster hash tag, so every key derived
- *          from a base lives in the base's slot (a batch sent to a cluster holds one slot's keys).
+ *          key>}`, or `<prefix>{<tag>}<counter key>` for a counter tagged with another identity
+ *          (CounterRequest.tag: the limits of one descriptor). The braces make the counter key, or
+ *          the tag, the Redis Cluster hash tag, so every key derived from a base lives in the base's
+ *          slot, and tagged counters in their tag's (a batch sent to a cluster holds one slot's keys).
  *          Keys derived inside the script (same slot as the declared base):
  *            sliding_window  `<base>:<n>` and `<base>:<n-1>`, n = floor(now / W), string counters;
  *                            with k sub-windows `<base>:<n-k>` .. `<base>:<n>`, n = floor(now / (W / k))
@@ -174,7 +178,8 @@ export const REFUND_COMMAND = 'slidegate_refund';
  *              `<algorithm>:<W>:<L>:<p>:<h>` (counterSpec): algorithm 'sw' | 'ss' (strict sliding
  *              window) | 'fw' | 'sl' | 'tb' | 'lb', window W in ms (integer, 1..MAX_WINDOW_MS), limit L
  *              (integer, 0..2^32-1), shape p: sub-windows k for sw/ss (dividing W), burst for tb/lb
- *              (1..2^32-1), 0 otherwise; hits h (a safe integer; 0 = check only)
+ *              (1..2^32-1), 0 otherwise; hits h (a safe integer; 0 = check only); then `:d` when
+ *              the counter is charged whatever the request's outcome (its rule counts denied requests)
  *            (counterProblem() checks all this before a counter joins a batch)
  *
  * Reply: one string, 3 comma-separated fields per counter in KEYS order (one bulk string is far
@@ -193,8 +198,8 @@ export const REFUND_COMMAND = 'slidegate_refund';
  * the batch's total); a limit's spec is parsed, and a window counter's keys derived, once per call.
  * What is left per counter is arithmetic on tables the call keeps (see the bench's per-counter figures).
  *
- * Writes: only for a request whose counters are all allowed (or with countDenied), only counters
- * with h > 0.
+ * Writes: only for a request whose counters are all allowed (or with countDenied), and for the
+ * counters marked `:d` whatever the outcome; only counters with h > 0.
  * TTLs, set when a key is created (INCRBY returns exactly what was added), never refreshed:
  *   sliding_window W + W/k: `<base>:<n>` is created inside sub-window n and read until the end of
  *     sub-window n+k (as the oldest), so at most (k+1) x W/k after its creation (2W for k = 1);
@@ -220,14 +225,14 @@ local AHEAD = ${MAX_BUCKET_AHEAD_MS}
 local function recHits(m) return tonumber(string.match(m, '^%d+')) or 0 end
 
 -- Counter arguments as this call has parsed them: {alg, W, L, shape, TTL of a window key, hits,
--- bucket charge token}.
+-- bucket charge token, charged even when its request is denied}.
 local specs = {}
 local function parseSpec(s)
-  local alg, w, limit, shape, hits = string.match(s, '^(%a+):(%d+):(%d+):(%d+):(%d+)$')
+  local alg, w, limit, shape, hits, charged = string.match(s, '^(%a+):(%d+):(%d+):(%d+):(%d+)(:?d?)$')
   w, limit, shape = tonumber(w), tonumber(limit), tonumber(shape)
   local life = w
   if alg == 'sw' or alg == 'ss' then life = w + w / shape end
-  local sp = {alg, w, limit, shape, life, tonumber(hits), fmt(w) .. ':' .. fmt(limit)}
+  local sp = {alg, w, limit, shape, life, tonumber(hits), fmt(w) .. ':' .. fmt(limit), charged == ':d'}
   specs[s] = sp
   return sp
 end
@@ -496,7 +501,7 @@ while a <= nargs do
 
     chargeKey[i] = key
     if allowed == 0 then allAllowed = false end
-    if n > 1 and hits > 0 and (allowed == 1 or countDenied) then
+    if n > 1 and hits > 0 and (allowed == 1 or countDenied or sp[8]) then
       if pendAt[key] == first then pendHits[key] = pendHits[key] + hits
       else
         pendAt[key] = first
@@ -523,10 +528,10 @@ while a <= nargs do
       out[o + 2] = failed
       out[o + 3] = ''
     end
-  elseif allAllowed or countDenied then
+  else
     for i = first, last do
       local hits = hitsAt[i]
-      if hits > 0 then
+      if hits > 0 and (allAllowed or countDenied or specAt[i][8]) then
         local key = chargeKey[i]
         local sp = specAt[i]
         local alg, w = sp[1], sp[2]

@@ -43,13 +43,37 @@ describe('the redis store on a cluster', () => {
     expect(owner).toBeDefined();
   });
 
+  /** Script calls (DECIDE and REFUND) every node has run. */
+  const scriptCalls = (): number =>
+    cluster.nodes.reduce(
+      (sum, n) => sum + [...n.cli('INFO', 'commandstats').matchAll(/cmdstat_eval(?:sha)?:calls=(\d+)/g)].reduce((x, m) => x + Number(m[1]), 0),
+      0,
+    );
+
+  it('keeps counters sharing a tag (the limits of one descriptor) in the tag slot: one atomic call, nothing to refund', async () => {
+    const [a, b] = keysInDifferentSlots('tagged');
+    const counters = (hits: number): CounterRequest[] => [
+      { key: a, limit: 1, windowMs: 60_000, algorithm: 'fixed_window', hits, tag: a },
+      { key: b, limit: 10, windowMs: 60_000, algorithm: 'sliding_log', hits, tag: a },
+    ];
+    // Loads the script on every node's connection first.
+    await Promise.all([a, b].map((key) => store.decide([{ key, limit: 1, windowMs: 60_000, algorithm: 'fixed_window', hits: 0 }])));
+    const before = scriptCalls();
+    expect(await store.decide(counters(1))).toMatchObject([{ allowed: true }, { allowed: true, remaining: 9 }]);
+    expect(await store.decide(counters(1))).toMatchObject([{ allowed: false }, { allowed: true, remaining: 8 }]);
+    expect(await store.decide(counters(0))).toMatchObject([
+      { allowed: true, remaining: 0 },
+      { allowed: true, remaining: 9 },
+    ]);
+    // Untagged, each call would have been two shares and the denied one two refunds.
+    expect(scriptCalls() - before).toBe(3);
+    const slot = String(keySlot(`${PREFIX}{${a}}`));
+    const inSlot = cluster.nodes.flatMap((node) => node.cli('CLUSTER', 'GETKEYSINSLOT', slot, '100').trim().split('\n'));
+    expect(inSlot).toEqual(expect.arrayContaining([`${PREFIX}{${a}}${b}`, expect.stringMatching(/^rl:\{tagged\|a\}:\d+$/)]));
+  });
+
   it('coalesces concurrent calls into one script call per hash slot, each call still exact', async () => {
     const [a, b] = keysInDifferentSlots('coalesce');
-    const scriptCalls = (): number =>
-      cluster.nodes.reduce(
-        (sum, n) => sum + [...n.cli('INFO', 'commandstats').matchAll(/cmdstat_eval(?:sha)?:calls=(\d+)/g)].reduce((x, m) => x + Number(m[1]), 0),
-        0,
-      );
     // Loads the script on every node's connection first.
     await Promise.all([a, b].map((key) => store.decide([{ key, limit: 100, windowMs: 60_000, algorithm: 'fixed_window', hits: 0 }])));
     const before = scriptCalls();

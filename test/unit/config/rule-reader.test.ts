@@ -1,7 +1,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describeConfig } from '../../../src/config/describe';
+import { describeConfig, ruleMatch } from '../../../src/config/describe';
 import { buildConfig, emptyConfig } from '../../../src/config/rule-tree';
 import { configFromTexts, listConfigFiles, loadConfigPath } from '../../../src/config/files';
 import { parseConfigText } from '../../../src/config/rule-reader';
@@ -59,8 +59,8 @@ const INVALID: Record<string, string> = {
     '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict)',
   'unknown-root-key.yaml': 'descriptor: unknown key (expected one of: domain, descriptors)',
   'unknown-rule-key.yaml':
-    'descriptors[0].limit: unknown key (expected one of: key, value, rate_limit, descriptors, shadow_mode, quota_mode, ' +
-    'detailed_metric, value_to_metric, share_threshold, metadata)',
+    'descriptors[0].limit: unknown key (expected one of: key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, ' +
+    'detailed_metric, count_denied_requests, value_to_metric, share_threshold, metadata)',
   'unknown-unit-unknown.yaml': 'descriptors[0].rate_limit.unit: unknown unit "unknown"',
   'unknown-unit.yaml': 'descriptors[2].rate_limit.unit: unknown unit "sec"',
   'unlimited-with-multiplier.yaml': 'descriptors[0].rate_limit.unit_multiplier: not allowed with unlimited: true',
@@ -372,5 +372,148 @@ describe('algorithm options', () => {
       'd.a: unit=SECOND requests_per_unit=5 unit_multiplier=1 algorithm=token_bucket burst=10, shadow_mode: false, quota_mode: false',
       'd.b: unit=SECOND requests_per_unit=5 unit_multiplier=1 algorithm=sliding_window sub_windows=4 strict=true, shadow_mode: false, quota_mode: false',
     ]);
+  });
+});
+
+describe('several limits on one rule (rate_limits)', () => {
+  const text = (limits: string, extra = ''): string => `domain: d\ndescriptors:\n  - key: k\n${extra}    rate_limits:\n${limits}`;
+  const errorOf = (yaml: string): string => {
+    try {
+      parseConfigText('budgets.yaml', yaml, opts);
+    } catch (err) {
+      return (err as Error).message;
+    }
+    throw new Error('expected a ConfigError');
+  };
+  const TWO = '      - {name: burst, unit: second, requests_per_unit: 10}\n      - {name: daily, unit: day, requests_per_unit: 250, algorithm: fixed_window}\n';
+
+  test('each limit is read as rate_limit is, onto its own counter and stat key; the rule keeps the first as its limit', () => {
+    const node = rule(parseConfigText('budgets.yaml', text(TWO), opts).rules, 'k');
+    expect(node.limits!.map((l) => [l.limit.name, l.limit.requestsPerUnit, l.limit.algorithm, l.keyPrefix, l.statKey, l.statSuffix])).toEqual([
+      ['burst', 10, 'sliding_window', counterKeyPrefix('d', 'sliding_window', 1_000), 'k.burst', '.burst'],
+      ['daily', 250, 'fixed_window', counterKeyPrefix('d', 'fixed_window', 86_400_000), 'k.daily', '.daily'],
+    ]);
+    expect(node.limit).toBe(node.limits![0].limit);
+    expect(node.keyPrefix).toBe(node.limits![0].keyPrefix);
+    expect(Object.isFrozen(node.limits)).toBe(true);
+    expect(Object.isFrozen(node.limits![1])).toBe(true);
+  });
+
+  test('an unnamed limit is named in metrics by its position; shadow mode and count_denied_requests come from the rule', () => {
+    const node = rule(
+      parseConfigText(
+        'budgets.yaml',
+        text(
+          '      - {unit: second, requests_per_unit: 1}\n      - {unit: hour, requests_per_unit: 9}\n',
+          '    shadow_mode: true\n    count_denied_requests: true\n',
+        ),
+        opts,
+      ).rules,
+      'k',
+    );
+    expect(node.limits!.map((l) => [l.statKey, l.shadowMode])).toEqual([
+      ['k.0', true],
+      ['k.1', true],
+    ]);
+    expect(node.countDeniedRequests).toBe(true);
+  });
+
+  test('the rule replaces what any of its limits replaces', () => {
+    const node = rule(
+      parseConfigText(
+        'budgets.yaml',
+        text(
+          '      - {unit: second, requests_per_unit: 1, replaces: [{name: a}]}\n      - {unit: hour, requests_per_unit: 9, replaces: [{name: b}, {name: a}]}\n',
+        ),
+        opts,
+      ).rules,
+      'k',
+    );
+    expect(node.replaces).toEqual(['a', 'b']);
+    expect(node.limits!.map((l) => l.replaces)).toEqual([['a'], ['b', 'a']]);
+  });
+
+  test.each([
+    [
+      'both keys at one rule',
+      text(TWO, '    rate_limit: {unit: second, requests_per_unit: 1}\n'),
+      'descriptors[0].rate_limits: not allowed with rate_limit (a rule has one or the other)',
+    ],
+    [
+      'an empty list',
+      text('      []\n').replace('rate_limits:\n      []', 'rate_limits: []'),
+      'descriptors[0].rate_limits: expected a list of 1 to 10 rate_limit mappings, got 0',
+    ],
+    [
+      'no list at all',
+      'domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n',
+      'descriptors[0].rate_limits: expected a list of 1 to 10 rate_limit mappings, got nothing',
+    ],
+    [
+      'a mapping',
+      'domain: d\ndescriptors:\n  - key: k\n    rate_limits: {unit: second}\n',
+      'descriptors[0].rate_limits: expected a list of 1 to 10 rate_limit mappings, got a mapping',
+    ],
+    [
+      'eleven limits',
+      text(Array.from({ length: 11 }, (_, i) => `      - {unit: second, unit_multiplier: ${i + 1}, requests_per_unit: 1}\n`).join('')),
+      'descriptors[0].rate_limits: expected a list of 1 to 10 rate_limit mappings, got 11',
+    ],
+    [
+      'an empty item',
+      text('      - {unit: second, requests_per_unit: 1}\n      -\n'),
+      'descriptors[0].rate_limits[1]: expected a rate_limit mapping, got nothing',
+    ],
+    [
+      'unlimited in the list',
+      text('      - {unit: second, requests_per_unit: 1}\n      - {unlimited: true}\n'),
+      'descriptors[0].rate_limits[1].unlimited: not allowed in rate_limits (every limit of the list counts)',
+    ],
+    [
+      'a name twice',
+      text('      - {name: x, unit: second, requests_per_unit: 1}\n      - {name: x, unit: hour, requests_per_unit: 5}\n'),
+      'descriptors[0].rate_limits[1].name: duplicate name "x" in this list (first at descriptors[0].rate_limits[0])',
+    ],
+    [
+      'two limits on one counter',
+      text('      - {unit: minute, requests_per_unit: 1}\n      - {unit: second, unit_multiplier: 60, requests_per_unit: 5}\n'),
+      'descriptors[0].rate_limits[1]: counts on the same counter as descriptors[0].rate_limits[0] (sliding_window over 60000 ms): give one of them another window or algorithm',
+    ],
+    [
+      'a limit replacing its neighbour',
+      text('      - {name: x, unit: second, requests_per_unit: 1}\n      - {unit: hour, requests_per_unit: 5, replaces: [{name: y}, {name: x}]}\n'),
+      'descriptors[0].rate_limits[1].replaces[1].name: "x" is a limit of the same list',
+    ],
+    [
+      'a bad item, by the rate_limit reader',
+      text('      - {unit: second, requests_per_unit: 1}\n      - {unit: sec}\n'),
+      'descriptors[0].rate_limits[1].unit: unknown unit "sec"',
+    ],
+    [
+      'an unknown key in an item',
+      text('      - {unit: second, limit: 1}\n'),
+      'descriptors[0].rate_limits[0].limit: unknown key (expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict)',
+    ],
+  ])('%s is an error naming the file and the path', (_, yaml, message) => {
+    expect(errorOf(yaml)).toBe(`budgets.yaml: ${message}`);
+  });
+
+  test('/rlconfig has a line per limit, named as its metrics are; /rlmatch shows every limit', () => {
+    const config = configFromTexts([{ file: 'budgets.yaml', text: text(TWO, '    count_denied_requests: true\n') }], opts);
+    expect(describeConfig(config)).toEqual([
+      'd.k.burst: unit=SECOND requests_per_unit=10 unit_multiplier=1 algorithm=sliding_window name=burst count_denied_requests=true, shadow_mode: false, quota_mode: false',
+      'd.k.daily: unit=DAY requests_per_unit=250 unit_multiplier=1 algorithm=fixed_window name=daily count_denied_requests=true, shadow_mode: false, quota_mode: false',
+    ]);
+    const burst = { requestsPerUnit: 10, unit: 'second', unitMultiplier: 1, windowMs: 1_000, algorithm: 'sliding_window', name: 'burst', unlimited: false };
+    const daily = { requestsPerUnit: 250, unit: 'day', unitMultiplier: 1, windowMs: 86_400_000, algorithm: 'fixed_window', name: 'daily', unlimited: false };
+    expect(ruleMatch(config, 'd', [{ key: 'k', value: 'v' }]).rule).toEqual({
+      ...burst,
+      shadowMode: false,
+      countDeniedRequests: true,
+      limits: [
+        { ...burst, statKey: 'd.k.burst' },
+        { ...daily, statKey: 'd.k.daily' },
+      ],
+    });
   });
 });

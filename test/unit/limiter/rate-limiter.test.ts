@@ -7,8 +7,9 @@ import { RateLimiter, type RateLimiterOptions } from '../../../src/limiter/rate-
 import type { DescriptorOutcome, LimiterObserver } from '../../../src/limiter/types';
 import type { Descriptor, DescriptorStatus, RateLimitRequest } from '../../../src/limiter/types';
 import { MemoryStore } from '../../../src/store/memory-store';
-import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../../../src/limiter/store';
+import type { Store } from '../../../src/limiter/store';
 import { FakeClock } from '../../helpers/fake-clock';
+import { RecordingStore } from '../../helpers/recording-store';
 import { LIMITER_DEFAULTS } from '../../helpers/limiter-defaults';
 
 const EDGE = `
@@ -53,23 +54,6 @@ descriptors:
 
 const START = 1_699_999_200_000; // an hour boundary: window positions below are easy to read
 const HOUR = 3_600_000;
-
-/** A Store that records its calls around a real MemoryStore. */
-class RecordingStore implements Store {
-  readonly name = 'recording';
-  readonly calls: { counters: CounterRequest[]; options?: DecideOptions }[] = [];
-  constructor(private readonly inner: Store) {}
-  decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
-    this.calls.push({ counters: [...counters], options });
-    return this.inner.decide(counters, options);
-  }
-  isHealthy(): boolean {
-    return true;
-  }
-  close(): Promise<void> {
-    return this.inner.close();
-  }
-}
 
 const d = (...pairs: [string, string][]): Descriptor => ({ entries: pairs.map(([key, value]) => ({ key, value })) });
 const req = (descriptors: Descriptor[], hitsAddend = 0, domain = 'edge'): RateLimitRequest => ({ domain, descriptors, hitsAddend });

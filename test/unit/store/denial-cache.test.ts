@@ -44,6 +44,18 @@ describe('DenialCache', () => {
     expect(hits).toBe(1);
   });
 
+  it('never answers a call carrying a charge made whatever the outcome, but answers its checks', async () => {
+    const post = (hits: number): CounterRequest => ({ ...counter('post', hits), countDenied: true });
+    await ask(cache, [post(2)]);
+    expect((await ask(cache, [post(1)]))[0].allowed).toBe(false);
+    expect(cache.decideLocally([post(1)])).toBeUndefined();
+    expect(cache.decideLocally([counter('post', 5), post(1)])).toBeUndefined();
+    // Charged although denied: 3 hits on a limit of 2, so a check is denied, and remembered as such.
+    expect((await ask(cache, [post(0)]))[0].allowed).toBe(false);
+    expect(cache.decideLocally([post(0)])?.decisions[0].allowed).toBe(false);
+    expect(inner.calls).toBe(3);
+  });
+
   it('answers a repeated denial locally until the store would allow it again', async () => {
     await ask(cache, [counter('a')]);
     await ask(cache, [counter('a')]);

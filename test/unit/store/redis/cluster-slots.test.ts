@@ -115,6 +115,20 @@ describe('decideAcrossSlots', () => {
     expect(f.refunds).toEqual([]);
   });
 
+  it('keeps, when a slot denies, the charges of counters charged whatever the outcome', async () => {
+    const f = fakeSlots((cs) => cs.map((c) => (c.key === 'b' ? denied : allowed(1))));
+    const post = { ...counter('a'), countDenied: true };
+    await decideAcrossSlots({ counters: [post, counter('c'), counter('b')], countDenied: false, ...f.options });
+    const refunded = new Map(f.refunds.flatMap(([keys, tokens]) => keys.map((k, i) => [k, tokens[i]] as const)));
+    expect(refunded).toEqual(
+      new Map([
+        ['a', ''],
+        ['b', 'tok-b'],
+        ['c', 'tok-c'],
+      ]),
+    );
+  });
+
   it('fails when a slot fails, refunding the slots that charged', async () => {
     const down = new Error('down');
     const f = fakeSlots((cs) => (cs[0].key === 'b' ? down : cs.map(() => allowed(1))));
