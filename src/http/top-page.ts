@@ -92,11 +92,11 @@ function chart(steps) {
   return svg;
 }
 
-/** "exact", or how much the counts may be short by (a descriptor that entered a full summary). */
+/** "exact", or how much the counts may be above the truth (a descriptor not kept all along in a full summary). */
 function errorText(error) {
   const parts = [];
-  if (error.denied > 0) parts.push("+" + error.denied + " denied");
-  if (error.allowed > 0) parts.push("+" + error.allowed + " allowed");
+  if (error.denied > 0) parts.push(error.denied + " denied");
+  if (error.allowed > 0) parts.push(error.allowed + " allowed");
   return parts.length === 0 ? "exact" : parts.join(", ");
 }
 
@@ -120,7 +120,7 @@ function ruleCard(r) {
   const table = el("table");
   const top = el("tr");
   top.appendChild(el("th", {}, "descriptor"));
-  for (const h of ["denied", "allowed", "near limit", "may be short by"]) top.appendChild(el("th", { class: "n" }, h));
+  for (const h of ["denied", "allowed", "near limit", "may be over by"]) top.appendChild(el("th", { class: "n" }, h));
   table.appendChild(el("thead")).appendChild(top);
   const body = table.appendChild(el("tbody"));
   for (const e of r.entries.slice(0, ROWS_PER_RULE)) {

@@ -13,7 +13,7 @@ import type { TopSketch, WindowView } from './top-sketch';
 /** The documents' kind in the shared store. */
 export const TOP_DOCUMENT_KIND = 'slidegate-top';
 /** The shape of a published view; a process skips the views of another (a rolling upgrade). */
-const DOCUMENT_VERSION = 1;
+const DOCUMENT_VERSION = 2;
 export const PUBLISH_EVERY_MS = 1_000;
 /** A published view outlives its publisher by this much: a few missed periods, then it is gone. */
 export const PUBLISHED_TTL_MS = 3 * PUBLISH_EVERY_MS;

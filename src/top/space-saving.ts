@@ -1,110 +1,103 @@
 /**
- * A Space-Saving summary (Metwally, Agrawal and El Abbadi, 2005) of the descriptors of one rule:
- * at most `capacity` entries, each holding a descriptor's counts since it entered. Entries are
- * ranked by denied hits, then allowed hits: "who is being limited" is the question, so a flood of
- * allowed one-shot values never pushes out a descriptor that is being denied. Once the summary is
- * full, a new descriptor takes the place of the lowest-ranked entry and inherits, as its error,
- * what it may have had before.
+ * A Space-Saving summary (Metwally, Agrawal and El Abbadi, 2005) of one count of the descriptors of
+ * one rule over one slice of the window: their denied hits, or their allowed hits (with the
+ * near-limit hits among them carried along). At most `capacity` entries. While it has room every
+ * descriptor is counted exactly; once full, a new descriptor takes the place of an entry with the
+ * lowest count m and starts from m + its weight, with error m: it may have had up to m before.
  *
- * What a reader may rely on (D: denied hits recorded, k: capacity):
- * - an entry's own counts are exact since it entered; its true counts lie between them and them
- *   plus its errors (`errorDenied` for denied, `errorAllowed` for allowed and near-limit);
- * - `errorDenied` is at most D / k, so a descriptor with more than D / k denied hits is always kept;
- * - a descriptor that is not kept has at most `floorDenied()` denied and `floorAllowed()` allowed hits.
+ * What a reader may rely on (W: the weight recorded, `total`; k: capacity):
+ * - a kept entry's count is never below its true count and at most `error` above it; the same
+ *   holds for `near` (near-limit hits are allowed hits, so they too were at most m before);
+ * - `error` <= floor() <= W / k, and a descriptor that is not kept has at most floor(): one with
+ *   more than W / k is always kept;
+ * - the counts add up to W (what the merge of summaries relies on, ./summary.ts).
  *
- * Everything lives in typed arrays and one Map allocated once: recording is a Map lookup and a
- * sift through a heap (O(log k)), allocating nothing but the Map entry of a new descriptor.
+ * Stream-summary layout: entries of equal count share a bucket, buckets form a list by count, and
+ * everything lives in typed arrays and one Map allocated once. A unit increment moves an entry to
+ * the next bucket and an eviction takes an entry of the lowest one, both O(1); an increment by w
+ * walks past the buckets between (at most k). Recording allocates nothing but the Map entry of a
+ * new descriptor.
  */
+
+const NONE = -1;
+
 export class SpaceSaving {
   readonly capacity: number;
-  /** Allowed and denied hits recorded. */
-  allowedTotal = 0;
-  deniedTotal = 0;
-  nearLimitTotal = 0;
-  private count = 0;
-  /** The most allowed hits any evicted entry may have had: bounds an absent descriptor's. */
-  private evictedAllowed = 0;
+  /** Weight recorded, and the near-limit hits among it. */
+  total = 0;
+  nearTotal = 0;
+  private size_ = 0;
   private readonly slotOf = new Map<string, number>();
   private readonly ids: (string | undefined)[];
-  readonly allowed: Float64Array;
-  readonly denied: Float64Array;
-  readonly nearLimit: Float64Array;
-  readonly errorAllowed: Float64Array;
-  readonly errorDenied: Float64Array;
-  /** heap[i]: the slot at heap position i; the root is the lowest-ranked entry. */
-  private readonly heap: Int32Array;
-  /** at[slot]: the heap position of a slot. */
-  private readonly at: Int32Array;
+  /** Per slot: what its count may be above the truth, and its near-limit hits (over-estimated alike). */
+  readonly error: Float64Array;
+  readonly near: Float64Array;
+  /** Per slot: its bucket, and its neighbours in that bucket. */
+  private readonly bucketOf: Int32Array;
+  private readonly nextInBucket: Int32Array;
+  private readonly prevInBucket: Int32Array;
+  /** Per bucket: its count, its first slot, the buckets above and below; capacity + 1 of them (a move makes the new one before freeing the old). */
+  private readonly value: Float64Array;
+  private readonly first: Int32Array;
+  private readonly above: Int32Array;
+  private readonly below: Int32Array;
+  private readonly freeBuckets: Int32Array;
+  private freeCount = 0;
+  private lowest = NONE;
 
   constructor(capacity: number) {
     if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`capacity must be a positive integer, got ${capacity}`);
     this.capacity = capacity;
     this.ids = new Array<string | undefined>(capacity).fill(undefined);
-    this.allowed = new Float64Array(capacity);
-    this.denied = new Float64Array(capacity);
-    this.nearLimit = new Float64Array(capacity);
-    this.errorAllowed = new Float64Array(capacity);
-    this.errorDenied = new Float64Array(capacity);
-    this.heap = new Int32Array(capacity);
-    this.at = new Int32Array(capacity);
+    this.error = new Float64Array(capacity);
+    this.near = new Float64Array(capacity);
+    this.bucketOf = new Int32Array(capacity);
+    this.nextInBucket = new Int32Array(capacity);
+    this.prevInBucket = new Int32Array(capacity);
+    this.value = new Float64Array(capacity + 1);
+    this.first = new Int32Array(capacity + 1);
+    this.above = new Int32Array(capacity + 1);
+    this.below = new Int32Array(capacity + 1);
+    this.freeBuckets = new Int32Array(capacity + 1);
+    this.clear();
   }
 
   /** Entries kept. */
   get size(): number {
-    return this.count;
+    return this.size_;
   }
 
-  /** The most denied hits a descriptor that is not kept can have. */
-  floorDenied(): number {
-    if (this.count < this.capacity) return 0;
-    const root = this.heap[0];
-    return this.denied[root] + this.errorDenied[root];
+  /** The most a descriptor that is not kept can have: the lowest count once full, else 0. */
+  floor(): number {
+    return this.size_ < this.capacity ? 0 : this.value[this.lowest];
   }
 
-  /** The most allowed hits a descriptor that is not kept can have. */
-  floorAllowed(): number {
-    return this.evictedAllowed;
-  }
-
-  /** Counts `allowed` admitted and `denied` denied hits of `id`, `nearLimit` of the admitted ones past the near-limit ratio. */
-  add(id: string, allowed: number, denied: number, nearLimit: number): void {
-    this.allowedTotal += allowed;
-    this.deniedTotal += denied;
-    this.nearLimitTotal += nearLimit;
+  /** Counts `weight` (> 0) for `id`, `near` of it near-limit hits. */
+  add(id: string, weight: number, near: number): void {
+    this.total += weight;
+    this.nearTotal += near;
     let slot = this.slotOf.get(id);
     if (slot !== undefined) {
-      this.allowed[slot] += allowed;
-      this.denied[slot] += denied;
-      this.nearLimit[slot] += nearLimit;
-      this.siftDown(this.at[slot]);
+      this.near[slot] += near;
+      this.raise(slot, weight);
       return;
     }
-    let position: number;
-    if (this.count < this.capacity) {
-      slot = this.count;
-      position = this.count++;
-      this.heap[position] = slot;
-      this.errorAllowed[slot] = 0;
-      this.errorDenied[slot] = 0;
+    if (this.size_ < this.capacity) {
+      slot = this.size_++;
+      this.error[slot] = 0;
+      this.near[slot] = near;
+      this.insert(slot, weight, NONE, this.lowest);
     } else {
-      // The lowest-ranked entry makes room; whatever the newcomer had before is bounded by what any
-      // evicted entry had (denied: the root's, which never decreases; allowed: the largest evicted).
-      position = 0;
-      slot = this.heap[0];
+      // Any entry of the lowest bucket makes room; the newcomer may have had up to its count before.
+      slot = this.first[this.lowest];
+      const m = this.value[this.lowest];
       this.slotOf.delete(this.ids[slot]!);
-      const evictedAllowed = this.allowed[slot] + this.errorAllowed[slot];
-      if (evictedAllowed > this.evictedAllowed) this.evictedAllowed = evictedAllowed;
-      this.errorDenied[slot] += this.denied[slot];
-      this.errorAllowed[slot] = this.evictedAllowed;
+      this.error[slot] = m;
+      this.near[slot] = m + near;
+      this.raise(slot, weight);
     }
     this.ids[slot] = id;
     this.slotOf.set(id, slot);
-    this.allowed[slot] = allowed;
-    this.denied[slot] = denied;
-    this.nearLimit[slot] = nearLimit;
-    this.at[slot] = position;
-    if (position === 0) this.siftDown(0);
-    else this.siftUp(position);
   }
 
   /** The id held in slot `slot` (0 <= slot < size). */
@@ -112,54 +105,71 @@ export class SpaceSaving {
     return this.ids[slot]!;
   }
 
+  /** The count of slot `slot` (0 <= slot < size). */
+  countAt(slot: number): number {
+    return this.value[this.bucketOf[slot]];
+  }
+
   /** Forgets everything (its slice left the window). */
   clear(): void {
-    this.count = 0;
-    this.allowedTotal = 0;
-    this.deniedTotal = 0;
-    this.nearLimitTotal = 0;
-    this.evictedAllowed = 0;
+    this.size_ = 0;
+    this.total = 0;
+    this.nearTotal = 0;
+    this.lowest = NONE;
     this.slotOf.clear();
     this.ids.fill(undefined);
+    this.freeCount = this.capacity + 1;
+    for (let b = 0; b < this.freeCount; b++) this.freeBuckets[b] = b;
   }
 
-  /** Slot a ranks below slot b: fewer denied hits, or as many and fewer allowed (errors included). */
-  private below(a: number, b: number): boolean {
-    const da = this.denied[a] + this.errorDenied[a];
-    const db = this.denied[b] + this.errorDenied[b];
-    return da < db || (da === db && this.allowed[a] + this.errorAllowed[a] < this.allowed[b] + this.errorAllowed[b]);
+  /** Moves a kept slot's count up by `weight`, past the buckets between. */
+  private raise(slot: number, weight: number): void {
+    if (weight === 0) return;
+    const from = this.bucketOf[slot];
+    this.detach(slot);
+    this.insert(slot, this.value[from] + weight, from, this.above[from]);
+    if (this.first[from] === NONE) this.freeBucket(from);
   }
 
-  // A new entry enters at the bottom and moves up; counts only grow, so a kept entry only moves down.
-  private siftUp(position: number): void {
-    const { heap, at } = this;
-    const slot = heap[position];
-    while (position > 0) {
-      const parent = (position - 1) >> 1;
-      if (!this.below(slot, heap[parent])) break;
-      heap[position] = heap[parent];
-      at[heap[position]] = position;
-      position = parent;
+  /** Puts `slot` in the bucket of `count` (made if need be), searched upwards from between `lower` and `upper` (NONE: the ends). */
+  private insert(slot: number, count: number, lower: number, upper: number): void {
+    while (upper !== NONE && this.value[upper] < count) {
+      lower = upper;
+      upper = this.above[upper];
     }
-    heap[position] = slot;
-    at[slot] = position;
+    let bucket = upper;
+    if (upper === NONE || this.value[upper] !== count) {
+      bucket = this.freeBuckets[--this.freeCount];
+      this.value[bucket] = count;
+      this.first[bucket] = NONE;
+      this.below[bucket] = lower;
+      this.above[bucket] = upper;
+      if (lower === NONE) this.lowest = bucket;
+      else this.above[lower] = bucket;
+      if (upper !== NONE) this.below[upper] = bucket;
+    }
+    const head = this.first[bucket];
+    this.nextInBucket[slot] = head;
+    this.prevInBucket[slot] = NONE;
+    if (head !== NONE) this.prevInBucket[head] = slot;
+    this.first[bucket] = slot;
+    this.bucketOf[slot] = bucket;
   }
 
-  private siftDown(position: number): void {
-    const { heap, at } = this;
-    const n = this.count;
-    const slot = heap[position];
-    for (;;) {
-      const left = 2 * position + 1;
-      if (left >= n) break;
-      const right = left + 1;
-      const child = right < n && this.below(heap[right], heap[left]) ? right : left;
-      if (!this.below(heap[child], slot)) break;
-      heap[position] = heap[child];
-      at[heap[position]] = position;
-      position = child;
-    }
-    heap[position] = slot;
-    at[slot] = position;
+  private detach(slot: number): void {
+    const prev = this.prevInBucket[slot];
+    const next = this.nextInBucket[slot];
+    if (prev === NONE) this.first[this.bucketOf[slot]] = next;
+    else this.nextInBucket[prev] = next;
+    if (next !== NONE) this.prevInBucket[next] = prev;
+  }
+
+  private freeBucket(bucket: number): void {
+    const lower = this.below[bucket];
+    const upper = this.above[bucket];
+    if (lower === NONE) this.lowest = upper;
+    else this.above[lower] = upper;
+    if (upper !== NONE) this.below[upper] = lower;
+    this.freeBuckets[this.freeCount++] = bucket;
   }
 }

@@ -1,10 +1,12 @@
-import { mergeSummaries } from './summary';
+import { joinCounts, mergeCounts, type EntryView } from './summary';
 import { STEPS, type RuleView, type WindowView } from './top-sketch';
 
 /**
  * Views of several processes merged into one, and the JSON that /top and /top/rules answer with.
  * A process's view is merged with the views its siblings and the other replicas published: counts
- * add up, each part's bound of what it did not keep adds to the errors (./summary.ts).
+ * add up, each part's bound of what it did not keep adds to the counts and their errors, so every
+ * count stays at or above the truth and at most its error (<= the count's total / TOP_ENTRIES)
+ * above it (./summary.ts).
  */
 
 /** What GET /top may be asked: a domain, the count to sort by, how many entries. */
@@ -69,7 +71,15 @@ export function mergeViews(views: readonly WindowView[], keep: number): WindowVi
       }
     }
     const { domain, rule, limit } = parts[0];
-    rules.push({ domain, rule, limit, allowed, denied, nearLimit, firstStep, stepAllowed, stepDenied, stepNearLimit, ...mergeSummaries(parts, keep) });
+    const byDenied = mergeCounts(
+      parts.map((r) => r.byDenied),
+      keep,
+    );
+    const byAllowed = mergeCounts(
+      parts.map((r) => r.byAllowed),
+      keep,
+    );
+    rules.push({ domain, rule, limit, allowed, denied, nearLimit, firstStep, stepAllowed, stepDenied, stepNearLimit, byDenied, byAllowed });
   }
   const untracked = views.reduce((sum, v) => sum + v.untracked, 0);
   return { windowMs: first.windowMs, stepMs: first.stepMs, atMs: lastStep * first.stepMs, rules, untracked };
@@ -85,10 +95,14 @@ export function descriptorOf(id: string): [string, string][] {
     const eq = part.indexOf('=');
     const key = unescapeComponent(eq < 0 ? part : part.slice(0, eq));
     const value = eq < 0 ? '' : unescapeComponent(part.slice(eq + 1));
-    const cut = value.length > DISPLAY_VALUE_CHARS ? value.slice(0, DISPLAY_VALUE_CHARS) : value;
-    if (brace >= 0 && i === parts.length - 1) return [key, `${cut}…#${id.slice(brace + 1)}`];
-    return [key, cut === value ? value : `${cut}…`];
+    if (brace >= 0 && i === parts.length - 1) return [key, `${value.slice(0, DISPLAY_VALUE_CHARS)}…#${id.slice(brace + 1)}`];
+    return [key, displayText(value)];
   });
+}
+
+/** A caller's text as shown: at most DISPLAY_VALUE_CHARS characters, a longer one cut and ended with '…'. */
+export function displayText(text: string): string {
+  return text.length > DISPLAY_VALUE_CHARS ? `${text.slice(0, DISPLAY_VALUE_CHARS)}…` : text;
 }
 
 // The inverse of the counter key's escaping (%XX); a cut escape at the end of a bounded id stays as is.
@@ -104,7 +118,7 @@ export interface TopEntry {
   readonly allowed: number;
   readonly denied: number;
   readonly near_limit: number;
-  /** How much each count may be short by (0: exact): denied, and allowed (near_limit included). */
+  /** How much each count may be above the true one (0: exact): denied, and allowed (near_limit's too, near-limit hits being allowed hits). */
   readonly error: { readonly allowed: number; readonly denied: number };
 }
 
@@ -113,7 +127,7 @@ export function topReport(view: WindowView, replicas: number, query: TopQuery): 
   const entries: TopEntry[] = [];
   for (const r of view.rules) {
     if (query.domain !== undefined && r.domain !== query.domain) continue;
-    for (const e of r.entries) entries.push(topEntry(r, e));
+    for (const e of joinCounts(r.byDenied, r.byAllowed)) entries.push(topEntry(r, e));
   }
   const key = query.by;
   entries.sort((a, b) => b[key] - a[key] || b.denied - a.denied || b.allowed - a.allowed);
@@ -121,7 +135,7 @@ export function topReport(view: WindowView, replicas: number, query: TopQuery): 
   return { window_s: view.windowMs / 1000, replicas, entries };
 }
 
-function topEntry(r: RuleView, e: RuleView['entries'][number]): TopEntry {
+function topEntry(r: RuleView, e: EntryView): TopEntry {
   return {
     domain: r.domain,
     rule: r.rule,
@@ -153,7 +167,7 @@ export function rulesReport(view: WindowView, replicas: number, extra: Record<st
       denied: r.denied,
       near_limit: r.nearLimit,
       steps: { step_s: view.stepMs / 1000, allowed: r.stepAllowed, denied: r.stepDenied, near_limit: r.stepNearLimit },
-      entries: r.entries.map((e) => {
+      entries: joinCounts(r.byDenied, r.byAllowed).map((e) => {
         const { domain: _d, rule: _r, ...rest } = topEntry(r, e);
         return rest;
       }),

@@ -1,16 +1,18 @@
 import type { DescriptorOutcome, Limit } from '../limiter/types';
 import { SpaceSaving } from './space-saving';
-import { mergeSummaries, type EntryView, type Summary } from './summary';
+import { mergeCounts, type CountEntry, type CountSummary } from './summary';
 
 /**
  * The heavy hitters of every rule over a sliding recent window (TOP_WINDOW), fed by the limiter's
- * outcomes. The window is cut into SLICES slices, each with its own Space-Saving summary per rule
- * (./space-saving.ts), and into STEPS steps of exact totals per rule (the page's chart). The view
- * covers the current slice and the SLICES - 1 before it, so a hit stays in view between
- * (SLICES - 1) / SLICES of the window and the whole window after it was counted.
+ * outcomes. The window is cut into SLICES slices, each with two Space-Saving summaries per rule
+ * (./space-saving.ts), one of denied hits and one of allowed hits: a flood of allowed one-shot
+ * values never pushes a denied descriptor out, and each count has its own bound (./summary.ts).
+ * It is also cut into STEPS steps of exact totals per rule (the page's chart). The view covers the
+ * current slice and the SLICES - 1 before it, so a hit stays in view between (SLICES - 1) / SLICES
+ * of the window and the whole window after it was counted.
  *
  * Bounded: at most `maxRules` rules (hits of further ones are only counted as untracked), each
- * SLICES x `entries` entries, and every id at most ID_MAX_CHARS characters (longer counter keys are
+ * 2 x SLICES x `entries` entries, and every id at most ID_MAX_CHARS characters (longer counter keys are
  * cut and hashed, see boundedId). Recording reads no clock: advance(), on a timer, moves the window.
  */
 
@@ -45,7 +47,7 @@ export interface LimitView {
 }
 
 /** One rule over the window: its limit, exact totals, the totals per step, and its heaviest descriptors. */
-export interface RuleView extends Summary {
+export interface RuleView {
   readonly domain: string;
   /** The rule's key path, as the metrics name it ("tenant_acme.path"). */
   readonly rule: string;
@@ -58,6 +60,17 @@ export interface RuleView extends Summary {
   readonly stepAllowed: readonly number[];
   readonly stepDenied: readonly number[];
   readonly stepNearLimit: readonly number[];
+  /** The descriptors with the most denied hits, and with the most allowed hits (near-limit ones carried along). */
+  readonly byDenied: CountSummary;
+  readonly byAllowed: CountSummary;
+}
+
+/** The two summaries of one slice of a rule. */
+interface Slice {
+  readonly denied: SpaceSaving;
+  readonly allowed: SpaceSaving;
+  /** The absolute slice number it holds, -1 before the first. */
+  at: number;
 }
 
 /** Every rule over the window, as one process (or a merge of several) sees it. */
@@ -76,11 +89,9 @@ interface RuleWindow {
   readonly domain: string;
   readonly rule: string;
   limit: LimitView;
-  readonly slices: SpaceSaving[];
-  /** The absolute slice number each of `slices` holds. */
-  readonly sliceAt: Float64Array;
-  /** The summary of the current slice. */
-  current: SpaceSaving;
+  readonly slices: Slice[];
+  /** The current slice. */
+  current: Slice;
   /** allowed, denied, nearLimit per step, at 3 x (step % STEPS). */
   readonly steps: Float64Array;
   readonly stepAt: Float64Array;
@@ -116,7 +127,9 @@ export class TopSketch {
       this.untracked += o.withinLimit + o.overLimit;
       return;
     }
-    w.current.add(boundedId(o.key), o.withinLimit, o.overLimit, o.nearLimit);
+    const id = boundedId(o.key);
+    if (o.overLimit > 0) w.current.denied.add(id, o.overLimit, 0);
+    if (o.withinLimit > 0) w.current.allowed.add(id, o.withinLimit, o.nearLimit);
     const steps = w.steps;
     const i = this.stepIndex;
     steps[i] += o.withinLimit;
@@ -133,15 +146,14 @@ export class TopSketch {
     for (const w of this.byName.values()) this.moveTo(w, step);
   }
 
-  /** The window as of the last advance(): per rule its totals, steps and its `keep` heaviest descriptors. */
+  /** The window as of the last advance(): per rule its totals, steps and its heaviest descriptors, `keep` of each count (at least the capacity: the bounds need it). */
   view(keep: number = this.capacity): WindowView {
+    const kept = Math.max(keep, this.capacity);
     const rules: RuleView[] = [];
     const first = this.step - STEPS + 1;
     const firstSlice = Math.floor(this.step / STEPS_PER_SLICE) - SLICES + 1;
     for (const w of this.byName.values()) {
-      const parts: Summary[] = [];
-      for (let s = 0; s < SLICES; s++) if (w.sliceAt[s] >= firstSlice) parts.push(summaryOf(w.slices[s]));
-      const merged = mergeSummaries(parts, keep);
+      const slices = w.slices.filter((s) => s.at >= firstSlice);
       const stepAllowed: number[] = new Array<number>(STEPS).fill(0);
       const stepDenied: number[] = new Array<number>(STEPS).fill(0);
       const stepNearLimit: number[] = new Array<number>(STEPS).fill(0);
@@ -156,11 +168,10 @@ export class TopSketch {
         stepDenied[j] = w.steps[i + 1];
         stepNearLimit[j] = w.steps[i + 2];
       }
-      for (let s = 0; s < SLICES; s++) {
-        if (w.sliceAt[s] < firstSlice) continue;
-        allowed += w.slices[s].allowedTotal;
-        denied += w.slices[s].deniedTotal;
-        nearLimit += w.slices[s].nearLimitTotal;
+      for (const s of slices) {
+        allowed += s.allowed.total;
+        denied += s.denied.total;
+        nearLimit += s.allowed.nearTotal;
       }
       if (allowed + denied === 0) continue;
       rules.push({
@@ -174,7 +185,14 @@ export class TopSketch {
         stepAllowed,
         stepDenied,
         stepNearLimit,
-        ...merged,
+        byDenied: mergeCounts(
+          slices.map((s) => summaryOf(s.denied)),
+          kept,
+        ),
+        byAllowed: mergeCounts(
+          slices.map((s) => summaryOf(s.allowed)),
+          kept,
+        ),
       });
     }
     return { windowMs: this.windowMs, stepMs: this.stepMs, atMs: this.step * this.stepMs, rules, untracked: this.untracked };
@@ -186,14 +204,13 @@ export class TopSketch {
     let w = this.byName.get(name);
     if (w === undefined) {
       if (this.byName.size >= this.maxRules) return undefined;
-      const slices: SpaceSaving[] = [];
-      for (let s = 0; s < SLICES; s++) slices.push(new SpaceSaving(this.capacity));
+      const slices: Slice[] = [];
+      for (let s = 0; s < SLICES; s++) slices.push({ denied: new SpaceSaving(this.capacity), allowed: new SpaceSaving(this.capacity), at: -1 });
       w = {
         domain: o.domain,
         rule: o.rule.statKey,
         limit: limitView(o.rule.limit, o.rule.shadowMode),
         slices,
-        sliceAt: new Float64Array(SLICES).fill(-1),
         current: slices[0],
         steps: new Float64Array(3 * STEPS),
         stepAt: new Float64Array(STEPS).fill(-1),
@@ -215,28 +232,20 @@ export class TopSketch {
       w.steps.fill(0, 3 * at, 3 * at + 3);
     }
     const slice = Math.floor(step / STEPS_PER_SLICE);
-    const s = slice % SLICES;
-    if (w.sliceAt[s] !== slice) {
-      w.sliceAt[s] = slice;
-      w.slices[s].clear();
+    const s = w.slices[slice % SLICES];
+    if (s.at !== slice) {
+      s.at = slice;
+      s.denied.clear();
+      s.allowed.clear();
     }
-    w.current = w.slices[s];
+    w.current = s;
   }
 }
 
-function summaryOf(s: SpaceSaving): Summary {
-  const entries: EntryView[] = [];
-  for (let slot = 0; slot < s.size; slot++) {
-    entries.push({
-      id: s.idAt(slot),
-      allowed: s.allowed[slot],
-      denied: s.denied[slot],
-      nearLimit: s.nearLimit[slot],
-      errorAllowed: s.errorAllowed[slot],
-      errorDenied: s.errorDenied[slot],
-    });
-  }
-  return { entries, floorAllowed: s.floorAllowed(), floorDenied: s.floorDenied() };
+function summaryOf(s: SpaceSaving): CountSummary {
+  const entries: CountEntry[] = [];
+  for (let slot = 0; slot < s.size; slot++) entries.push({ id: s.idAt(slot), count: s.countAt(slot), error: s.error[slot], near: s.near[slot] });
+  return { entries, floor: s.floor() };
 }
 
 function limitView(limit: Limit, shadowMode: boolean): LimitView {

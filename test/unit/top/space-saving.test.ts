@@ -2,28 +2,15 @@ import fc from 'fast-check';
 import { SpaceSaving } from '../../../src/top/space-saving';
 
 /**
- * The Space-Saving summary against exact counting: every kept entry's true counts lie within its
- * stated errors, denials above D / k are never lost, and an absent descriptor is within the floors.
+ * The Space-Saving summary against exact counting: kept counts are at or above the truth and at
+ * most their error above it, errors and the floor stay within W / k, a descriptor above W / k is
+ * never lost, and the buckets keep counts in order whatever the weights.
  */
 
 interface Hit {
   readonly id: string;
-  readonly denied: boolean;
-}
-
-function exact(hits: readonly Hit[]): Map<string, { allowed: number; denied: number }> {
-  const counts = new Map<string, { allowed: number; denied: number }>();
-  for (const { id, denied } of hits) {
-    const c = counts.get(id) ?? { allowed: 0, denied: 0 };
-    if (denied) c.denied++;
-    else c.allowed++;
-    counts.set(id, c);
-  }
-  return counts;
-}
-
-function record(summary: SpaceSaving, hits: readonly Hit[]): void {
-  for (const { id, denied } of hits) summary.add(id, denied ? 0 : 1, denied ? 1 : 0, 0);
+  readonly weight: number;
+  readonly near: number;
 }
 
 function kept(summary: SpaceSaving): Map<string, number> {
@@ -32,39 +19,49 @@ function kept(summary: SpaceSaving): Map<string, number> {
   return slots;
 }
 
+const countsOf = (s: SpaceSaving, id: string) => {
+  const slot = kept(s).get(id);
+  return slot === undefined ? undefined : [s.countAt(slot), s.error[slot], s.near[slot]];
+};
+
 describe('SpaceSaving', () => {
   it('counts exactly while it has room', () => {
     const s = new SpaceSaving(4);
-    s.add('a', 1, 0, 0);
-    s.add('b', 0, 3, 0);
-    s.add('a', 2, 1, 1);
-    const slots = kept(s);
-    const a = slots.get('a')!;
-    expect([s.allowed[a], s.denied[a], s.nearLimit[a], s.errorAllowed[a], s.errorDenied[a]]).toEqual([3, 1, 1, 0, 0]);
-    expect([s.allowedTotal, s.deniedTotal, s.nearLimitTotal]).toEqual([3, 4, 1]);
-    expect([s.floorAllowed(), s.floorDenied()]).toEqual([0, 0]);
+    s.add('a', 1, 0);
+    s.add('b', 3, 1);
+    s.add('a', 2, 1);
+    expect(countsOf(s, 'a')).toEqual([3, 0, 1]);
+    expect(countsOf(s, 'b')).toEqual([3, 0, 1]);
+    expect([s.total, s.nearTotal, s.size, s.floor()]).toEqual([6, 2, 2, 0]);
   });
 
-  it('keeps a denied descriptor through any number of allowed one-shot values', () => {
-    const s = new SpaceSaving(8);
-    for (let i = 0; i < 60; i++) s.add('mallory', i < 5 ? 1 : 0, i < 5 ? 0 : 1, 0);
-    for (let i = 0; i < 100_000; i++) s.add(`one-${i}`, 1, 0, 0);
-    const m = kept(s).get('mallory')!;
-    expect([s.allowed[m], s.denied[m], s.errorAllowed[m], s.errorDenied[m]]).toEqual([5, 55, 0, 0]);
-    expect(s.size).toBe(8);
-  });
-
-  it('gives a newcomer the evicted weight as its error, then forgets everything on clear()', () => {
+  it('gives a newcomer the lowest count as its start and its error, then forgets everything on clear()', () => {
     const s = new SpaceSaving(2);
-    s.add('a', 0, 2, 0);
-    s.add('b', 3, 0, 0);
-    s.add('c', 0, 1, 0); // evicts b (no denials): c may have had b's allowed hits
-    const c = kept(s).get('c')!;
-    expect([s.denied[c], s.errorDenied[c], s.errorAllowed[c]]).toEqual([1, 0, 3]);
+    s.add('a', 5, 0);
+    s.add('b', 2, 0);
+    s.add('c', 1, 1); // takes b's place: it may have had up to 2 before
     expect(kept(s).has('b')).toBe(false);
-    expect([s.floorAllowed(), s.floorDenied()]).toEqual([3, 1]);
+    expect(countsOf(s, 'c')).toEqual([3, 2, 3]);
+    expect(countsOf(s, 'a')).toEqual([5, 0, 0]);
+    expect(s.floor()).toBe(3);
     s.clear();
-    expect([s.size, s.allowedTotal, s.deniedTotal, s.floorAllowed(), s.floorDenied()]).toEqual([0, 0, 0, 0, 0]);
+    expect([s.size, s.total, s.nearTotal, s.floor()]).toEqual([0, 0, 0, 0]);
+    s.add('d', 1, 0);
+    expect(countsOf(s, 'd')).toEqual([1, 0, 0]);
+  });
+
+  it('lets a flood push out a descriptor below W / k, which comes back with the floor as its error', () => {
+    const s = new SpaceSaving(8);
+    for (let i = 0; i < 60; i++) s.add('mallory', 1, 0);
+    for (let i = 0; i < 100_000; i++) s.add(`one-${i}`, 1, 0);
+    // 100,060 hits over 8 entries: a floor near 12,500, far above mallory's 60 ...
+    expect(s.floor()).toBeGreaterThan(12_000);
+    // ... so mallory was pushed out, and could only come back with the floor as its error.
+    s.add('mallory', 1, 0);
+    const [count, error] = countsOf(s, 'mallory')!;
+    expect(count - error).toBe(1);
+    expect(error).toBeLessThanOrEqual(s.total / 8);
+    expect(s.size).toBe(8);
   });
 
   it('rejects a capacity that is not a positive integer', () => {
@@ -72,30 +69,50 @@ describe('SpaceSaving', () => {
     expect(() => new SpaceSaving(1.5)).toThrow(RangeError);
   });
 
-  it('states bounds that hold for any stream (property)', () => {
-    const hit = fc.record({ id: fc.integer({ min: 0, max: 30 }).map((n) => `d${n}`), denied: fc.boolean() });
+  it('states bounds that hold for any stream of any weights (property)', () => {
+    const hit = fc
+      .record({
+        id: fc.oneof(
+          fc.integer({ min: 0, max: 3 }).map((n) => `heavy${n}`),
+          fc.integer({ min: 0, max: 1e6 }).map((n) => `one${n}`),
+        ),
+        weight: fc.integer({ min: 1, max: 4 }),
+      })
+      .chain(({ id, weight }) => fc.record({ id: fc.constant(id), weight: fc.constant(weight), near: fc.integer({ min: 0, max: weight }) }));
     fc.assert(
-      fc.property(fc.integer({ min: 1, max: 8 }), fc.array(hit, { maxLength: 300 }), (k, hits) => {
+      fc.property(fc.integer({ min: 1, max: 8 }), fc.array(hit, { maxLength: 400 }), (k, hits: Hit[]) => {
         const s = new SpaceSaving(k);
-        record(s, hits);
-        const truth = exact(hits);
-        const slots = kept(s);
-        const deniedTotal = hits.filter((h) => h.denied).length;
-        for (const [id, t] of truth) {
-          const slot = slots.get(id);
-          if (slot === undefined) {
-            expect(t.denied).toBeLessThanOrEqual(s.floorDenied());
-            expect(t.allowed).toBeLessThanOrEqual(s.floorAllowed());
-            continue;
-          }
-          expect(s.denied[slot]).toBeLessThanOrEqual(t.denied);
-          expect(t.denied).toBeLessThanOrEqual(s.denied[slot] + s.errorDenied[slot]);
-          expect(s.allowed[slot]).toBeLessThanOrEqual(t.allowed);
-          expect(t.allowed).toBeLessThanOrEqual(s.allowed[slot] + s.errorAllowed[slot]);
-          expect(s.errorDenied[slot]).toBeLessThanOrEqual(deniedTotal / k);
-          // More denials than D / k: always kept.
+        const truth = new Map<string, { count: number; near: number }>();
+        for (const { id, weight, near } of hits) {
+          s.add(id, weight, near);
+          const t = truth.get(id) ?? { count: 0, near: 0 };
+          t.count += weight;
+          t.near += near;
+          truth.set(id, t);
         }
-        for (const [id, t] of truth) if (t.denied > deniedTotal / k) expect(slots.has(id)).toBe(true);
+        const total = hits.reduce((sum, h) => sum + h.weight, 0);
+        const slots = kept(s);
+        let sum = 0;
+        let lowest = Infinity;
+        for (const [id, slot] of slots) {
+          const t = truth.get(id)!;
+          const [count, error, near] = [s.countAt(slot), s.error[slot], s.near[slot]];
+          sum += count;
+          lowest = Math.min(lowest, count);
+          expect(t.count).toBeLessThanOrEqual(count);
+          expect(count).toBeLessThanOrEqual(t.count + error);
+          expect(t.near).toBeLessThanOrEqual(near);
+          expect(near).toBeLessThanOrEqual(t.near + error);
+          expect(error).toBeLessThanOrEqual(s.floor());
+        }
+        // The counts add up to the weight; the floor is the lowest count once full, and at most W / k.
+        expect(sum).toBe(total);
+        expect(s.floor()).toBe(slots.size < k ? 0 : lowest);
+        expect(s.floor() * k).toBeLessThanOrEqual(total);
+        for (const [id, t] of truth) {
+          if (!slots.has(id)) expect(t.count).toBeLessThanOrEqual(s.floor());
+          if (t.count * k > total) expect(slots.has(id)).toBe(true);
+        }
       }),
       { numRuns: 300 },
     );

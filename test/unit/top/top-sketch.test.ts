@@ -1,7 +1,7 @@
 import type { DescriptorOutcome, Limit } from '../../../src/limiter/types';
 import { mergeViews, parseTopQuery, topReport, descriptorOf, rulesReport } from '../../../src/top/top-report';
 import { boundedId, ID_MAX_CHARS, SLICES, STEPS, TopSketch } from '../../../src/top/top-sketch';
-import { mergeSummaries } from '../../../src/top/summary';
+import { mergeCounts } from '../../../src/top/summary';
 
 /** The sliding window of the heavy hitters, on a pinned clock: slices leave the view, steps chart it, views merge. */
 
@@ -99,7 +99,9 @@ describe('TopSketch', () => {
       s.advance(T0 + slice * 6_000);
       for (let i = 0; i < 5_000; i++) s.record(outcome(`${slice}-${i}`, true));
     }
-    expect(s.view(1_000).rules[0].entries.length).toBeLessThanOrEqual(SLICES * 8);
+    const [rule] = s.view(1_000).rules;
+    expect(rule.byAllowed.entries.length).toBeLessThanOrEqual(SLICES * 8);
+    expect(rule.byDenied.entries).toEqual([]);
   });
 });
 
@@ -148,17 +150,31 @@ describe('merging views', () => {
     expect(merged.rules[0].stepAllowed.slice(-2)).toEqual([1, 1]);
   });
 
-  it('adds what a full part did not keep to the errors of the entries it lacks', () => {
-    const merged = mergeSummaries(
+  it('adds the floor of a full part to the counts and errors of the entries it lacks, and drops the lowest', () => {
+    const merged = mergeCounts(
       [
-        { entries: [{ id: 'a', allowed: 1, denied: 5, nearLimit: 0, errorAllowed: 0, errorDenied: 0 }], floorAllowed: 2, floorDenied: 1 },
-        { entries: [{ id: 'b', allowed: 3, denied: 0, nearLimit: 0, errorAllowed: 0, errorDenied: 0 }], floorAllowed: 0, floorDenied: 0 },
+        { entries: [{ id: 'a', count: 5, error: 1, near: 2 }], floor: 2 },
+        { entries: [{ id: 'b', count: 3, error: 0, near: 0 }], floor: 0 },
       ],
       1,
     );
-    expect(merged.entries).toEqual([{ id: 'a', allowed: 1, denied: 5, nearLimit: 0, errorAllowed: 0, errorDenied: 0 }]);
-    // b was dropped with up to 3 + 2 allowed and 0 + 1 denied.
-    expect([merged.floorAllowed, merged.floorDenied]).toEqual([5, 1]);
+    expect(merged.entries).toEqual([{ id: 'a', count: 5, error: 1, near: 2 }]);
+    // b: 3 in the second part, up to 2 in the first one; dropped with 5, which becomes the floor.
+    expect(merged.floor).toBe(5);
+    const both = mergeCounts(
+      [
+        { entries: [{ id: 'a', count: 5, error: 1, near: 2 }], floor: 2 },
+        { entries: [{ id: 'b', count: 3, error: 0, near: 0 }], floor: 0 },
+      ],
+      2,
+    );
+    expect(both).toEqual({
+      entries: [
+        { id: 'a', count: 5, error: 1, near: 2 },
+        { id: 'b', count: 5, error: 2, near: 2 },
+      ],
+      floor: 2,
+    });
   });
 
   it('lays out /top/rules for the page, rules of a domain by denials', () => {
