@@ -13,6 +13,7 @@ import { createMetrics, instrumentDecider, instrumentReplays, type Metrics } fro
 import { frameResponse } from './wire/rls-codec';
 import { createMetricSinks, registryExposition } from './metrics/sinks';
 import { DebugServer } from './http/debug-server';
+import { rlqsReport } from './http/rlqs-report';
 import { PrometheusServer } from './http/prometheus-server';
 import { Http2GrpcServer } from './grpc/http2-server';
 import { quotaStreamingMethod, RlqsService } from './service/rlqs-service';
@@ -212,6 +213,8 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     quota: () => rlqs.view(),
     metrics: exposition,
     top: top === undefined ? undefined : () => top.merged(),
+    // The page shows this replica's quota streams beside the heavy hitters (their shares cover every replica's proxies).
+    topExtras: () => ({ rlqs: rlqsReport(rlqs.view()) }),
     logger,
   });
   // Before the shared port opens: the first proxy calls then meet compiled code (see warm-up.ts).

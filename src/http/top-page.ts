@@ -2,9 +2,10 @@ import { createHash } from 'node:crypto';
 
 /**
  * The live page at GET / of the debug port: who is being limited, per domain and rule, refreshed
- * from /top/rules every REFRESH_MS. One self-contained document (no external script, style, font or
- * image: clusters are often air-gapped). Descriptor values are the callers' own bytes, so the script
- * only ever puts them into the page as text (textContent), never as markup.
+ * from /top/rules every REFRESH_MS, and below it the quota streams' budgets (RLQS) when there are
+ * any. One self-contained document (no external script, style, font or image: clusters are often
+ * air-gapped). Descriptor values, bucket ids and proxy names are the callers' own bytes, so the
+ * script only ever puts them into the page as text (textContent), never as markup.
  */
 
 const REFRESH_MS = 2_000;
@@ -39,6 +40,7 @@ const STYLE = `
   .empty, footer { color: var(--muted); }
   .more { margin: 6px 8px 0; }
   footer { padding: 0 20px 20px; }
+  #rlqs { padding: 0 20px 12px; }
   footer a { color: inherit; margin-right: 14px; }
 `;
 
@@ -138,27 +140,56 @@ function ruleCard(r) {
   return card;
 }
 
-function rlqsSection(streams) {
-  const section = el("div");
-  section.appendChild(el("h2", {}, "Quota streams (RLQS)"));
-  if (!streams || streams.length === 0) {
-    section.appendChild(el("p", { class: "empty" }, "No quota stream is open."));
-    return section;
-  }
-  const table = el("table", { class: "rule" });
-  const head = el("tr");
-  for (const h of ["bucket", "proxy", "demand", "assigned"]) head.appendChild(el("th", {}, h));
-  table.appendChild(head);
-  for (const s of streams) {
+function rate(n) {
+  return n === null ? "not measured yet" : n.toFixed(1) + "/s";
+}
+
+function assignmentText(a) {
+  if (a === null) return "none sent yet";
+  if (a.kind === "token_bucket") return "token bucket: " + a.tokens_per_fill + " per " + a.fill_interval_s + " s, max " + a.max_tokens;
+  return a.kind === "deny_all" ? "DENY_ALL" : "ALLOW_ALL";
+}
+
+/** One table per budget: every proxy dividing a rule's limit, with what it asks and what it is given. */
+function budgetCard(b) {
+  const card = el("div", { class: "rule rlqs-budget", "data-domain": b.domain, "data-rule": b.rule });
+  const head = el("div", { class: "rule-head" });
+  head.appendChild(el("span", { class: "rule-name" }, b.domain + " / " + b.rule));
+  head.appendChild(el("span", { class: "limit" }, b.limit + " per " + b.window_s + " s" + (b.shadow_mode ? ", shadow mode" : "")));
+  head.appendChild(el("span", { class: "share" }, b.used + " used in the window" + (b.overshoot > 0 ? ", " + b.overshoot + " over the limit" : "")));
+  card.appendChild(head);
+  const table = el("table");
+  const top = el("tr");
+  for (const h of ["proxy", "bucket", "demand", "assigned share", "assignment", "last report"]) top.appendChild(el("th", {}, h));
+  table.appendChild(el("thead")).appendChild(top);
+  const body = table.appendChild(el("tbody"));
+  for (const p of b.proxies) {
     const row = el("tr");
-    row.appendChild(el("td", { class: "descriptor" }, s.bucket));
-    row.appendChild(el("td", { class: "descriptor" }, s.proxy));
-    row.appendChild(el("td", { class: "n" }, s.demand));
-    row.appendChild(el("td", { class: "n" }, s.assigned));
-    table.appendChild(row);
+    row.appendChild(el("td", { class: "descriptor proxy" }, p.local ? p.proxy : p.proxy + " (another replica)"));
+    row.appendChild(el("td", { class: "descriptor" }, p.bucket === null ? "" : descriptorText(p.bucket)));
+    row.appendChild(el("td", { class: "n" }, rate(p.demand)));
+    row.appendChild(el("td", { class: "n" }, p.share.toFixed(1) + "/s"));
+    row.appendChild(el("td", {}, p.local ? assignmentText(p.assignment) : ""));
+    row.appendChild(el("td", { class: "n" }, p.report_age_s === null ? "" : p.report_age_s.toFixed(1) + " s ago"));
+    body.appendChild(row);
   }
-  section.appendChild(table);
-  return section;
+  card.appendChild(table);
+  if (b.more_proxies > 0) card.appendChild(el("p", { class: "empty more" }, b.more_proxies + " more proxies in /rlqs"));
+  return card;
+}
+
+/** The quota streams' budgets; the section is hidden while there is none. */
+function renderRlqs(budgets) {
+  const section = document.getElementById("rlqs");
+  section.hidden = !budgets || budgets.length === 0;
+  if (section.hidden) {
+    section.replaceChildren();
+    return;
+  }
+  const next = document.createDocumentFragment();
+  next.appendChild(el("h2", {}, "Quota streams (RLQS)"));
+  for (const b of budgets) next.appendChild(budgetCard(b));
+  section.replaceChildren(next);
 }
 
 function render(view) {
@@ -177,7 +208,7 @@ function render(view) {
     next.appendChild(section);
   }
   main.replaceChildren(next);
-  if (view.rlqs !== undefined) document.getElementById("rlqs").replaceChildren(rlqsSection(view.rlqs));
+  renderRlqs(view.rlqs);
   const replicas = view.replicas === 1 ? "1 replica" : view.replicas + " replicas";
   document.getElementById("status").textContent =
     "last " + view.window_s + " s, " + replicas + ", updated " + new Date(view.at_ms).toLocaleTimeString();
@@ -214,9 +245,9 @@ export const TOP_PAGE = `<!doctype html>
   <span class="legend status"><span><i class="allowed"></i>allowed</span><span><i class="denied"></i>denied</span><span><i class="near"></i>near limit</span></span>
 </header>
 <main id="domains"><p class="empty">Waiting for the first view…</p></main>
-<section id="rlqs"></section>
+<section id="rlqs" hidden></section>
 <footer>
-  <a href="/top">/top (JSON)</a><a href="/top/rules">/top/rules (JSON)</a><a href="/rlconfig">/rlconfig</a><a href="/metrics">/metrics</a>
+  <a href="/top">/top (JSON)</a><a href="/top/rules">/top/rules (JSON)</a><a href="/rlconfig">/rlconfig</a><a href="/rlqs">/rlqs</a><a href="/metrics">/metrics</a>
 </footer>
 <script>${SCRIPT}</script>
 </body>

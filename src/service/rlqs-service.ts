@@ -115,16 +115,29 @@ export interface RuleShareView {
   /** The counter's usage of its window at the last report (limit - remaining). */
   readonly used: number;
   /** Every proxy on the budget, on every replica, as the store last said; `share` (requests/s) and `local` for this replica's. */
-  readonly proxies: readonly {
-    readonly member: string;
-    readonly demand: number | null;
-    readonly allowed: number;
-    readonly share: number;
-    readonly local: boolean;
-  }[];
+  readonly proxies: readonly ProxyShareView[];
   /** Requests per window the proxies' reports say they admitted above the limit (0 when within). */
   readonly overshoot: number;
 }
+
+export interface ProxyShareView {
+  readonly member: string;
+  readonly demand: number | null;
+  readonly allowed: number;
+  readonly share: number;
+  readonly local: boolean;
+  /** This replica's proxies only: the stream, the name the proxy sent (PROXY_NAME_HEADER, cut), the bucket, the assignment last sent and how long ago it last reported. */
+  readonly stream?: string;
+  readonly proxy?: string | null;
+  readonly bucket?: readonly Entry[];
+  readonly assignment?: QuotaStrategy | null;
+  readonly reportAgeMs?: number | null;
+}
+
+/** The request header (gRPC metadata) a proxy may name itself with: Envoy sends it from grpc_service.initial_metadata. */
+export const PROXY_NAME_HEADER = 'node-id';
+/** Characters of a proxy's name kept (the caller's bytes: bounded before they are stored). */
+const PROXY_NAME_MAX_CHARS = 128;
 
 /** Views list at most this many streams (the debug page stays small whatever the fleet). */
 const VIEW_MAX_STREAMS = 1_000;
@@ -134,6 +147,8 @@ const COUNT_ALWAYS = Object.freeze({ countDenied: true });
 
 interface StreamState {
   readonly member: string;
+  /** The name the proxy sent, cut to PROXY_NAME_MAX_CHARS. */
+  readonly proxy: string | undefined;
   readonly sink: QuotaStreamSink;
   readonly openedAtMs: number;
   readonly buckets: Map<string, StreamBucket>;
@@ -231,8 +246,8 @@ export class RlqsService {
     return this.streams.size;
   }
 
-  /** A new stream; refused (ended at once) while shutting down or at RLQS_MAX_STREAMS. */
-  open(sink: QuotaStreamSink): QuotaStream {
+  /** A new stream, of the proxy `proxy` names if any; refused (ended at once) while shutting down or at RLQS_MAX_STREAMS. */
+  open(sink: QuotaStreamSink, proxy?: string): QuotaStream {
     if (this.stopping !== undefined) {
       sink.end({ code: GrpcStatus.UNAVAILABLE, details: 'server shutting down' });
       return { message: () => undefined, closed: () => undefined };
@@ -243,6 +258,7 @@ export class RlqsService {
     }
     const stream: StreamState = {
       member: `${this.replicaId}.${this.nextStream++}`,
+      proxy: proxy?.slice(0, PROXY_NAME_MAX_CHARS),
       sink,
       openedAtMs: this.clock.nowMs(),
       buckets: new Map(),
@@ -280,11 +296,16 @@ export class RlqsService {
       streams.push({ member: s.member, domain: s.domain, buckets: s.buckets.size, reportIntervalMs: s.intervalMs, openedAtMs: s.openedAtMs });
     }
     const rules: RuleShareView[] = [];
+    const now = this.clock.nowMs();
     for (const b of this.budgets.values()) {
-      const local = new Set([...b.members].map((m) => m.member));
+      const local = new Map([...b.members].map((m) => [m.member, m]));
       const windowSeconds = b.counter.windowMs / 1000;
       let admitted = 0;
       for (const p of b.proxies) admitted += p.allowed * windowSeconds;
+      // As divide() does: a local proxy the store has not returned yet is on the budget too.
+      const listed = new Set(b.proxies.map((p) => p.member));
+      const proxies = [...b.proxies];
+      for (const m of b.members) if (!listed.has(m.member)) proxies.push({ member: m.member, demand: m.demand, allowed: m.allowed });
       rules.push({
         domain: b.domain,
         statKey: b.statKey,
@@ -292,13 +313,20 @@ export class RlqsService {
         windowMs: b.counter.windowMs,
         shadow: b.shadow,
         used: b.used,
-        proxies: b.proxies.map((p) => ({
-          member: p.member,
-          demand: Number.isFinite(p.demand) ? p.demand : null,
-          allowed: p.allowed,
-          share: b.shares.get(p.member) ?? 0,
-          local: local.has(p.member),
-        })),
+        proxies: proxies.map((p) => {
+          const sb = local.get(p.member);
+          const shared = { member: p.member, demand: Number.isFinite(p.demand) ? p.demand : null, allowed: p.allowed, share: b.shares.get(p.member) ?? 0 };
+          if (sb === undefined) return { ...shared, local: false };
+          return {
+            ...shared,
+            local: true,
+            stream: sb.stream.member,
+            proxy: sb.stream.proxy ?? null,
+            bucket: sb.pairs,
+            assignment: sb.sent ?? null,
+            reportAgeMs: sb.lastReportAtMs === undefined ? null : now - sb.lastReportAtMs,
+          };
+        }),
         overshoot: Math.max(0, Math.round(admitted - b.counter.limit)),
       });
     }
@@ -582,14 +610,17 @@ export function quotaStreamingMethod(service: RlqsService): StreamingMethod {
   return {
     path: RLQS_PATH,
     open: (call) => {
-      const stream = service.open({
-        send: (frame) => {
-          if (!call.closed) call.write(frame.subarray(MESSAGE_PREFIX_BYTES));
+      const stream = service.open(
+        {
+          send: (frame) => {
+            if (!call.closed) call.write(frame.subarray(MESSAGE_PREFIX_BYTES));
+          },
+          end: (failure) => {
+            if (!call.closed) call.end(failure?.code ?? 0, failure?.details);
+          },
         },
-        end: (failure) => {
-          if (!call.closed) call.end(failure?.code ?? 0, failure?.details);
-        },
-      });
+        call.header(PROXY_NAME_HEADER),
+      );
       return {
         onMessage: (bytes) => stream.message(bytes),
         // Envoy never half-closes a live stream: the client is done with it.

@@ -46,6 +46,8 @@ export interface QuotaClientOptions {
   readonly expiredFallback?: { readonly strategy: Strategy; readonly timeoutSeconds: number };
   /** Monotonic time, ms. */
   readonly now?: () => number;
+  /** Sent with every stream, as the filter's grpc_service.initial_metadata. */
+  readonly initialMetadata?: Readonly<Record<string, string>>;
 }
 
 /** The filter's token bucket: a time, tokens = min(max, (now - time) x rate); consuming one moves the time. */
@@ -290,10 +292,13 @@ export class EnvoyQuotaClient {
     if (this.closed) return;
     const client = this.clients[this.target % this.clients.length];
     const response = rlqsTypes().response;
+    const metadata = new grpc.Metadata();
+    for (const [k, v] of Object.entries(this.options.initialMetadata ?? {})) metadata.set(k, v);
     const stream = client.makeBidiStreamRequest(
       RLQS_PATH,
       (m: Uint8Array) => Buffer.from(m),
       (bytes: Buffer) => response.toObject(response.decode(bytes), { longs: Number, enums: Number, oneofs: true, defaults: false }),
+      metadata,
     );
     this.stats.streamsOpened++;
     this.stream = stream;
