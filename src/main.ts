@@ -78,7 +78,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     if (!statsdWarned) logger.warn({ err: errorText(err) }, 'statsd send failed; metrics keep being dropped while it fails');
     statsdWarned = true;
   });
-  const metrics = createMetrics(settings, { statsd: sinks.statsd });
+  const metrics = createMetrics(settings, { statsd: sinks.statsd, statsdDrops: sinks.statsdDrops });
 
   // Everything started is stopped in reverse order, by close() and by a start that fails half-way.
   const teardown: (() => Promise<unknown> | void)[] = [() => metrics.close()];

@@ -35,6 +35,14 @@ export interface StatsdSink {
   close(callback?: (error?: Error) => void): void;
 }
 
+/** What a statsd client could not send. */
+export interface StatsdDrops {
+  /** Lines dropped at the bound of what is held for the agent. */
+  readonly lines: number;
+  /** Their bytes, and the bytes a closed connection still held. */
+  readonly bytes: number;
+}
+
 /** Kinds of failed ShouldRateLimit calls (the error catalogue's `metric`): the store could not answer, or anything else. */
 export type CallErrorKind = ErrorMetric;
 
@@ -51,6 +59,8 @@ export interface MetricsOptions {
   readonly defaultMetrics?: boolean;
   /** Where statsd lines go; none when omitted. */
   readonly statsd?: StatsdSink;
+  /** What the statsd client dropped for an agent not taking lines (read at each scrape). */
+  readonly statsdDrops?: () => StatsdDrops;
 }
 
 /** Latency buckets in seconds, for a 20 ms budget: 0.1 ms .. 50 ms. */
@@ -273,6 +283,27 @@ export class Metrics {
     );
     perRule('overshoot', "Requests per window the proxies' reports say were admitted above the rule's limit.", (r) => r.overshoot);
 
+    const drops = options.statsdDrops;
+    if (drops !== undefined) {
+      const dropCounter = (name: string, help: string, value: (d: StatsdDrops) => number): void => {
+        new Counter({
+          name,
+          help,
+          registers,
+          collect() {
+            this.reset();
+            this.inc(value(drops()));
+          },
+        });
+      };
+      dropCounter(
+        'ratelimit_service_statsd_dropped_lines_total',
+        'statsd lines dropped because the agent was not taking them (STATSD_MAX_QUEUED_BYTES).',
+        (d) => d.lines,
+      );
+      dropCounter('ratelimit_service_statsd_dropped_bytes_total', 'Bytes of those lines, and bytes a closed statsd connection still held.', (d) => d.bytes);
+    }
+
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
   }
 
@@ -477,9 +508,9 @@ export class Metrics {
 /** The service's metrics; `statsd` receives the statsd-named counters and timings (./sinks.ts). */
 export function createMetrics(
   settings: Pick<Settings, 'backendType'> & Partial<Pick<Settings, 'metricLimits'>>,
-  options: { statsd?: StatsdSink; defaultMetrics?: boolean } = {},
+  options: Pick<MetricsOptions, 'statsd' | 'statsdDrops' | 'defaultMetrics'> = {},
 ): Metrics {
-  return new Metrics({ storeName: settings.backendType, ...settings.metricLimits, defaultMetrics: options.defaultMetrics, statsd: options.statsd });
+  return new Metrics({ storeName: settings.backendType, ...settings.metricLimits, ...options });
 }
 
 /**

@@ -1,6 +1,6 @@
 import * as fs from 'node:fs';
 import { MappedPrometheus, defaultMappingYaml } from './mapped-metrics';
-import type { StatsdSink } from './metrics';
+import type { StatsdDrops, StatsdSink } from './metrics';
 import { SettingsError, type Settings } from '../settings/settings';
 import { MappingError, StatsdMapper } from './statsd-mapping';
 import { createStatsdSink, fanOut } from './statsd-sink';
@@ -17,34 +17,47 @@ export interface MetricSinks {
   readonly statsd?: StatsdSink;
   /** The mapped registry to serve on PROMETHEUS_ADDR; undefined without USE_PROMETHEUS. */
   readonly prometheus?: MappedPrometheus;
+  /** What plain statsd (USE_STATSD) dropped for an agent not taking lines; undefined without it. */
+  readonly statsdDrops?: () => StatsdDrops;
 }
 
 type SinkSettings = Pick<
   Settings,
-  'disableStats' | 'useStatsd' | 'useDogStatsd' | 'statsdHost' | 'statsdPort' | 'extraTags' | 'statsFlushIntervalMs' | 'usePrometheus' | 'prometheus'
+  | 'disableStats'
+  | 'useStatsd'
+  | 'useDogStatsd'
+  | 'statsdHost'
+  | 'statsdPort'
+  | 'statsdMaxQueuedBytes'
+  | 'extraTags'
+  | 'statsFlushIntervalMs'
+  | 'usePrometheus'
+  | 'prometheus'
 >;
 
 export function createMetricSinks(settings: SinkSettings, onStatsdError?: (error: Error) => void): MetricSinks {
   if (settings.disableStats) return {};
   const sinks: StatsdSink[] = [];
+  let statsdDrops: (() => StatsdDrops) | undefined;
   if (settings.useStatsd || settings.useDogStatsd) {
-    sinks.push(
-      createStatsdSink({
-        host: settings.statsdHost,
-        port: settings.statsdPort,
-        dogStatsd: settings.useDogStatsd,
-        extraTags: settings.extraTags,
-        flushIntervalMs: settings.statsFlushIntervalMs,
-        onError: onStatsdError,
-      }),
-    );
+    const statsd = createStatsdSink({
+      host: settings.statsdHost,
+      port: settings.statsdPort,
+      dogStatsd: settings.useDogStatsd,
+      extraTags: settings.extraTags,
+      flushIntervalMs: settings.statsFlushIntervalMs,
+      maxQueuedBytes: settings.statsdMaxQueuedBytes,
+      onError: onStatsdError,
+    });
+    sinks.push(statsd.sink);
+    statsdDrops = statsd.drops;
   }
   let prometheus: MappedPrometheus | undefined;
   if (settings.usePrometheus) {
     prometheus = new MappedPrometheus({ mapper: mapperOf(settings.prometheus), extraLabels: settings.extraTags });
     sinks.push(prometheus);
   }
-  return { statsd: fanOut(sinks), prometheus };
+  return { statsd: fanOut(sinks), prometheus, statsdDrops };
 }
 
 function mapperOf(prometheus: Settings['prometheus']): StatsdMapper {

@@ -1,10 +1,12 @@
 import { StatsD } from 'hot-shots';
-import type { StatsdSink } from './metrics';
+import type { StatsdDrops, StatsdSink } from './metrics';
+import { TcpStatsdClient } from './statsd-tcp';
 
 /**
  * Where the service's statsd-named metrics go, as the reference sends them:
- * - USE_STATSD (default on): plain statsd over TCP to STATSD_HOST:STATSD_PORT; EXTRA_TAGS are part of
- *   each name as the reference's stats library writes them (`name.__key=value`, keys sorted);
+ * - USE_STATSD (default on): plain statsd over TCP to STATSD_HOST:STATSD_PORT (./statsd-tcp.ts: at most
+ *   STATSD_MAX_QUEUED_BYTES held for the agent); EXTRA_TAGS are part of each name as the reference's
+ *   stats library writes them (`name.__key=value`, keys sorted);
  * - USE_DOG_STATSD: DogStatsD over UDP to the same address, EXTRA_TAGS as `|#key:value` tags;
  * - USE_PROMETHEUS: the mapped registry (src/mapped-metrics.ts), beside either.
  * Counters are summed in the process and sent every STATS_FLUSH_INTERVAL, as the reference's
@@ -19,25 +21,32 @@ export interface StatsdOptions {
   readonly dogStatsd: boolean;
   readonly extraTags: Readonly<Record<string, string>>;
   readonly flushIntervalMs: number;
+  /** Plain statsd only: bytes held for a slow agent before lines are dropped. */
+  readonly maxQueuedBytes: number;
   readonly onError?: (error: Error) => void;
 }
 
-/** The statsd or DogStatsD client of the settings, with counters summed between flushes. */
-export function createStatsdSink(options: StatsdOptions): StatsdSink {
+/** The statsd or DogStatsD client of the settings, with counters summed between flushes; `drops` counts what plain statsd dropped. */
+export function createStatsdSink(options: StatsdOptions): { sink: StatsdSink; drops?: () => StatsdDrops } {
   const tags = Object.entries(options.extraTags).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  if (!options.dogStatsd) {
+    const client = new TcpStatsdClient({ host: options.host, port: options.port, maxQueuedBytes: options.maxQueuedBytes, onError: options.onError });
+    const suffix = tags.map(([k, v]) => `.__${k}=${v}`).join('');
+    return { sink: new SummingStatsdSink(client, suffix, options.flushIntervalMs), drops: () => client.drops() };
+  }
+  // DogStatsD goes over UDP: a datagram the agent does not take is dropped by the kernel, never held.
   const client = new StatsD({
     host: options.host,
     port: options.port,
-    protocol: options.dogStatsd ? 'udp' : 'tcp',
+    protocol: 'udp',
     cacheDns: true,
     maxBufferSize: 1400,
     // Summed counters arrive once per interval; timings may wait up to a second.
     bufferFlushInterval: 1000,
-    ...(options.dogStatsd ? { globalTags: Object.fromEntries(tags) } : {}),
+    globalTags: Object.fromEntries(tags),
     errorHandler: options.onError ?? (() => undefined),
   });
-  const suffix = options.dogStatsd ? '' : tags.map(([k, v]) => `.__${k}=${v}`).join('');
-  return new SummingStatsdSink(client, suffix, options.flushIntervalMs);
+  return { sink: new SummingStatsdSink(client, '', options.flushIntervalMs) };
 }
 
 /** Most names summed, and their estimated bytes: the names come from the bounded metric series, this bounds the sums anyway. */
