@@ -57,6 +57,25 @@ describe('slidegate validate', () => {
     expect(io.stdout[io.stdout.length - 1]).toMatch(/OK \(1 domain\)/);
   });
 
+  it('describes each limit of a rule with several, and names the file and path of a bad list', async () => {
+    const budgets = path.join(dir, 'budgets.yaml');
+    fs.writeFileSync(
+      budgets,
+      'domain: llm\ndescriptors:\n  - key: api_key\n    count_denied_requests: true\n    rate_limits:\n' +
+        '      - {name: per_minute, unit: minute, requests_per_unit: 1000}\n      - {name: per_day, unit: day, requests_per_unit: 50000}\n',
+    );
+    const io = capture();
+    expect(await runCli(['validate', budgets], io)).toBe(0);
+    expect(io.stdout.filter((l) => l.startsWith('llm.'))).toEqual([
+      'llm.api_key.per_minute: unit=MINUTE requests_per_unit=1000 unit_multiplier=1 algorithm=sliding_window name=per_minute count_denied_requests=true, shadow_mode: false, quota_mode: false',
+      'llm.api_key.per_day: unit=DAY requests_per_unit=50000 unit_multiplier=1 algorithm=sliding_window name=per_day count_denied_requests=true, shadow_mode: false, quota_mode: false',
+    ]);
+    fs.writeFileSync(budgets, 'domain: llm\ndescriptors:\n  - key: api_key\n    rate_limits:\n      - {unlimited: true}\n');
+    const bad = capture();
+    expect(await runCli(['validate', budgets], bad)).toBe(1);
+    expect(bad.stderr.join('\n')).toContain('budgets.yaml: descriptors[0].rate_limits[0].unlimited: not allowed in rate_limits');
+  });
+
   it('accepts a single file', async () => {
     const io = capture();
     expect(await runCli(['validate', path.join(dir, 'good', 'cli.yaml')], io)).toBe(0);

@@ -1,8 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { Writable } from 'node:stream';
-import { createLogger } from '../../../src/log';
+import { capturedLogger } from '../../helpers/captured-logger';
 import { makeTestCerts, type CertFiles } from '../../helpers/certs';
 import { LOOPBACK_ANY_PORT, startTestService, type TestService } from '../../helpers/service';
 
@@ -25,27 +24,6 @@ beforeAll(() => {
 afterAll(() => {
   certs?.remove();
 });
-
-/** A JSON logger at info whose lines the test reads. */
-function capturedLogger(): { logger: ReturnType<typeof createLogger>; lines: () => { level: number; msg: string }[]; text: () => string } {
-  let text = '';
-  const destination = new Writable({
-    write(chunk: Buffer, _encoding, callback) {
-      text += chunk.toString();
-      callback();
-    },
-  });
-  const logger = createLogger({ level: 'info', format: 'json', destination });
-  return {
-    logger,
-    text: () => text,
-    lines: () =>
-      text
-        .split('\n')
-        .filter((l) => l !== '')
-        .map((l) => JSON.parse(l) as { level: number; msg: string }),
-  };
-}
 
 const postJson = (svc: TestService): Promise<Response> =>
   fetch(`http://127.0.0.1:${svc.service.httpPort}/json`, { method: 'POST', body: BODY, headers: { 'content-type': 'application/json' } });

@@ -3,6 +3,7 @@ import { makeTestCerts, type CertFiles } from '../../helpers/certs';
 import { TestAdsServer, type RateLimitConfigMessage } from '../../helpers/ads-server';
 import { descriptor, grpc, grpcCode } from '../../helpers/grpc-client';
 import { startTestService, type TestService } from '../../helpers/service';
+import { capturedLogger } from '../../helpers/captured-logger';
 
 /**
  * The service fed by a real ADS control plane (CONFIG_TYPE=GRPC_XDS_SOTW): a grpc-js server started
@@ -81,12 +82,13 @@ function xdsEnv(port: number, extra: Record<string, string> = {}): Record<string
 describe('rules from an xDS control plane', () => {
   let ads: TestAdsServer;
   let svc: TestService;
+  const log = capturedLogger();
 
   beforeAll(async () => {
     ads = new TestAdsServer();
     const port = await ads.start();
     ads.setSnapshot(NODE, '1', [routeLimit(3)]);
-    svc = await startTestService({ env: xdsEnv(port, { CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: 'x-tenant:edge,x-team:rl' }) });
+    svc = await startTestService({ env: xdsEnv(port, { CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: 'x-tenant:edge,x-team:rl' }), logger: log.logger });
   });
 
   afterAll(async () => {
@@ -106,6 +108,11 @@ describe('rules from an xDS control plane', () => {
     expect((await svc.client.shouldRateLimit(ask('bob'))).statuses[0]).toMatchObject({ code: 'OK', limitRemaining: 2 });
     expect(await svc.client.healthCheck('')).toBe('SERVING');
     expect(await metric(svc, 'ratelimit_service_config_load_success')).toBe(1);
+  });
+
+  test('says at the start that its resources hold one limit per descriptor (rate_limits and count_denied_requests are for files)', () => {
+    expect(log.lines().filter((l) => /one rate_limit per descriptor/.test(l.msg))).toHaveLength(1);
+    expect(log.text()).toMatch(/rate_limits\b.*count_denied_requests/);
   });
 
   test('an update applies within a second and is ACKed with its version', async () => {

@@ -342,7 +342,7 @@ describe('limits served by each deployment', () => {
 
   test('examples/ as a whole loads, as `make run` and docker compose serve it', async () => {
     const config = await loadConfigPath(EXAMPLES, LOAD);
-    expect([...config.domains.keys()].sort()).toEqual(['edge', 'ratelimit']);
+    expect([...config.domains.keys()].sort()).toEqual(['edge', 'llm', 'ratelimit']);
   });
 
   test('the Kubernetes ConfigMap carries examples/edge.yaml unchanged, and it loads', async () => {
