@@ -246,7 +246,12 @@ export class RateLimiter {
     this.applyDecisions(plan, decisions, deniedUntilMs, outcomes);
     const response = this.answer(plan);
     const untilAt = new Array<number>(plan.statuses.length).fill(NaN);
-    for (let k = 0; k < plan.counted.length; k++) untilAt[plan.counted[k].index] = deniedUntilMs[k];
+    // A status of several limits counts down as the limit it names (the longest wait: every limit denied).
+    const decidedBy = plan.decidedBy;
+    for (let k = 0; k < plan.counted.length; k++) {
+      const { index, limit } = plan.counted[k];
+      if (limit === undefined || decidedBy![index] === k) untilAt[index] = deniedUntilMs[k];
+    }
     const denial: LocalDenial = {
       config: plan.config,
       domain: plan.domain,

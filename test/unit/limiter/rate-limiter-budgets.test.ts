@@ -3,7 +3,8 @@ import { parseConfigText } from '../../../src/config/rule-reader';
 import type { RateLimitConfig } from '../../../src/limiter/rules';
 import { counterKey, counterKeyPrefix } from '../../../src/limiter/keys';
 import { RateLimiter, type RateLimiterOptions } from '../../../src/limiter/rate-limiter';
-import type { Descriptor, DescriptorOutcome, RateLimitRequest } from '../../../src/limiter/types';
+import type { Descriptor, DescriptorOutcome, LocalDenial, RateLimitRequest } from '../../../src/limiter/types';
+import { DenialCache } from '../../../src/store/denial-cache';
 import { MemoryStore } from '../../../src/store/memory-store';
 import { FakeClock } from '../../helpers/fake-clock';
 import { RecordingStore } from '../../helpers/recording-store';
@@ -196,6 +197,26 @@ describe('RateLimiter budgets', () => {
         ['OK', 'burst', 0],
         ['OVER_LIMIT', 'burst', 0],
       ]);
+    });
+
+    it('answers from remembered denials when every limit is remembered denied, counting down as the limit it names', async () => {
+      config = buildConfig([
+        parseConfigText(
+          'llm.yaml',
+          'domain: llm\ndescriptors:\n  - key: k\n    rate_limits:\n' +
+            '      - {name: long, unit: minute, requests_per_unit: 2, algorithm: sliding_log}\n' +
+            '      - {name: short, unit: second, unit_multiplier: 2, requests_per_unit: 2}\n',
+          { defaultAlgorithm: 'sliding_window' },
+        ),
+      ]);
+      const rl = limiter({ store: new DenialCache({ store, maxKeys: 100, clock }) });
+      for (let i = 0; i < 3; i++) await rl.shouldRateLimit(req(d('k', 'v')));
+      // Both limits denied the third request: the fourth is answered without the store.
+      const denials: LocalDenial[] = [];
+      const local = await rl.shouldRateLimit(req(d('k', 'v')), (denial) => denials.push(denial));
+      expect(store.calls).toHaveLength(3);
+      expect(local.statuses[0]).toMatchObject({ code: 'OVER_LIMIT', currentLimit: { name: 'long' }, durationUntilResetMs: 60_000 });
+      expect(denials[0].deniedUntilMs).toEqual([START + 60_000]);
     });
 
     it('keeps the counters of a frozen descriptor, and their tag, across calls with other hits', async () => {
