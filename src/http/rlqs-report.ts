@@ -1,5 +1,5 @@
 import type { ProxyShareView, RlqsView } from '../service/rlqs-service';
-import { displayText } from '../top/top-report';
+import { descriptorOf, displayText } from '../top/top-report';
 
 /**
  * The quota streams (RLQS) as the live page shows them, in /top/rules under `rlqs`: one table per
@@ -34,6 +34,8 @@ export interface RlqsProxyReport {
 export interface RlqsBudgetReport {
   readonly domain: string;
   readonly rule: string;
+  /** The counter's descriptor, values cut as /top cuts them. */
+  readonly descriptor: [string, string][];
   readonly limit: number;
   readonly window_s: number;
   readonly shadow_mode: boolean;
@@ -54,6 +56,7 @@ export function rlqsReport(view: RlqsView): RlqsBudgetReport[] {
     return {
       domain: r.domain,
       rule: r.statKey,
+      descriptor: descriptorOf(r.counter),
       limit: r.limit,
       window_s: r.windowMs / 1000,
       shadow_mode: r.shadow,

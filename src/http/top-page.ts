@@ -30,7 +30,7 @@ const STYLE = `
   th, td { text-align: left; padding: 3px 8px; border-top: 1px solid var(--line); }
   th { color: var(--muted); font-weight: 500; }
   td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
-  td.descriptor { font-family: ui-monospace, Menlo, Consolas, monospace; word-break: break-all; }
+  td.descriptor, .rule-head .descriptor { font-family: ui-monospace, Menlo, Consolas, monospace; word-break: break-all; }
   td.denied { color: var(--denied); font-weight: 600; }
   .legend span { margin-right: 12px; }
   .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; vertical-align: -1px; }
@@ -102,6 +102,11 @@ function errorText(error) {
   return parts.length === 0 ? "exact" : parts.join(", ");
 }
 
+/** A count, or the range its true value lies in when it may be over (count - error to count). */
+function countText(count, error) {
+  return error > 0 ? Math.max(0, count - error) + "–" + count : String(count);
+}
+
 function descriptorText(descriptor) {
   return descriptor.map(([k, v]) => k + "=" + v).join(", ");
 }
@@ -128,9 +133,9 @@ function ruleCard(r) {
   for (const e of r.entries.slice(0, ROWS_PER_RULE)) {
     const row = el("tr");
     row.appendChild(el("td", { class: "descriptor" }, descriptorText(e.descriptor)));
-    row.appendChild(el("td", { class: "n denied" }, e.denied));
-    row.appendChild(el("td", { class: "n allowed" }, e.allowed));
-    row.appendChild(el("td", { class: "n near" }, e.near_limit));
+    row.appendChild(el("td", { class: "n denied" }, countText(e.denied, e.error.denied)));
+    row.appendChild(el("td", { class: "n allowed" }, countText(e.allowed, e.error.allowed)));
+    row.appendChild(el("td", { class: "n near" }, countText(e.near_limit, e.error.allowed)));
     row.appendChild(el("td", { class: "n error" }, errorText(e.error)));
     body.appendChild(row);
   }
@@ -155,6 +160,7 @@ function budgetCard(b) {
   const card = el("div", { class: "rule rlqs-budget", "data-domain": b.domain, "data-rule": b.rule });
   const head = el("div", { class: "rule-head" });
   head.appendChild(el("span", { class: "rule-name" }, b.domain + " / " + b.rule));
+  head.appendChild(el("span", { class: "descriptor" }, descriptorText(b.descriptor)));
   head.appendChild(el("span", { class: "limit" }, b.limit + " per " + b.window_s + " s" + (b.shadow_mode ? ", shadow mode" : "")));
   head.appendChild(el("span", { class: "share" }, b.used + " used in the window" + (b.overshoot > 0 ? ", " + b.overshoot + " over the limit" : "")));
   card.appendChild(head);

@@ -109,6 +109,8 @@ export interface StreamView {
 export interface RuleShareView {
   readonly domain: string;
   readonly statKey: string;
+  /** The counter the budget divides (the one RLS calls on the same descriptor use). */
+  readonly counter: string;
   readonly limit: number;
   readonly windowMs: number;
   readonly shadow: boolean;
@@ -309,6 +311,7 @@ export class RlqsService {
       rules.push({
         domain: b.domain,
         statKey: b.statKey,
+        counter: b.key,
         limit: b.counter.limit,
         windowMs: b.counter.windowMs,
         shadow: b.shadow,

@@ -6,7 +6,7 @@ import { startTestService, type TestService } from '../../helpers/service';
  * The live page on the debug port, in a real headless browser (Debian's chromium): it renders the
  * table of every domain and rule from /top/rules, and updates itself after new traffic without a
  * reload. Descriptor values are the callers' bytes: the page shows them as text, never as markup.
- * (docs/top-page.png is made by ./rlqs-view.test.ts, whose page shows quota streams too.)
+ * (docs/top-page.png is made by ./page-traffic.test.ts.)
  */
 
 const EDGE = `

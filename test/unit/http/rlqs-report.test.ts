@@ -10,7 +10,9 @@ function view(proxies: ProxyShareView[]): RlqsView {
     replica: 'abc',
     openStreams: 1,
     streams: [],
-    rules: [{ domain: 'quota', statKey: 'tenant', limit: 100, windowMs: 1_000, shadow: false, used: 40, proxies, overshoot: 0 }],
+    rules: [
+      { domain: 'quota', statKey: 'tenant', counter: 'quota|sw1000|tenant=acme', limit: 100, windowMs: 1_000, shadow: false, used: 40, proxies, overshoot: 0 },
+    ],
   };
 }
 
@@ -33,7 +35,16 @@ describe('rlqsReport', () => {
       reportAgeMs: 1_500,
     };
     const [budget] = rlqsReport(view([...Array.from({ length: MAX_PROXIES + 10 }, (_, i) => remote(i)), local]));
-    expect(budget).toMatchObject({ domain: 'quota', rule: 'tenant', limit: 100, window_s: 1, shadow_mode: false, used: 40, more_proxies: 11 });
+    expect(budget).toMatchObject({
+      domain: 'quota',
+      rule: 'tenant',
+      descriptor: [['tenant', 'acme']],
+      limit: 100,
+      window_s: 1,
+      shadow_mode: false,
+      used: 40,
+      more_proxies: 11,
+    });
     expect(budget.proxies).toHaveLength(MAX_PROXIES);
     expect(budget.proxies[0]).toEqual({
       proxy: `${'n'.repeat(64)}…`,
