@@ -309,3 +309,30 @@ describe('USE_PROMETHEUS: the reference names and labels on PROMETHEUS_ADDR', ()
     ).rejects.toThrow(/PROMETHEUS_MAPPER_YAML: cannot read/);
   });
 });
+
+describe('a rule with several limits (rate_limits) in the metrics', () => {
+  it('has a series per limit, named by the limit after the key path, on PORT and on the USE_PROMETHEUS listener', async () => {
+    const svc = await startTestService({
+      config: {
+        'budgets.yaml':
+          'domain: budgets\ndescriptors:\n  - key: team\n    rate_limits:\n' +
+          '      - {name: per_hour, unit: hour, requests_per_unit: 2}\n      - {unit: day, requests_per_unit: 10}\n',
+      },
+      env: { USE_PROMETHEUS: 'true', PROMETHEUS_ADDR: '127.0.0.1:0' },
+    });
+    try {
+      for (let i = 0; i < 3; i++) await svc.client.shouldRateLimit({ domain: 'budgets', descriptors: [descriptor([['team', 'a']])] });
+      const text = await (await fetch(`http://127.0.0.1:${svc.service.httpPort}/metrics`)).text();
+      const rule = (name: string, label: string): number | undefined =>
+        sample(text, `ratelimit_service_rate_limit_${name}{domain="budgets",descriptor="${label}"}`);
+      // The third request went over 2 per hour; the day limit would have admitted it, uncharged.
+      expect([rule('total_hits', 'team.per_hour'), rule('within_limit', 'team.per_hour'), rule('over_limit', 'team.per_hour')]).toEqual([3, 2, 1]);
+      expect([rule('total_hits', 'team.1'), rule('within_limit', 'team.1'), rule('over_limit', 'team.1') ?? 0]).toEqual([3, 3, 0]);
+      expect(rule('total_hits', 'team')).toBeUndefined();
+      const prom = await (await fetch(`http://127.0.0.1:${svc.service.prometheusPort}/metrics`)).text();
+      expect(sample(prom, 'ratelimit_service_rate_limit_over_limit{domain="budgets",key1="team",key2="per_hour"}')).toBe(1);
+    } finally {
+      await svc.stop();
+    }
+  });
+});
