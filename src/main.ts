@@ -150,6 +150,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     nearLimitRatio: settings.nearLimitRatio,
     responseHeaders: settings.responseHeaders,
     requestLimits: settings.requestLimits,
+    calendarOffsetMs: settings.calendarOffsetMs,
     observer,
   });
   // Both edges share one timed, error-counting view of the limiter.
@@ -182,6 +183,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     limits: settings.rlqs,
     shadowMode: settings.shadowMode,
     observer: metrics.quotaObserver,
+    calendarOffsetMs: settings.calendarOffsetMs,
   });
   metrics.attachQuota(() => rlqs.view());
   const grpcOptions = { limiter: decider, replays, health, settings, logger, tracer, streamingMethods: [quotaStreamingMethod(rlqs)] };

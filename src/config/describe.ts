@@ -11,9 +11,10 @@ import type { Entry } from '../limiter/types';
  * limit, named as its metrics are (`<statKey>.<name>`, or `.<position>` unnamed).
  */
 
-/** The algorithm's options, where they differ from plain: ` burst=N`, ` sub_windows=k`, ` strict=true`. */
+/** The algorithm's options, where they differ from plain: ` burst=N`, ` sub_windows=k`, ` strict=true`, ` calendar=true`. */
 function shapeOf(limit: Limit): string {
   if (isBucket(limit.algorithm)) return ` burst=${limit.burst}`;
+  if (limit.calendar === true) return ' calendar=true';
   let out = limit.subWindows === 1 ? '' : ` sub_windows=${limit.subWindows}`;
   if (limit.strict) out += ' strict=true';
   return out;
@@ -58,6 +59,8 @@ export interface LimitMatch {
   readonly unitMultiplier: number;
   readonly windowMs: number;
   readonly algorithm: string;
+  /** Windows follow the calendar (`calendar: true`); windowMs is then the unit's nominal length. */
+  readonly calendar: boolean;
   readonly name: string | null;
   readonly unlimited: boolean;
 }
@@ -81,7 +84,7 @@ export interface RuleMatch {
 
 function limitMatch(limit: Limit): LimitMatch {
   const { requestsPerUnit, unit, unitMultiplier, windowMs, algorithm, unlimited } = limit;
-  return { requestsPerUnit, unit, unitMultiplier, windowMs, algorithm, name: limit.name ?? null, unlimited };
+  return { requestsPerUnit, unit, unitMultiplier, windowMs, algorithm, calendar: limit.calendar === true, name: limit.name ?? null, unlimited };
 }
 
 /** The debug port's /rlmatch answer: the rule `entries` match in `domain` under `config`. */

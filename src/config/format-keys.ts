@@ -27,6 +27,7 @@ export const LIMIT_KEYS = [
   'burst',
   'sub_windows',
   'strict',
+  'calendar',
 ] as const;
 export const REPLACES_KEYS = ['name'] as const;
 

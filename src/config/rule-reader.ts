@@ -1,5 +1,5 @@
 import { Document, isMap, isSeq, parseDocument, type YAMLError } from 'yaml';
-import { counterKeyPrefix } from '../limiter/keys';
+import { calendarKeyPrefix, counterKeyPrefix } from '../limiter/keys';
 import { ALGORITHMS, isBucket, MAX_WINDOW_MS, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
 import { ConfigError } from './config-error';
 import {
@@ -60,7 +60,9 @@ function readLimit(ctx: Context, node: unknown, path: string): ParsedLimit | und
   const requestsPerUnit = integer(ctx, f.get('requests_per_unit'), child(path, 'requests_per_unit'), 0, MAX_REQUESTS_PER_UNIT, 0);
   const unitMultiplier = integer(ctx, f.get('unit_multiplier'), child(path, 'unit_multiplier'), 1, MAX_UNIT_MULTIPLIER, 1);
 
-  let algorithm = ctx.defaultAlgorithm;
+  const calendar = bool(ctx, f.get('calendar'), child(path, 'calendar'));
+  // A calendar window is a fixed one: a rule that names no algorithm needs none.
+  let algorithm: Algorithm = calendar ? 'fixed_window' : ctx.defaultAlgorithm;
   const algorithmText = text(ctx, f.get('algorithm'), child(path, 'algorithm'));
   if (algorithmText !== undefined) {
     const folded = algorithmText.toLowerCase();
@@ -69,6 +71,7 @@ function readLimit(ctx: Context, node: unknown, path: string): ParsedLimit | und
     }
     algorithm = folded as Algorithm;
   }
+  if (calendar) checkCalendar(ctx, path, { algorithm, unlimited, unitMultiplier });
   const windowMs = UNIT_MS[unit] * unitMultiplier;
   if (windowMs > MAX_WINDOW_MS) {
     fail(
@@ -90,10 +93,22 @@ function readLimit(ctx: Context, node: unknown, path: string): ParsedLimit | und
     windowMs,
     algorithm,
     ...shape,
+    ...(calendar ? { calendar } : {}),
     name,
     unlimited,
   });
   return { limit, replaces };
+}
+
+/**
+ * `calendar: true`: windows that follow the calendar are fixed windows of one unit (a number of
+ * months would need a month to count from; see README, Calendar windows).
+ */
+function checkCalendar(ctx: Context, path: string, o: { algorithm: Algorithm; unlimited: boolean; unitMultiplier: number }): void {
+  const at = child(path, 'calendar');
+  if (o.unlimited) fail(ctx, at, 'not allowed with unlimited: true');
+  if (o.algorithm !== 'fixed_window') fail(ctx, at, `only with algorithm fixed_window (this rule uses ${o.algorithm})`);
+  if (o.unitMultiplier !== 1) fail(ctx, at, `only with unit_multiplier 1 (this rule has ${o.unitMultiplier})`);
 }
 
 /** `burst` (buckets), `sub_windows` and `strict` (sliding_window): each only where its algorithm reads it. */
@@ -174,7 +189,7 @@ function readLimitList(ctx: Context, node: unknown, path: string, owner: LimitLi
       if (first !== undefined) fail(ctx, child(at, 'name'), `duplicate name ${JSON.stringify(limit.name)} in this list (first at ${first})`);
       names.set(limit.name, at);
     }
-    const keyPrefix = counterKeyPrefix(owner.domain, limit.algorithm, limit.windowMs, limit.subWindows);
+    const keyPrefix = limitKeyPrefix(owner.domain, limit);
     const same = counters.get(keyPrefix);
     if (same !== undefined) {
       fail(ctx, at, `counts on the same counter as ${same} (${limit.algorithm} over ${limit.windowMs} ms): give one of them another window or algorithm`);
@@ -268,10 +283,15 @@ function readRule(ctx: Context, node: unknown, path: string, domain: string, par
     metadata,
     replaces: limits === undefined ? (parsed?.replaces ?? Object.freeze([])) : Object.freeze([...new Set(limits.flatMap((l) => l.replaces))]),
     statKey,
-    keyPrefix: limit === undefined ? undefined : counterKeyPrefix(domain, limit.algorithm, limit.windowMs, limit.subWindows),
+    keyPrefix: limit === undefined ? undefined : limitKeyPrefix(domain, limit),
     children,
   };
   return new BuiltRule(fixed, settings) as unknown as RuleNode;
+}
+
+function limitKeyPrefix(domain: string, limit: Limit): string {
+  if (limit.calendar === true) return calendarKeyPrefix(domain, limit.unit);
+  return counterKeyPrefix(domain, limit.algorithm, limit.windowMs, limit.subWindows);
 }
 
 /** A RuleNode's fields other than its RULE_SETTINGS ones. */

@@ -84,9 +84,29 @@ export interface FixedWindowInput {
 /** Fixed window (the reference server's algorithm): allow iff count + h <= L; resets at the window's end. */
 export function fixedWindow(input: FixedWindowInput): Verdict {
   const { count, nowMs, windowMs: w, limit, hits } = input;
-  const toEnd = windowStart(nowMs, w) + w - nowMs;
+  const startMs = windowStart(nowMs, w);
+  return fixedPeriod({ count, nowMs, startMs, endMs: startMs + w, limit, hits });
+}
+
+export interface FixedPeriodInput {
+  /** Hits counted in the period [startMs, endMs), which contains nowMs. */
+  readonly count: number;
+  readonly nowMs: number;
+  readonly startMs: number;
+  readonly endMs: number;
+  readonly limit: number;
+  readonly hits: number;
+}
+
+/**
+ * A fixed window of any length (an epoch-aligned window, or a calendar period: ./calendar.ts):
+ * allow iff count + h <= L; resets at the period's end. A request over L waits one period.
+ */
+export function fixedPeriod(input: FixedPeriodInput): Verdict {
+  const { count, nowMs, startMs, endMs, limit, hits } = input;
+  const toEnd = endMs - nowMs;
   if (count + hits <= limit) return { allowed: true, remaining: limit - count - hits, resetMs: toEnd };
-  return { allowed: false, remaining: 0, resetMs: hits > limit ? w : toEnd };
+  return { allowed: false, remaining: 0, resetMs: hits > limit ? endMs - startMs : toEnd };
 }
 
 /** One sliding-log record: `hits` admitted at `atMs`. */

@@ -44,9 +44,10 @@ function order(level: RuleLevel, pairs: readonly Entry[], used: boolean[], path:
  * The rule `pairs` match in `domain` when taken as one descriptor in some order of their keys
  * (every pair used; the first order found, trying keys in sorted order at each level), and the
  * counter of that descriptor. Undefined when the domain is unknown or no order reaches a rule with
- * a limit. The caller bounds the number of pairs (the search tries orders).
+ * a limit. The caller bounds the number of pairs (the search tries orders). `calendarOffsetMs` is
+ * the calendar of `calendar: true` limits (CALENDAR_TIMEZONE), as the limiter counts them.
  */
-export function matchBucket(config: RateLimitConfig, domain: string, pairs: readonly Entry[]): BucketMatch | undefined {
+export function matchBucket(config: RateLimitConfig, domain: string, pairs: readonly Entry[], calendarOffsetMs = 0): BucketMatch | undefined {
   const d = config.domains.get(domain);
   if (d === undefined || pairs.length === 0) return undefined;
   const sorted = [...pairs].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
@@ -70,6 +71,7 @@ export function matchBucket(config: RateLimitConfig, domain: string, pairs: read
       burst: limit.burst,
       subWindows: limit.subWindows,
       strict: limit.strict,
+      calendar: limit.calendar === true ? { unit: limit.unit, offsetMs: calendarOffsetMs } : undefined,
     },
   };
 }

@@ -1,4 +1,4 @@
-import type { Algorithm, Entry } from './types';
+import type { Algorithm, Entry, Unit } from './types';
 
 /**
  * Counter identities. The encoding is injective: every component is escaped so that the
@@ -41,6 +41,15 @@ const ALGORITHM_TAG: Readonly<Record<Algorithm, string>> = {
 export function counterKeyPrefix(domain: string, algorithm: Algorithm, windowMs: number, subWindows = 1): string {
   const layout = subWindows === 1 ? '' : `/${subWindows}`;
   return `${escapeComponent(domain)}|${ALGORITHM_TAG[algorithm]}${windowMs}${layout}`;
+}
+
+/**
+ * The prefix of a rule's calendar-window counters (`calendar: true`). Its tag `fc-<unit>` is told
+ * apart from every counterKeyPrefix tag (letters then digits); the period itself is the store's
+ * to add (a Redis key names its period's start), so one prefix serves every period.
+ */
+export function calendarKeyPrefix(domain: string, unit: Unit): string {
+  return `${escapeComponent(domain)}|fc-${unit}`;
 }
 
 /** Full counter identity: prefix + each entry as `|key=value`. */

@@ -4,10 +4,12 @@ import { InvalidRequestError, NotReadyError } from './errors';
 import type { CounterDecision, CounterRequest, LocalAnswer, Store } from './store';
 import { rateLimitHeaders, type HeaderValue, type ResponseHeaderOptions } from './headers';
 import { counterKey, counterKeyPrefix } from './keys';
+import type { CalendarWindow } from './calendar';
 import {
   DEFAULT_REQUEST_LIMITS,
   REQUEST_LIMIT_SETTINGS,
   UNIT_MS,
+  UNITS,
   type Algorithm,
   type Descriptor,
   type DescriptorOutcome,
@@ -23,6 +25,7 @@ import {
   type ResponseHeadersBuilder,
   type StructFields,
   type StructValue,
+  type Unit,
 } from './types';
 
 /**
@@ -85,6 +88,8 @@ export interface RateLimiterOptions {
   readonly responseHeaders?: ResponseHeadersBuilder | ResponseHeaderOptions;
   /** Caps on what one request may hold; DEFAULT_REQUEST_LIMITS when omitted. */
   readonly requestLimits?: RequestLimits;
+  /** The calendar of `calendar: true` limits: its offset from UTC, ms (CALENDAR_TIMEZONE); default 0. */
+  readonly calendarOffsetMs?: number;
 }
 
 /** Largest uint32: limit_remaining of an unlimited rule, as the reference server sends it. */
@@ -186,6 +191,8 @@ export class RateLimiter {
   private plans = new WeakMap<RateLimitRequest, Plan>();
   private memosConfig: RateLimitConfig | undefined;
   private readonly limits: RequestLimits;
+  /** The CalendarWindow of each unit, made once: counters of calendar limits carry one. */
+  private readonly calendars: Readonly<Record<Unit, CalendarWindow>>;
 
   constructor(options: RateLimiterOptions) {
     if (!(options.nearLimitRatio >= 0 && options.nearLimitRatio <= 1)) {
@@ -203,6 +210,8 @@ export class RateLimiter {
     this.headers = headerBuilder(options.responseHeaders);
     this.decideOptions = Object.freeze({ countDenied: options.countDenied });
     this.limits = options.requestLimits ?? DEFAULT_REQUEST_LIMITS;
+    const offsetMs = options.calendarOffsetMs ?? 0;
+    this.calendars = Object.freeze(Object.fromEntries(UNITS.map((unit) => [unit, Object.freeze({ unit, offsetMs })])) as Record<Unit, CalendarWindow>);
   }
 
   /**
@@ -358,7 +367,7 @@ export class RateLimiter {
       let statKey = memo?.statKey;
       if (counter === undefined) {
         const keys = rule.requestKeyed ? requestKeys(config, domain, d.entries, rule) : undefined;
-        counter = counterOf(counterKey(rule.keyPrefix, keys === undefined ? d.entries : keys.entries), limit, hits, rule);
+        counter = this.counterOf(counterKey(rule.keyPrefix, keys === undefined ? d.entries : keys.entries), limit, hits, rule);
         statKey = keys?.statKey;
         if (memo !== undefined) {
           memo.counter = counter;
@@ -387,7 +396,7 @@ export class RateLimiter {
       const keys = rule.requestKeyed ? requestKeys(p.config, p.domain, d.entries, rule) : undefined;
       const entries = keys === undefined ? d.entries : keys.entries;
       const tag = counterKey(limits[0].keyPrefix, entries);
-      counters = limits.map(({ limit, keyPrefix }, j) => ({ ...counterOf(j === 0 ? tag : counterKey(keyPrefix, entries), limit, hits, rule), tag }));
+      counters = limits.map(({ limit, keyPrefix }, j) => ({ ...this.counterOf(j === 0 ? tag : counterKey(keyPrefix, entries), limit, hits, rule), tag }));
       statKey = keys?.statKey;
       if (memo !== undefined) {
         memo.counters = counters;
@@ -522,6 +531,22 @@ export class RateLimiter {
     }
     this.applyDecisions(plan, decisions, deniedUntilMs, undefined);
     return this.answer(plan);
+  }
+
+  /** The store request of one limit of `rule`, counted under `key`. */
+  private counterOf(key: string, limit: Limit, hits: number, rule: MatchedRule): CounterRequest {
+    return {
+      key,
+      limit: limit.requestsPerUnit,
+      windowMs: limit.windowMs,
+      algorithm: limit.algorithm,
+      hits,
+      burst: limit.burst,
+      subWindows: limit.subWindows,
+      strict: limit.strict,
+      calendar: limit.calendar === true ? this.calendars[limit.unit] : undefined,
+      ...(rule.countDeniedRequests ? CHARGED_ANYWAY : undefined),
+    };
   }
 
   private overrideRule(domain: string, d: Descriptor): MatchedRule {
@@ -662,21 +687,6 @@ function mergeStruct(into: Record<string, StructValue>, from: StructFields): Rec
 /** A copy of `plan` whose decision-time fields (statuses, deciding limits) are its own to fill. */
 function decidable(plan: Plan): Plan {
   return { ...plan, statuses: plan.statuses.slice(), decidedBy: plan.decidedBy?.slice() };
-}
-
-/** The store request of one limit of `rule`, counted under `key`. */
-function counterOf(key: string, limit: Limit, hits: number, rule: MatchedRule): CounterRequest {
-  return {
-    key,
-    limit: limit.requestsPerUnit,
-    windowMs: limit.windowMs,
-    algorithm: limit.algorithm,
-    hits,
-    burst: limit.burst,
-    subWindows: limit.subWindows,
-    strict: limit.strict,
-    ...(rule.countDeniedRequests ? CHARGED_ANYWAY : undefined),
-  };
 }
 
 /** Whether a rule with several limits takes its status from `next` rather than `current`: a denial over an admission, the longer wait between denials, the fewer remaining between admissions; ties keep the earlier limit. */

@@ -1,4 +1,5 @@
 import type { Algorithm } from './types';
+import type { CalendarWindow } from './calendar';
 
 /**
  * The Store port: one call per ShouldRateLimit request, all counters together. A store that can
@@ -106,6 +107,11 @@ export interface CounterRequest {
    * the key. A tag equal to the key is the same as none. The limits of one descriptor share one.
    */
   readonly tag?: string;
+  /**
+   * fixed_window only: the window is this calendar period containing the store's now
+   * (./calendar.ts calendarPeriod), not an epoch-aligned windowMs (then the unit's nominal length).
+   */
+  readonly calendar?: CalendarWindow;
 }
 
 /** One string per distinct counter of a call: a key named with another algorithm or window is another counter. */

@@ -51,6 +51,11 @@ export interface Limit {
   readonly subWindows: number;
   /** sliding_window: count the oldest sub-window in full until it has expired (`strict`); false elsewhere. */
   readonly strict: boolean;
+  /**
+   * `calendar: true` (fixed_window, unit_multiplier 1): the window is the calendar's unit containing
+   * now (./calendar.ts) rather than an epoch-aligned windowMs; windowMs stays the unit's nominal length.
+   */
+  readonly calendar?: boolean;
   /** Optional rule name (`rate_limit.name`), reported in `current_limit.name` and used by `replaces`. */
   readonly name?: string;
   /** `unlimited: true`: always OK, never touches a store. */

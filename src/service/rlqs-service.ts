@@ -86,6 +86,8 @@ export interface RlqsServiceOptions {
   readonly clock?: Clock;
   /** Names this process's streams in the store; random by default. */
   readonly replicaId?: string;
+  /** The calendar of `calendar: true` limits, ms ahead of UTC (CALENDAR_TIMEZONE); default 0. */
+  readonly calendarOffsetMs?: number;
 }
 
 /** A read-only view of the streams and shares (debug port, live view). */
@@ -232,6 +234,8 @@ export class RlqsService {
   private stopping: Promise<void> | undefined;
   private storeErrorLogged = false;
 
+  private readonly calendarOffsetMs: number;
+
   constructor(options: RlqsServiceOptions) {
     this.store = options.store;
     this.config = options.config;
@@ -241,6 +245,7 @@ export class RlqsService {
     this.observer = options.observer;
     this.clock = options.clock ?? monotonicClock;
     this.replicaId = options.replicaId ?? randomBytes(6).toString('hex');
+    this.calendarOffsetMs = options.calendarOffsetMs ?? 0;
   }
 
   /** Open streams. */
@@ -483,7 +488,7 @@ export class RlqsService {
     const config = this.config();
     if (config !== shared.config) {
       shared.config = config;
-      shared.match = config === undefined ? undefined : matchBucket(config, shared.domain, shared.pairs);
+      shared.match = config === undefined ? undefined : matchBucket(config, shared.domain, shared.pairs, this.calendarOffsetMs);
     }
     return shared.match;
   }

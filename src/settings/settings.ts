@@ -109,6 +109,19 @@ function oneOf<T extends string>(env: Env, name: string, fallback: T, allowed: r
   return k;
 }
 
+/**
+ * CALENDAR_TIMEZONE: `UTC`, or a fixed offset from it, `+05:30` / `-08:00` (hours 00-23, minutes
+ * 00-59), in ms. Named zones would bring daylight-saving days of 23 and 25 hours: not taken.
+ */
+function calendarOffset(env: Env, name: string): number {
+  const v = optional(env, name)?.trim();
+  if (v === undefined || v.toUpperCase() === 'UTC') return 0;
+  const m = /^([+-])([01]\d|2[0-3]):([0-5]\d)$/.exec(v);
+  if (m === null) throw new SettingsError(name, `expected UTC or a fixed offset such as +05:30 or -08:00 (named zones are not supported), got "${v}"`);
+  const ms = (Number(m[2]) * 60 + Number(m[3])) * 60_000;
+  return m[1] === '-' ? -ms : ms;
+}
+
 export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal';
 export type BackendType = 'memory' | 'redis';
 export type RedisType = 'single' | 'sentinel' | 'cluster';
@@ -240,6 +253,8 @@ export interface Settings {
   };
 
   readonly defaultAlgorithm: Algorithm;
+  /** The calendar of `calendar: true` limits, ms ahead of UTC (CALENDAR_TIMEZONE; 0 for UTC). */
+  readonly calendarOffsetMs: number;
   readonly countDeniedRequests: boolean;
   readonly shadowMode: boolean;
   /** Every rule in quota mode (QUOTA_MODE). */
@@ -515,6 +530,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     }),
 
     defaultAlgorithm: oneOf<Algorithm>(env, 'DEFAULT_ALGORITHM', 'sliding_window', ALGORITHMS),
+    calendarOffsetMs: calendarOffset(env, 'CALENDAR_TIMEZONE'),
     countDeniedRequests: bool(env, 'COUNT_DENIED_REQUESTS', false),
     shadowMode: bool(env, 'SHADOW_MODE', false),
     quotaMode: bool(env, 'QUOTA_MODE', false),

@@ -3,6 +3,7 @@ import {
   bucketDrainMs,
   chargeBucket,
   EMPTY_BUCKET,
+  fixedPeriod,
   fixedWindow,
   slidingLog,
   slidingWindow,
@@ -20,6 +21,7 @@ import {
   type Store,
 } from '../limiter/store';
 import { BoundedCache, entryBytes } from '../limiter/bounded-cache';
+import { calendarPeriod } from '../limiter/calendar';
 
 /**
  * The embedded store: counters in one process, bounded in memory.
@@ -57,7 +59,8 @@ interface LogRecordEntry {
 }
 
 /**
- * One counter's state. `index` is the fixed window (floor(now / W)) that `current` counts;
+ * One counter's state. `index` is the fixed window (floor(now / W)) that `current` counts (a
+ * calendar window's: the start of its period, ms);
  * `previous` counts window index - 1 (sliding window only). With k > 1 sub-windows, `index` is the
  * newest sub-window (floor(now / (W / k))) and `counts` holds sub-windows index - k .. index, oldest
  * first. The log keeps admitted hits oldest first. A bucket keeps its TAT, tatMs + tatRem / L.
@@ -277,14 +280,17 @@ export class MemoryStore implements Store {
         // The current window's hits weigh on the estimate until the end of the next window.
         record.expiresAtMs = (index + 2) * w;
         break;
-      case 'fixed_window':
-        if (record.index !== index) {
+      case 'fixed_window': {
+        const period = c.calendar === undefined ? undefined : calendarPeriod(now, c.calendar.unit, c.calendar.offsetMs);
+        const at = period === undefined ? index : period.startMs;
+        if (record.index !== at) {
           record.current = 0;
-          record.index = index;
+          record.index = at;
         }
         record.current += c.hits;
-        record.expiresAtMs = (index + 1) * w;
+        record.expiresAtMs = period === undefined ? (index + 1) * w : period.endMs;
         break;
+      }
       case 'sliding_log': {
         const log = (record.log ??= []);
         pruneLog(log, now - w);
@@ -370,6 +376,12 @@ function decideOne(c: CounterRequest, record: CounterRecord | undefined, now: nu
     }
     case 'fixed_window': {
       let count = 0;
+      if (c.calendar !== undefined) {
+        const { startMs, endMs } = calendarPeriod(now, c.calendar.unit, c.calendar.offsetMs);
+        // Another period (or, after CALENDAR_TIMEZONE changed, another calendar's) counts nothing here.
+        if (record !== undefined && record.index === startMs) count = record.current;
+        return fixedPeriod({ count: count + pending, nowMs: now, startMs, endMs, limit: c.limit, hits: c.hits });
+      }
       if (record !== undefined && record.index >= Math.floor(now / w)) count = record.current;
       return fixedWindow({ count: count + pending, nowMs: now, windowMs: w, limit: c.limit, hits: c.hits });
     }

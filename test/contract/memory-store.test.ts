@@ -9,6 +9,7 @@ describeStoreContract('memory', async () => {
   return {
     store,
     advance: async (ms: number) => clock.advance(ms),
+    nowMs: () => clock.nowMs(),
     close: () => store.close(),
   };
 });

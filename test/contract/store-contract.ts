@@ -3,6 +3,7 @@ import type { Algorithm } from '../../src/limiter/types';
 import { ALGORITHMS, isBucket, UNIT_MS } from '../../src/limiter/types';
 import type { CounterDecision, CounterRequest, ProxyDemand, Store } from '../../src/limiter/store';
 import { describeBudgetContract } from './budget-contract';
+import { describeCalendarContract } from './calendar-contract';
 
 /**
  * The behaviour every Store adapter shares, run once per adapter (see *.test.ts next to this file).
@@ -20,6 +21,8 @@ export interface StoreHarness {
   advance(ms: number): Promise<void>;
   /** Releases the store and anything the harness started. */
   close(): Promise<void>;
+  /** The store's clock now, ms; default Date.now() (a Redis server on this machine keeps its time). */
+  nowMs?(): number;
 }
 
 /** Long enough that no test straddles a window boundary (epoch-aligned days). */
@@ -79,6 +82,8 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
       const toEnd = algorithm === 'fixed_window' ? probe.resetMs : probe.resetMs - windowMs;
       if (toEnd < room) await h.advance(toEnd + 10);
     };
+
+    describeCalendarContract(() => ({ store: h.store, advance: (ms) => h.advance(ms), nowMs: () => h.nowMs?.() ?? Date.now() }));
 
     it('reports itself healthy and names itself', () => {
       expect(h.store.isHealthy()).toBe(true);

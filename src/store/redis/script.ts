@@ -1,6 +1,7 @@
 import { MAX_BUCKET_AHEAD_MS } from '../../limiter/algorithms';
-import { isBucket, MAX_WINDOW_MS, type Algorithm } from '../../limiter/types';
+import { isBucket, MAX_WINDOW_MS, UNIT_MS, type Algorithm } from '../../limiter/types';
 import type { CounterRequest } from '../../limiter/store';
+import { MAX_CALENDAR_OFFSET_MS } from '../../limiter/calendar';
 
 /**
  * The Redis scripts. DECIDE_SCRIPT mirrors src/limiter/algorithms.ts line by line (same integer-ms
@@ -20,17 +21,27 @@ export const ALGORITHM_CODE: Readonly<Record<Algorithm, string>> = {
 
 /**
  * A counter's limit and hits as DECIDE reads them, `<algorithm code>:<W>:<L>:<shape>:<hits>`
- * (shape: sub-windows for sw/ss, burst for tb/lb, 0 otherwise), and `:d` after it for a counter
+ * (shape: sub-windows for sw/ss, burst for tb/lb, the calendar's offset for a calendar window 'fc'
+ * whose W is its unit's nominal length, 0 otherwise), and `:d` after it for a counter
  * charged even when its request is denied (CounterRequest.countDenied). One string, not five arguments per
  * counter: the client encodes a third of the arguments, and the script parses each distinct one
  * once per call (a hot descriptor sends the same string in every request).
  */
 export function counterSpec(c: CounterRequest): string {
   const charged = c.countDenied === true ? ':d' : '';
+  if (c.calendar !== undefined) return `fc:${UNIT_MS[c.calendar.unit]}:${c.limit}:${c.calendar.offsetMs}:${c.hits}${charged}`;
   if (c.algorithm === 'sliding_window') return `${c.strict === true ? 'ss' : 'sw'}:${c.windowMs}:${c.limit}:${c.subWindows ?? 1}:${c.hits}${charged}`;
   const shape = c.algorithm === 'token_bucket' || c.algorithm === 'leaky_bucket' ? (c.burst ?? c.limit) : 0;
   return `${ALGORITHM_CODE[c.algorithm]}:${c.windowMs}:${c.limit}:${shape}:${c.hits}${charged}`;
 }
+
+/**
+ * How long a calendar window's key outlives its period, ms. Named by its period, it is read by no
+ * call after the end; the margin only keeps a key made in the period's last milliseconds from
+ * expiring (on Redis's clock, in real time) before the calls of that same instant are done with it,
+ * as a fixed window's key, which lives W from its creation, outlives its window.
+ */
+export const CALENDAR_KEY_MARGIN_MS = 1_000;
 
 /** A counter's DECIDE argument after its key (counterSpec). */
 export function pushCounterArgs(args: (string | number)[], c: CounterRequest): void {
@@ -57,6 +68,12 @@ export function counterProblem(c: CounterRequest): string | undefined {
   }
   const k = c.subWindows;
   if (k !== undefined && (!isCount(k, 1, c.windowMs) || c.windowMs % k !== 0)) return `${k} sub-windows do not divide the window of ${c.windowMs} ms`;
+  if (c.calendar !== undefined) {
+    if (c.algorithm !== 'fixed_window') return `a calendar window is a fixed_window, not a ${c.algorithm}`;
+    const offset = c.calendar.offsetMs;
+    if (!isCount(Math.abs(offset), 0, MAX_CALENDAR_OFFSET_MS)) return `calendar offset ${offset} ms is not an integer within a day`;
+    if (UNIT_MS[c.calendar.unit] === undefined) return `calendar unit ${String(c.calendar.unit)} is not a unit`;
+  }
   return undefined;
 }
 
@@ -167,7 +184,8 @@ export const REFUND_COMMAND = 'slidegate_refund';
  *          Keys derived inside the script (same slot as the declared base):
  *            sliding_window  `<base>:<n>` and `<base>:<n-1>`, n = floor(now / W), string counters;
  *                            with k sub-windows `<base>:<n-k>` .. `<base>:<n>`, n = floor(now / (W / k))
- *            fixed_window    `<base>:<n>`, a string counter
+ *            fixed_window    `<base>:<n>`, a string counter; a calendar window ('fc') `<base>:<start>`,
+ *                            start = its period's first ms (src/limiter/calendar.ts calendarPeriod)
  *            token/leaky bucket `<base>` itself, a string `<tatMs>:<tatRem>`: the GCRA theoretical
  *                            arrival time tatMs + tatRem / L (absent: the bucket has drained)
  *            sliding_log     `<base>` itself, a sorted set: score = admission ms,
@@ -176,16 +194,19 @@ export const REFUND_COMMAND = 'slidegate_refund';
  *            countDenied ('1' to charge every counter even when one is denied, else '0'),
  *            number of counters c, then for each of its c counters one string
  *              `<algorithm>:<W>:<L>:<p>:<h>` (counterSpec): algorithm 'sw' | 'ss' (strict sliding
- *              window) | 'fw' | 'sl' | 'tb' | 'lb', window W in ms (integer, 1..MAX_WINDOW_MS), limit L
+ *              window) | 'fw' | 'fc' (calendar window) | 'sl' | 'tb' | 'lb', window W in ms (integer,
+ *              1..MAX_WINDOW_MS; for fc the nominal length of its unit, which names the unit), limit L
  *              (integer, 0..2^32-1), shape p: sub-windows k for sw/ss (dividing W), burst for tb/lb
- *              (1..2^32-1), 0 otherwise; hits h (a safe integer; 0 = check only); then `:d` when
+ *              (1..2^32-1), for fc the calendar's offset from UTC in ms (signed, within a day), 0
+ *              otherwise; hits h (a safe integer; 0 = check only); then `:d` when
  *              the counter is charged whatever the request's outcome (its rule counts denied requests)
  *            (counterProblem() checks all this before a counter joins a batch)
  *
  * Reply: one string, 3 comma-separated fields per counter in KEYS order (one bulk string is far
  *   cheaper for the client to read than an array of 4 entries per counter; see DecideReplyReader):
  *   remaining (-1 when denied: a denied counter's remaining is 0), resetMs, charge token ('' when
- *   nothing was added; else the (sub-)window number n for sw/ss/fw, the sorted-set member for sl, or
+ *   nothing was added; else the (sub-)window number n for sw/ss/fw, the period start for fc (REFUND
+ *   takes it back as a 'fw' counter), the sorted-set member for sl, or
  *   `<W>:<L>` for tb/lb: exactly what REFUND_SCRIPT needs to take it back). Numbers are written as
  *   integers in full, never in exponent form; tokens hold digits and ':' only.
  *   A request that fails on its own (a key of another type, a bucket value it cannot read, a
@@ -203,7 +224,8 @@ export const REFUND_COMMAND = 'slidegate_refund';
  * TTLs, set when a key is created (INCRBY returns exactly what was added), never refreshed:
  *   sliding_window W + W/k: `<base>:<n>` is created inside sub-window n and read until the end of
  *     sub-window n+k (as the oldest), so at most (k+1) x W/k after its creation (2W for k = 1);
- *   fixed_window W: created inside window n, read only until its end;
+ *   fixed_window W: created inside window n, read only until its end; a calendar window: until its
+ *     period's end and CALENDAR_KEY_MARGIN_MS;
  *   sliding_log W, renewed on every admission: the newest record must stay W after it was added
  *     (records older than W are trimmed at the same time, so the set stays O(L)).
  *   token/leaky bucket: until it has drained (tatMs - now, plus 1 ms for a fraction), set on every write;
@@ -224,15 +246,69 @@ local AHEAD = ${MAX_BUCKET_AHEAD_MS}
 -- A sorted-set member's hits (a member this script did not write counts none).
 local function recHits(m) return tonumber(string.match(m, '^%d+')) or 0 end
 
+-- Calendar periods (src/limiter/calendar.ts, step by step): day numbers from civil dates and back,
+-- years counted from March so that February, with its leap day, ends each one.
+local DAY, WEEK, MONTH, YEAR = ${UNIT_MS.day}, ${UNIT_MS.week}, ${UNIT_MS.month}, ${UNIT_MS.year}
+local function daysFromCivil(year, month)
+  local y = year
+  if month <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local doy = math.floor((153 * ((month + 9) % 12) + 2) / 5)
+  return era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy - 719468
+end
+local function civilFromDays(days)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local month = mp - 9
+  if mp < 10 then month = mp + 3 end
+  local year = yoe + era * 400
+  if month <= 2 then year = year + 1 end
+  return year, month
+end
+-- The period of the unit of nominal length w containing now, on a clock off ms ahead of UTC.
+local function calendarPeriod(w, off)
+  local l = now + off
+  local s, e
+  if w == MONTH or w == YEAR then
+    local y, m = civilFromDays(math.floor(l / DAY))
+    if w == YEAR then
+      s, e = daysFromCivil(y, 1) * DAY, daysFromCivil(y + 1, 1) * DAY
+    elseif m == 12 then
+      s, e = daysFromCivil(y, 12) * DAY, daysFromCivil(y + 1, 1) * DAY
+    else
+      s, e = daysFromCivil(y, m) * DAY, daysFromCivil(y, m + 1) * DAY
+    end
+  else
+    -- Lua's % is a floor modulo: a Monday (day 4) is on a week's boundary, the local epoch on the others'.
+    local anchor = 0
+    if w == WEEK then anchor = 4 * DAY end
+    s = l - (l - anchor) % w
+    e = s + w
+  end
+  return s - off, e - off
+end
+
 -- Counter arguments as this call has parsed them: {alg, W, L, shape, TTL of a window key, hits,
--- bucket charge token, charged even when its request is denied}.
+-- bucket charge token, charged even when its request is denied, and for fc its period's start and end}.
 local specs = {}
 local function parseSpec(s)
-  local alg, w, limit, shape, hits, charged = string.match(s, '^(%a+):(%d+):(%d+):(%d+):(%d+)(:?d?)$')
+  local alg, w, limit, shape, hits, charged = string.match(s, '^(%a+):(%d+):(%d+):(%-?%d+):(%d+)(:?d?)$')
   w, limit, shape = tonumber(w), tonumber(limit), tonumber(shape)
   local life = w
   if alg == 'sw' or alg == 'ss' then life = w + w / shape end
   local sp = {alg, w, limit, shape, life, tonumber(hits), fmt(w) .. ':' .. fmt(limit), charged == ':d'}
+  if alg == 'fc' then
+    -- Every counter of this spec is in the same period at this instant: derived once per call.
+    local start, finish = calendarPeriod(w, shape)
+    sp[5] = finish - now + ${CALENDAR_KEY_MARGIN_MS}
+    sp[9] = start
+    sp[10] = finish
+  end
   specs[s] = sp
   return sp
 end
@@ -243,7 +319,8 @@ local val, added, ttl, written = {}, {}, {}, {}
 -- the keys of windows n and n - 1, derived once per call (for the window W they were derived with:
 -- a counter key names its window, but a caller's base need not).
 local winOf, curKeyOf, prevKeyOf, wOf = {}, {}, {}, {}
-local fwWinOf, fwKeyOf, fwWOf = {}, {}, {}
+-- (and the end and length of that window: a calendar period's are its own).
+local fwWinOf, fwKeyOf, fwWOf, fwEndOf, fwLenOf = {}, {}, {}, {}, {}
 -- Sorted sets this call appended to: longest window, trimmed and expired once at the end.
 local logs, logKeys = {}, {}
 -- Buckets as this call sees them ({tatMs, tatRem}), and the ones it charged, written once at the end.
@@ -333,10 +410,21 @@ while a <= nargs do
       end
       chargeTok[i] = winOf[base]
 
-    elseif alg == 'fw' then
+    elseif alg == 'fw' or alg == 'fc' then
       key = fwKeyOf[base]
-      if key == nil or fwWOf[base] ~= w then
-        local win = fmt((now - now % w) / w)
+      -- A calendar window's W is nominal: tagged negative, it never passes for an epoch-aligned one.
+      local wTag = w
+      if alg == 'fc' then wTag = -w end
+      if key == nil or fwWOf[base] ~= wTag then
+        local win, start, finish
+        if alg == 'fw' then
+          start = now - now % w
+          win, finish = fmt(start / w), start + w
+        else
+          -- Named by its first ms, a period is told apart from every other of any calendar.
+          start, finish = sp[9], sp[10]
+          win = fmt(start)
+        end
         key = base .. ':' .. win
         if val[key] == nil then
           local v = redis.pcall('GET', key)
@@ -345,17 +433,19 @@ while a <= nargs do
         end
         fwWinOf[base] = win
         fwKeyOf[base] = key
-        fwWOf[base] = w
+        fwWOf[base] = wTag
+        fwEndOf[base] = finish
+        fwLenOf[base] = finish - start
       end
       if pendAt[key] == first then p = pendHits[key] end
       local cur = val[key] + p
-      local toEnd = w - now % w
+      local toEnd = fwEndOf[base] - now
       if cur + hits <= limit then
         allowed = 1
         remaining = limit - cur - hits
         reset = toEnd
       elseif hits > limit then
-        reset = w
+        reset = fwLenOf[base]
       else
         reset = toEnd
       end

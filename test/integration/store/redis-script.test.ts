@@ -1,9 +1,19 @@
 import fc from 'fast-check';
 import Redis from 'ioredis';
-import { bucket, fixedWindow, MAX_BUCKET_AHEAD_MS, slidingLog, slidingWindow, subWindowCounter, type Verdict } from '../../../src/limiter/algorithms';
-import type { Algorithm } from '../../../src/limiter/types';
+import {
+  bucket,
+  fixedPeriod,
+  fixedWindow,
+  MAX_BUCKET_AHEAD_MS,
+  slidingLog,
+  slidingWindow,
+  subWindowCounter,
+  type Verdict,
+} from '../../../src/limiter/algorithms';
+import { UNIT_MS, UNITS, type Algorithm } from '../../../src/limiter/types';
+import { calendarPeriod, daysFromCivil } from '../../../src/limiter/calendar';
 import { MemoryStore } from '../../../src/store/memory-store';
-import { DECIDE_SCRIPT, DecideReplyReader, pushCounterArgs, REFUND_SCRIPT } from '../../../src/store/redis/script';
+import { CALENDAR_KEY_MARGIN_MS, counterSpec, DECIDE_SCRIPT, DecideReplyReader, pushCounterArgs, REFUND_SCRIPT } from '../../../src/store/redis/script';
 import type { CounterRequest } from '../../../src/limiter/store';
 import { FakeClock } from '../../helpers/fake-clock';
 import { startRedis, type RedisServer } from '../../helpers/redis';
@@ -113,6 +123,76 @@ describe('the decide script', () => {
     );
   });
 
+  it('cuts calendar periods as src/limiter/calendar.ts does, counting each under its start until its end', async () => {
+    const DAY = UNIT_MS.day;
+    // Any instant up to the year 2381, or one within 2 ms of a local first of a month.
+    const instant = fc.oneof(
+      fc.record({ at: fc.integer({ min: 0, max: 13_000_000_000_000 }) }),
+      fc.record({ year: fc.integer({ min: 1970, max: 2400 }), month: fc.integer({ min: 1, max: 12 }), delta: fc.integer({ min: -2, max: 2 }) }),
+    );
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(...UNITS),
+        fc.integer({ min: -1439, max: 1439 }),
+        instant,
+        fc.integer({ min: 1, max: 20 }),
+        fc.integer({ min: 0, max: 25 }),
+        fc.integer({ min: 0, max: 20 }),
+        async (unit, minutes, when, limit, hits, count) => {
+          const offsetMs = minutes * 60_000;
+          const nowMs = 'at' in when ? when.at : daysFromCivil(when.year, when.month) * DAY - offsetMs + when.delta;
+          fc.pre(nowMs >= 0);
+          await r.flushall();
+          const { startMs, endMs } = calendarPeriod(nowMs, unit, offsetMs);
+          if (count > 0) await r.set(`k:${startMs}`, count);
+          const c: CounterRequest = { key: 'k', algorithm: 'fixed_window', windowMs: UNIT_MS[unit], limit, hits, calendar: { unit, offsetMs } };
+          const [got] = read((await r.eval(pinned(nowMs), 1, 'k', '0', 1, counterSpec(c))) as string, 1);
+          expect(got.verdict).toEqual(fixedPeriod({ count, nowMs, startMs, endMs, limit, hits }));
+          if (got.verdict.allowed && hits > 0) {
+            expect(got.token).toBe(String(startMs));
+            expect(await r.get(`k:${startMs}`)).toBe(String(count + hits));
+            // A key the call created lives until its period's end and a second, not a nominal unit.
+            const ttl = await r.pttl(`k:${startMs}`);
+            expect(ttl).toBeLessThanOrEqual(endMs - nowMs + CALENDAR_KEY_MARGIN_MS);
+            if (count === 0) expect(ttl).toBeGreaterThan(endMs - nowMs + CALENDAR_KEY_MARGIN_MS - 500);
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('decides a calendar month as the memory store does across its end, with a clock behind UTC', async () => {
+    const offsetMs = -8 * 3_600_000;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 1970, max: 2400 }),
+        fc.integer({ min: 1, max: 12 }),
+        fc.array(fc.record({ dt: fc.integer({ min: 0, max: 3 }), hits: fc.integer({ min: 0, max: 3 }) }), { minLength: 1, maxLength: 12 }),
+        async (year, month, steps) => {
+          await r.flushall();
+          const clock = new FakeClock(daysFromCivil(year, month) * UNIT_MS.day - offsetMs - 10);
+          const memory = new MemoryStore({ maxKeys: 100, clock, sweepIntervalMs: 0 });
+          for (const step of steps) {
+            clock.advance(step.dt);
+            const c: CounterRequest = {
+              key: 'm',
+              algorithm: 'fixed_window',
+              windowMs: UNIT_MS.month,
+              limit: 4,
+              hits: step.hits,
+              calendar: { unit: 'month', offsetMs },
+            };
+            const [fromMemory] = await memory.decide([c]);
+            expect(await scriptDecide(clock.nowMs(), [c], false)).toEqual([fromMemory]);
+          }
+          await memory.close();
+        },
+      ),
+      { numRuns: 100 },
+    );
+  });
+
   it('mirrors the sliding log arithmetic exactly', async () => {
     const records = fc.array(fc.record({ ageMs: fc.integer({ min: 0, max: 120_000 }), hits: fc.integer({ min: 1, max: 300 }) }), { maxLength: 12 });
     await fc.assert(
@@ -193,13 +273,14 @@ describe('the decide script', () => {
   }
 
   it('decides every algorithm and mode exactly as the memory store does, request after request', async () => {
-    type Shape = Pick<CounterRequest, 'algorithm' | 'windowMs' | 'subWindows' | 'strict' | 'burst'>;
+    type Shape = Pick<CounterRequest, 'algorithm' | 'windowMs' | 'subWindows' | 'strict' | 'burst' | 'calendar'>;
     const shapes: Shape[] = [
       { algorithm: 'sliding_window', windowMs: 1_000 },
       { algorithm: 'sliding_window', windowMs: 1_000, subWindows: 4 },
       { algorithm: 'sliding_window', windowMs: 1_000, subWindows: 1, strict: true },
       { algorithm: 'sliding_window', windowMs: 600, subWindows: 6, strict: true },
       { algorithm: 'fixed_window', windowMs: 1_000 },
+      { algorithm: 'fixed_window', windowMs: 1_000, calendar: { unit: 'second', offsetMs: 19_800_000 } },
       { algorithm: 'sliding_log', windowMs: 1_000 },
       { algorithm: 'token_bucket', windowMs: 1_000, burst: 7 },
       { algorithm: 'leaky_bucket', windowMs: 3_000, burst: 2 },
@@ -228,7 +309,7 @@ describe('the decide script', () => {
             const counters: CounterRequest[] = step.counters.map((c) => {
               const shape = shapes[c.shape];
               // The key names its algorithm, window and sub-windows, as a real counter key does.
-              const key = `${c.key}|${shape.algorithm as Algorithm}${shape.windowMs}/${shape.subWindows ?? 1}`;
+              const key = `${c.key}|${shape.algorithm as Algorithm}${shape.windowMs}/${shape.subWindows ?? 1}${shape.calendar === undefined ? '' : '/c'}`;
               return { key, limit: c.limit, hits: c.hits, ...shape, burst: shape.burst === undefined ? undefined : Math.max(shape.burst, c.limit) };
             });
             const fromMemory = await memory.decide(counters, { countDenied: step.countDenied });

@@ -56,7 +56,7 @@ const INVALID: Record<string, string> = {
     'descriptors[0].rate_limit.algorithm: unknown algorithm "gcra" (expected one of: sliding_window, sliding_log, fixed_window, token_bucket, leaky_bucket)',
   'unknown-rate-limit-key.yaml':
     'descriptors[0].descriptors[0].rate_limit.requests_per_second: unknown key ' +
-    '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict)',
+    '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar)',
   'unknown-root-key.yaml': 'descriptor: unknown key (expected one of: domain, descriptors)',
   'unknown-rule-key.yaml':
     'descriptors[0].limit: unknown key (expected one of: key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, ' +
@@ -492,7 +492,7 @@ describe('several limits on one rule (rate_limits)', () => {
     [
       'an unknown key in an item',
       text('      - {unit: second, limit: 1}\n'),
-      'descriptors[0].rate_limits[0].limit: unknown key (expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict)',
+      'descriptors[0].rate_limits[0].limit: unknown key (expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar)',
     ],
   ])('%s is an error naming the file and the path', (_, yaml, message) => {
     expect(errorOf(yaml)).toBe(`budgets.yaml: ${message}`);
@@ -504,8 +504,26 @@ describe('several limits on one rule (rate_limits)', () => {
       'd.k.burst: unit=SECOND requests_per_unit=10 unit_multiplier=1 algorithm=sliding_window name=burst count_denied_requests=true, shadow_mode: false, quota_mode: false',
       'd.k.daily: unit=DAY requests_per_unit=250 unit_multiplier=1 algorithm=fixed_window name=daily count_denied_requests=true, shadow_mode: false, quota_mode: false',
     ]);
-    const burst = { requestsPerUnit: 10, unit: 'second', unitMultiplier: 1, windowMs: 1_000, algorithm: 'sliding_window', name: 'burst', unlimited: false };
-    const daily = { requestsPerUnit: 250, unit: 'day', unitMultiplier: 1, windowMs: 86_400_000, algorithm: 'fixed_window', name: 'daily', unlimited: false };
+    const burst = {
+      requestsPerUnit: 10,
+      unit: 'second',
+      unitMultiplier: 1,
+      windowMs: 1_000,
+      algorithm: 'sliding_window',
+      calendar: false,
+      name: 'burst',
+      unlimited: false,
+    };
+    const daily = {
+      requestsPerUnit: 250,
+      unit: 'day',
+      unitMultiplier: 1,
+      windowMs: 86_400_000,
+      algorithm: 'fixed_window',
+      calendar: false,
+      name: 'daily',
+      unlimited: false,
+    };
     expect(ruleMatch(config, 'd', [{ key: 'k', value: 'v' }]).rule).toEqual({
       ...burst,
       shadowMode: false,

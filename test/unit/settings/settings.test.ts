@@ -207,6 +207,14 @@ describe('loadSettings with the reference server variable names', () => {
     expect(loadSettings({ PROMETHEUS_ADDR: '[::1]:9090' }).prometheus).toMatchObject({ host: '::1', port: 9090 });
   });
 
+  it('reads CALENDAR_TIMEZONE as UTC or a fixed offset, UTC by default', () => {
+    expect(loadSettings({}).calendarOffsetMs).toBe(0);
+    expect(loadSettings({ CALENDAR_TIMEZONE: 'utc' }).calendarOffsetMs).toBe(0);
+    expect(loadSettings({ CALENDAR_TIMEZONE: '+05:30' }).calendarOffsetMs).toBe(19_800_000);
+    expect(loadSettings({ CALENDAR_TIMEZONE: '-08:00' }).calendarOffsetMs).toBe(-28_800_000);
+    expect(loadSettings({ CALENDAR_TIMEZONE: '+23:59' }).calendarOffsetMs).toBe(86_340_000);
+  });
+
   it('treats an empty variable as unset', () => {
     expect(loadSettings({ GRPC_PORT: '', LOG_LEVEL: '' })).toMatchObject({ grpcPort: 8081, logLevel: 'warn' });
   });
@@ -273,6 +281,10 @@ describe('loadSettings rejects invalid values, naming the variable', () => {
     ['SHUTDOWN_GRACE_MS', { SHUTDOWN_GRACE_MS: '-5' }],
     ['WARM_UP_CALLS', { WARM_UP_CALLS: '-1' }],
     ['WARM_UP_CALLS', { WARM_UP_CALLS: 'lots' }],
+    ['CALENDAR_TIMEZONE', { CALENDAR_TIMEZONE: 'Europe/Paris' }],
+    ['CALENDAR_TIMEZONE', { CALENDAR_TIMEZONE: '+5:30' }],
+    ['CALENDAR_TIMEZONE', { CALENDAR_TIMEZONE: '+24:00' }],
+    ['CALENDAR_TIMEZONE', { CALENDAR_TIMEZONE: '-08:60' }],
   ];
 
   it.each(invalid)('%s rejects %j', (variable, env) => {
