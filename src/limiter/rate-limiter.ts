@@ -709,12 +709,15 @@ function isChargedAnyway(counter: CounterRequest): boolean {
 /**
  * A shadow counter checked with hits 0 after the enforced ones denied the request. Whether its
  * own hits would have fitted is `remaining >= hits` (remaining = L - used); when they would not, the
- * wait is unknown without another call, so one window is reported (an upper bound).
+ * wait is unknown without another call, so one window is reported (an upper bound). A calendar
+ * period may be longer than its unit's nominal window (a 31-day month), but it is a fixed window:
+ * hits that fit in a fresh one wait exactly until its end, which the check reported.
  */
 function judgeCheck(check: CounterDecision, counter: CounterRequest): CounterDecision {
   const hits = counter.hits;
   if (check.remaining >= hits) return { allowed: true, remaining: check.remaining - hits, resetMs: check.resetMs };
-  return { allowed: false, remaining: 0, resetMs: counter.windowMs };
+  const toEnd = counter.calendar !== undefined && hits <= counter.limit;
+  return { allowed: false, remaining: 0, resetMs: toEnd ? check.resetMs : counter.windowMs };
 }
 
 function validateDescriptor(d: Descriptor, i: number, limits: RequestLimits): void {

@@ -17,6 +17,9 @@ descriptors:
     rate_limit: {unit: week, requests_per_unit: 2, calendar: true, algorithm: fixed_window}
   - key: year
     rate_limit: {unit: year, requests_per_unit: 1, calendar: true}
+  - key: dry_month
+    shadow_mode: true
+    rate_limit: {unit: month, requests_per_unit: 1, calendar: true}
   - key: both
     rate_limits:
       - {name: per_minute, unit: minute, requests_per_unit: 2, algorithm: fixed_window}
@@ -26,14 +29,21 @@ descriptors:
 const at = (iso: string): number => Date.parse(iso);
 const HOUR = 3_600_000;
 
-function setUp(startIso: string, calendarOffsetMs = 0): { clock: FakeClock; ask: (key: string) => Promise<DescriptorStatus> } {
+interface Calendar {
+  readonly clock: FakeClock;
+  ask(key: string): Promise<DescriptorStatus>;
+  askBoth(...keys: string[]): Promise<readonly DescriptorStatus[]>;
+}
+
+function setUp(startIso: string, calendarOffsetMs = 0): Calendar {
   const clock = new FakeClock(at(startIso));
   const store = new MemoryStore({ clock, maxKeys: 1_000, sweepIntervalMs: 0 });
   const config = buildConfig([parseConfigText('billing.yaml', CALENDAR, { defaultAlgorithm: 'sliding_window' })]);
   const limiter = new RateLimiter({ ...LIMITER_DEFAULTS, store, config: () => config, calendarOffsetMs });
-  const ask = async (key: string): Promise<DescriptorStatus> =>
-    (await limiter.shouldRateLimit({ domain: 'billing', descriptors: [{ entries: [{ key, value: 'acme' }] }], hitsAddend: 1 })).statuses[0];
-  return { clock, ask };
+  const askBoth = async (...keys: string[]): Promise<readonly DescriptorStatus[]> =>
+    (await limiter.shouldRateLimit({ domain: 'billing', descriptors: keys.map((key) => ({ entries: [{ key, value: 'acme' }] })), hitsAddend: 1 })).statuses;
+  const ask = async (key: string): Promise<DescriptorStatus> => (await askBoth(key))[0];
+  return { clock, ask, askBoth };
 }
 
 /** Admits `limit` requests, then checks that the next one is denied until exactly `endIso`. */
@@ -98,5 +108,15 @@ describe('calendar windows in the limiter (memory store, fake clock)', () => {
     expect([denied.code, denied.currentLimit?.name, denied.durationUntilResetMs]).toEqual(['OVER_LIMIT', 'per_month', 60_000]);
     clock.advance(60_000);
     expect((await ask('both')).code).toBe('OK');
+  });
+
+  it('reports a shadow calendar month it would deny, in a request another rule denies, as waiting until the month ends', async () => {
+    const { clock, ask, askBoth } = setUp('2026-01-10T00:00:00Z');
+    expect((await ask('dry_month')).code).toBe('OK');
+    expect((await ask('year')).code).toBe('OK');
+    // The year denies the request; the shadow month, checked without charging, would deny too.
+    const [year, month] = await askBoth('year', 'dry_month');
+    expect(year.code).toBe('OVER_LIMIT');
+    expect([month.code, month.durationUntilResetMs]).toEqual(['OK', at('2026-02-01T00:00:00Z') - clock.nowMs()]);
   });
 });
