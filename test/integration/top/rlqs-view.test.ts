@@ -75,7 +75,8 @@ afterAll(async () => {
 
 it('carries no budget and hides the section while no stream reports', async () => {
   expect(await budgets()).toEqual([]);
-  await page!.waitFor(`document.body.dataset.updated !== undefined`, 'the first refresh');
+  // The document may still be loading (no body yet) when the browser hands the page over.
+  await page!.waitFor(`document.body?.dataset.updated !== undefined`, 'the first refresh');
   expect(await page!.evaluate(`document.getElementById('rlqs').hidden && document.querySelectorAll('.rlqs-budget').length === 0`)).toBe(true);
 }, 30_000);
 
