@@ -59,7 +59,7 @@ export const SCHEMA: Readonly<Record<string, Readonly<Record<string, string>>>> 
     domain: '',
     bucket_matchers: 'xds.type.matcher.v3.Matcher',
   },
-  'envoy.config.core.v3.GrpcService': { envoy_grpc: 'envoy.config.core.v3.GrpcService.EnvoyGrpc' },
+  'envoy.config.core.v3.GrpcService': { envoy_grpc: 'envoy.config.core.v3.GrpcService.EnvoyGrpc', initial_metadata: 'envoy.config.core.v3.HeaderValue' },
   'envoy.config.core.v3.GrpcService.EnvoyGrpc': { cluster_name: '' },
   'xds.type.matcher.v3.Matcher': { matcher_list: 'xds.type.matcher.v3.Matcher.MatcherList', on_no_match: 'xds.type.matcher.v3.Matcher.OnMatch' },
   'xds.type.matcher.v3.Matcher.MatcherList': { matchers: 'xds.type.matcher.v3.Matcher.MatcherList.FieldMatcher' },
