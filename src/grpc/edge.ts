@@ -15,7 +15,7 @@ export interface GrpcServerOptions {
   readonly limiter: RateLimitDecider;
   readonly health: HealthState;
   readonly settings: Pick<Settings, 'grpcHost' | 'grpcPort' | 'grpcMaxMessageBytes' | 'grpcTls'> &
-    Partial<Pick<Settings, 'grpcUds' | 'grpcMaxConnectionAgeMs' | 'grpcMaxConnectionAgeGraceMs' | 'grpcMaxConnections'>>;
+    Partial<Pick<Settings, 'grpcUds' | 'grpcMaxConnectionAgeMs' | 'grpcMaxConnectionAgeGraceMs' | 'grpcMaxConnections' | 'h2'>>;
   readonly logger: Logger;
   /** One span per ShouldRateLimit call (TRACING_ENABLED); absent when tracing is off. */
   readonly tracer?: CallTracer;

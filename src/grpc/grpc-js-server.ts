@@ -5,13 +5,31 @@ import { MESSAGE_PREFIX_BYTES } from '../wire/grpc-framing';
 import { RlsService, type CallSink } from '../service/rls-service';
 import { GrpcJsStreamingCall, streamingDefinition } from './grpc-js-streaming';
 import { grpcServerCredentials, loadTlsMaterial, type TlsMaterial } from './tls';
+import { GrpcJsListener } from './grpc-js-listener';
+import { loadSettings } from '../settings/settings';
 
 /**
  * The gRPC transport on grpc-js (GRPC_TRANSPORT=grpc-js): a thin adapter between grpc-js calls and
  * the RlsService (./rls-service), the same service the own HTTP/2 transport serves. ShouldRateLimit
  * passes the message bytes through untouched (identity serializers), so both transports share one
  * decoder and one encoder; health messages are grpc-js's own (proto-loader).
+ *
+ * It holds peers to the own HTTP/2 layer's limits, from the same settings: streams per connection
+ * (H2_MAX_CONCURRENT_STREAMS, refused past it), a connection without calls closed after
+ * H2_IDLE_TIMEOUT_MS, idle connections pinged every minute and closed when a ping goes unanswered for
+ * as long, a session's memory in node:http2 (past it, new streams are refused), and through the
+ * listener of ./grpc-js-listener.ts the connection cap (GRPC_MAX_CONNECTIONS), the handshake deadline
+ * (H2_HANDSHAKE_TIMEOUT_MS) and a PING budget.
  */
+
+/** Idle connections are pinged this often, and closed when a ping goes unanswered for as long (as the own layer). */
+const KEEPALIVE_MS = 60_000;
+/** PINGs a peer may send at once, then one a second: keepalives never come close; a flood is cut. */
+const PING_BURST = 10;
+const PINGS_PER_SECOND = 1;
+const MIB = 1024 * 1024;
+/** node:http2's default session memory, MiB; raised for a larger H2_CONNECTION_BUFFER_BYTES. */
+const DEFAULT_SESSION_MEMORY_MIB = 10;
 
 type HealthRequest = { service: string };
 
@@ -45,13 +63,22 @@ export class GrpcServer {
   private onDrained: (() => void) | undefined;
   /** Streaming calls open now; shutdown ends them. */
   private readonly streamingCalls = new Set<GrpcJsStreamingCall>();
+  private readonly listener: GrpcJsListener;
 
   constructor(private readonly options: GrpcServerOptions) {
     this.service = new RlsService(options);
     this.tls = loadTlsMaterial(options.settings.grpcTls);
     const { grpcMaxMessageBytes, grpcMaxConnectionAgeMs, grpcMaxConnectionAgeGraceMs } = options.settings;
+    const defaults = options.settings.h2 === undefined || options.settings.grpcMaxConnections === undefined ? loadSettings({}) : undefined;
+    const h2 = options.settings.h2 ?? defaults!.h2;
     this.server = new grpc.Server({
       'grpc.max_receive_message_length': grpcMaxMessageBytes,
+      'grpc.max_concurrent_streams': h2.maxConcurrentStreams,
+      // Counts what node:http2 holds for the session both ways (its default, unless the receive window needs more).
+      'grpc-node.max_session_memory': Math.max(DEFAULT_SESSION_MEMORY_MIB, Math.ceil((2 * h2.connectionBufferBytes) / MIB)),
+      ...(h2.idleTimeoutMs > 0 ? { 'grpc.max_connection_idle_ms': h2.idleTimeoutMs } : {}),
+      'grpc.keepalive_time_ms': KEEPALIVE_MS,
+      'grpc.keepalive_timeout_ms': KEEPALIVE_MS,
       // grpc-js adds the same ±10% jitter to the age as grpc-go; 0 means never, as there.
       ...(grpcMaxConnectionAgeMs ? { 'grpc.max_connection_age_ms': grpcMaxConnectionAgeMs } : {}),
       ...(grpcMaxConnectionAgeMs && grpcMaxConnectionAgeGraceMs !== undefined ? { 'grpc.max_connection_age_grace_ms': grpcMaxConnectionAgeGraceMs } : {}),
@@ -75,18 +102,25 @@ export class GrpcServer {
         },
       });
     }
+    this.listener = new GrpcJsListener({
+      server: this.server,
+      credentials: grpcServerCredentials(this.tls),
+      maxConnections: options.settings.grpcMaxConnections ?? defaults!.grpcMaxConnections,
+      handshakeTimeoutMs: h2.handshakeTimeoutMs,
+      pingBurst: PING_BURST,
+      pingsPerSecond: PINGS_PER_SECOND,
+      onError: (err) => options.logger.error({ err }, 'gRPC listener error'),
+    });
   }
 
   /** Binds GRPC_HOST:GRPC_PORT, or the Unix socket GRPC_UDS, and starts serving; resolves to the bound port (0 on a socket). */
-  start(): Promise<number> {
+  async start(): Promise<number> {
     const { grpcHost, grpcPort, grpcUds } = this.options.settings;
-    const address = grpcUds !== undefined ? `unix:${grpcUds}` : bindAddress(grpcHost, grpcPort);
-    return new Promise((resolve, reject) => {
-      this.server.bindAsync(address, grpcServerCredentials(this.tls), (err, port) => {
-        if (err) reject(err);
-        else resolve(grpcUds !== undefined ? 0 : port);
-      });
-    });
+    if (grpcUds !== undefined) {
+      await this.listener.listenPath(grpcUds);
+      return 0;
+    }
+    return this.listener.listen(grpcHost.replace(/^\[(.*)\]$/, '$1'), grpcPort);
   }
 
   /**
@@ -96,9 +130,15 @@ export class GrpcServer {
   stop(graceMs: number): Promise<void> {
     this.stopping ??= new Promise<void>((resolve) => {
       this.service.shutdown();
+      this.listener.close();
       for (const call of [...this.streamingCalls]) call.goAway();
-      const timer = setTimeout(() => {
+      const forceShutdown = (): void => {
         this.server.forceShutdown();
+        // Connections grpc-js never made a session of (a handshake under way) are the listener's.
+        this.listener.destroyAll();
+      };
+      const timer = setTimeout(() => {
+        forceShutdown();
         resolve();
       }, graceMs);
       this.server.tryShutdown(() => {
@@ -109,7 +149,7 @@ export class GrpcServer {
       // sent the HTTP/2 preface) never close on their own: once every call is answered, cut them.
       this.whenDrained(() =>
         setTimeout(() => {
-          this.server.forceShutdown();
+          forceShutdown();
           clearTimeout(timer);
           resolve();
         }, DRAIN_FLUSH_MS).unref(),

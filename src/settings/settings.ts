@@ -153,7 +153,10 @@ export interface Settings {
     /** When set, the client certificate must carry this subject alternative name (GRPC_CLIENT_TLS_SAN). */
     readonly clientSan?: string;
   };
-  /** Limits of the service's own HTTP/2 layer (GRPC_TRANSPORT=http2): every one bounds what a peer can make it hold. */
+  /**
+   * Limits of the service's own HTTP/2 layer (GRPC_TRANSPORT=http2): every one bounds what a peer can make it hold.
+   * With grpc-js, the streams, idle and handshake times apply as well, and the connection buffer sizes its session memory.
+   */
   readonly h2: {
     /** SETTINGS_MAX_CONCURRENT_STREAMS: streams one connection may have open. */
     readonly maxConcurrentStreams: number;
@@ -176,7 +179,7 @@ export interface Settings {
     /** Time for the TLS handshake, the preface and first SETTINGS, and for a header block to complete, ms. */
     readonly handshakeTimeoutMs: number;
   };
-  /** Connections open at once on the gRPC port, http2 transport (GRPC_MAX_CONNECTIONS); more are closed as they arrive. */
+  /** Connections open at once on the gRPC port, either transport (GRPC_MAX_CONNECTIONS); more are closed as they arrive. */
   readonly grpcMaxConnections: number;
   readonly httpHost: string;
   readonly httpPort: number;
