@@ -1,5 +1,6 @@
 import fc from 'fast-check';
-import type { DescriptorOutcome, Limit } from '../../../src/limiter/types';
+import type { DescriptorOutcome } from '../../../src/limiter/types';
+import { API_KEY_RULE, TOP_T0 } from '../../helpers/top-fixtures';
 import { joinCounts } from '../../../src/top/summary';
 import { mergeViews } from '../../../src/top/top-report';
 import { SLICES, TopSketch } from '../../../src/top/top-sketch';
@@ -11,20 +12,7 @@ import { SLICES, TopSketch } from '../../../src/top/top-sketch';
  * and every descriptor above that bound is listed.
  */
 
-const T0 = 1_700_000_000_000 - (1_700_000_000_000 % 60_000);
 const SLICE_MS = 60_000 / SLICES;
-const LIMIT: Limit = {
-  requestsPerUnit: 5,
-  unit: 'minute',
-  unitMultiplier: 1,
-  windowMs: 60_000,
-  algorithm: 'sliding_window',
-  burst: 5,
-  subWindows: 1,
-  strict: false,
-  unlimited: false,
-};
-const RULE = { statKey: 'api_key', limit: LIMIT, shadowMode: false };
 
 interface Hit {
   readonly process: number;
@@ -38,14 +26,14 @@ interface Hit {
 function outcomeOf(h: Hit): DescriptorOutcome {
   return {
     domain: 'edge',
-    statKey: RULE.statKey,
+    statKey: API_KEY_RULE.statKey,
     hits: h.hits,
     overLimit: h.denied ? h.hits : 0,
     nearLimit: h.denied ? 0 : h.near,
     withinLimit: h.denied ? 0 : h.hits,
     shadowMode: 0,
     overLimitWithLocalCache: 0,
-    rule: RULE,
+    rule: API_KEY_RULE,
     key: `edge|sw60000|api_key=${h.value}`,
   };
 }
@@ -74,12 +62,12 @@ describe('the live view against exact counting', () => {
   it('lists every count at or above the truth and within its error, errors within total / k, and every descriptor above it (property)', () => {
     fc.assert(
       fc.property(stream, ({ k, processes, hits }) => {
-        const sketches = Array.from({ length: processes }, () => new TopSketch({ windowMs: 60_000, entries: k, maxRules: 4, nowMs: T0 }));
+        const sketches = Array.from({ length: processes }, () => new TopSketch({ windowMs: 60_000, entries: k, maxRules: 4, nowMs: TOP_T0 }));
         const truth = new Map<string, { allowed: number; denied: number; near: number }>();
         const ordered = [...hits].sort((a, b) => a.slice - b.slice);
         for (const h of ordered) {
           // Every slice stays within the window: the view covers the 10 slices.
-          sketches[h.process].advance(T0 + h.slice * SLICE_MS);
+          sketches[h.process].advance(TOP_T0 + h.slice * SLICE_MS);
           sketches[h.process].record(outcomeOf(h));
           const id = `edge|sw60000|api_key=${h.value}`;
           const t = truth.get(id) ?? { allowed: 0, denied: 0, near: 0 };
@@ -90,7 +78,7 @@ describe('the live view against exact counting', () => {
           }
           truth.set(id, t);
         }
-        for (const s of sketches) s.advance(T0 + (SLICES - 1) * SLICE_MS);
+        for (const s of sketches) s.advance(TOP_T0 + (SLICES - 1) * SLICE_MS);
         const view = mergeViews(
           sketches.map((s) => s.view()),
           k,
@@ -121,10 +109,10 @@ describe('the live view against exact counting', () => {
   });
 
   it('counts exactly while every slice has room, whatever the number of processes', () => {
-    const a = new TopSketch({ windowMs: 60_000, entries: 4, maxRules: 4, nowMs: T0 });
-    const b = new TopSketch({ windowMs: 60_000, entries: 4, maxRules: 4, nowMs: T0 });
+    const a = new TopSketch({ windowMs: 60_000, entries: 4, maxRules: 4, nowMs: TOP_T0 });
+    const b = new TopSketch({ windowMs: 60_000, entries: 4, maxRules: 4, nowMs: TOP_T0 });
     for (let i = 0; i < 30; i++) a.record(outcomeOf({ process: 0, slice: 0, value: 'mallory', denied: true, hits: 1, near: 0 }));
-    b.advance(T0 + SLICE_MS);
+    b.advance(TOP_T0 + SLICE_MS);
     for (let i = 0; i < 25; i++) b.record(outcomeOf({ process: 1, slice: 1, value: 'mallory', denied: true, hits: 1, near: 0 }));
     b.record(outcomeOf({ process: 1, slice: 1, value: 'mallory', denied: false, hits: 5, near: 1 }));
     const [rule] = mergeViews([a.view(), b.view()], 4).rules;

@@ -1,25 +1,12 @@
-import type { DescriptorOutcome, Limit } from '../../../src/limiter/types';
+import type { DescriptorOutcome } from '../../../src/limiter/types';
+import { API_KEY_RULE, FIVE_PER_MINUTE, TOP_T0 } from '../../helpers/top-fixtures';
 import { mergeViews, parseTopQuery, topReport, descriptorOf, rulesReport } from '../../../src/top/top-report';
 import { boundedId, ID_MAX_CHARS, SLICES, STEPS, TopSketch } from '../../../src/top/top-sketch';
 import { mergeCounts } from '../../../src/top/summary';
 
 /** The sliding window of the heavy hitters, on a pinned clock: slices leave the view, steps chart it, views merge. */
 
-const T0 = 1_700_000_000_000 - (1_700_000_000_000 % 60_000);
-const LIMIT: Limit = {
-  requestsPerUnit: 5,
-  unit: 'minute',
-  unitMultiplier: 1,
-  windowMs: 60_000,
-  algorithm: 'sliding_window',
-  burst: 5,
-  subWindows: 1,
-  strict: false,
-  unlimited: false,
-};
-const API_KEY = { statKey: 'api_key', limit: LIMIT, shadowMode: false };
-
-function outcome(value: string, allowed: boolean, rule = API_KEY, domain = 'edge'): DescriptorOutcome {
+function outcome(value: string, allowed: boolean, rule = API_KEY_RULE, domain = 'edge'): DescriptorOutcome {
   return {
     domain,
     statKey: rule.statKey,
@@ -35,7 +22,7 @@ function outcome(value: string, allowed: boolean, rule = API_KEY, domain = 'edge
 }
 
 const QUERY = { by: 'denied', limit: 20 } as const;
-const sketch = (nowMs = T0, entries = 16, maxRules = 10) => new TopSketch({ windowMs: 60_000, entries, maxRules, nowMs });
+const sketch = (nowMs = TOP_T0, entries = 16, maxRules = 10) => new TopSketch({ windowMs: 60_000, entries, maxRules, nowMs });
 
 describe('TopSketch', () => {
   it('counts allowed, denied and near-limit hits per descriptor of a rule', () => {
@@ -57,16 +44,16 @@ describe('TopSketch', () => {
   it('keeps a hit in view for at least 9/10 of the window and drops it after the whole window', () => {
     const s = sketch();
     s.record(outcome('early', false));
-    s.advance(T0 + 54_000 - 1);
+    s.advance(TOP_T0 + 54_000 - 1);
     expect(s.view().rules).toHaveLength(1);
-    s.advance(T0 + 60_000);
+    s.advance(TOP_T0 + 60_000);
     expect(s.view().rules).toHaveLength(0);
   });
 
   it('charts the window in 60 steps, oldest first, and totals what the slices hold', () => {
     const s = sketch();
     s.record(outcome('a', true));
-    s.advance(T0 + 2_000);
+    s.advance(TOP_T0 + 2_000);
     s.record(outcome('a', false));
     s.record(outcome('b', false));
     const [rule] = s.view().rules;
@@ -77,9 +64,9 @@ describe('TopSketch', () => {
   });
 
   it('tracks at most maxRules rules and counts the hits of any further one as untracked', () => {
-    const s = sketch(T0, 4, 1);
+    const s = sketch(TOP_T0, 4, 1);
     s.record(outcome('a', true));
-    s.record(outcome('x', true, { statKey: 'user', limit: LIMIT, shadowMode: false }));
+    s.record(outcome('x', true, { statKey: 'user', limit: FIVE_PER_MINUTE, shadowMode: false }));
     const view = s.view();
     expect(view.rules.map((r) => r.rule)).toEqual(['api_key']);
     expect(view.untracked).toBe(1);
@@ -88,15 +75,15 @@ describe('TopSketch', () => {
   it('takes the new limit of a rule a reload replaced', () => {
     const s = sketch();
     s.record(outcome('a', true));
-    s.record(outcome('a', true, { statKey: 'api_key', limit: { ...LIMIT, requestsPerUnit: 9 }, shadowMode: true }));
+    s.record(outcome('a', true, { statKey: 'api_key', limit: { ...FIVE_PER_MINUTE, requestsPerUnit: 9 }, shadowMode: true }));
     const [rule] = s.view().rules;
     expect([rule.limit.requestsPerUnit, rule.limit.shadowMode, rule.allowed]).toEqual([9, true, 2]);
   });
 
   it('holds a fixed number of entries whatever the number of distinct values', () => {
-    const s = sketch(T0, 8);
+    const s = sketch(TOP_T0, 8);
     for (let slice = 0; slice < SLICES; slice++) {
-      s.advance(T0 + slice * 6_000);
+      s.advance(TOP_T0 + slice * 6_000);
       for (let i = 0; i < 5_000; i++) s.record(outcome(`${slice}-${i}`, true));
     }
     const [rule] = s.view(1_000).rules;
@@ -141,10 +128,10 @@ describe('merging views', () => {
   });
 
   it('aligns steps by their time when processes are a step apart', () => {
-    const a = sketch(T0);
-    const b = sketch(T0);
+    const a = sketch(TOP_T0);
+    const b = sketch(TOP_T0);
     a.record(outcome('x', true));
-    b.advance(T0 + 1_000);
+    b.advance(TOP_T0 + 1_000);
     b.record(outcome('x', true));
     const merged = mergeViews([a.view(), b.view()], 16);
     expect(merged.rules[0].stepAllowed.slice(-2)).toEqual([1, 1]);
@@ -180,7 +167,7 @@ describe('merging views', () => {
   it('lays out /top/rules for the page, rules of a domain by denials', () => {
     const s = sketch();
     s.record(outcome('a', true));
-    s.record(outcome('b', false, { statKey: 'user', limit: { ...LIMIT, name: 'per_user' }, shadowMode: false }));
+    s.record(outcome('b', false, { statKey: 'user', limit: { ...FIVE_PER_MINUTE, name: 'per_user' }, shadowMode: false }));
     const report = rulesReport(s.view(), 1, { rlqs: [] }) as { rules: { rule: string; limit: { name: string | null } }[]; rlqs: unknown[] };
     expect(report.rules.map((r) => [r.rule, r.limit.name])).toEqual([
       ['user', 'per_user'],
