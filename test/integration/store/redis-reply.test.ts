@@ -106,6 +106,22 @@ describe('the redis store: one call of a batch never changes what the others are
     expect(await admin.type(`${PREFIX}{${hash}}`)).toBe('hash');
   });
 
+  it('leaves a sliding window uncharged for the next calls of its batch when its call fails or is denied after it', async () => {
+    const hash = fresh('hash');
+    await admin.hset(`${PREFIX}{${hash}}`, 'x', '1');
+    const window = (key: string, limit: number): CounterRequest => ({ key, limit, windowMs: HOUR, algorithm: 'sliding_window', hits: 1 });
+    const shared = window(fresh('shared'), 10);
+    const settled = await Promise.allSettled([
+      store.decide([shared, { key: hash, limit: 5, windowMs: HOUR, algorithm: 'token_bucket', hits: 1 }]),
+      store.decide([shared, window(fresh('closed'), 0)]),
+      store.decide([shared]),
+    ]);
+    expect(settled.map((s) => s.status)).toEqual(['rejected', 'fulfilled', 'fulfilled']);
+    expect((settled[1] as PromiseFulfilledResult<CounterDecision[]>).value.map((d) => d.allowed)).toEqual([true, false]);
+    expect((settled[2] as PromiseFulfilledResult<CounterDecision[]>).value[0]).toMatchObject({ allowed: true, remaining: 9 });
+    expect(await remainingOf(shared)).toBe(9);
+  });
+
   it('fails the calls that charged a counter Redis refused to increment, each on its own', async () => {
     const hash = fresh('hash');
     const text = fresh('text');
