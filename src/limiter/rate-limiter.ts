@@ -145,7 +145,10 @@ interface Counted {
   readonly counter: CounterRequest;
   /** Shadow or quota mode: its counter does not veto the others (see decideSplit). */
   readonly soft: boolean;
-  /** The stat key when it depends on the request (share_threshold, value_to_metric); else the rule's. */
+  /**
+   * The stat key when it depends on the request (share_threshold, value_to_metric) or names one limit
+   * of a `rate_limits` rule (its suffix included, joined once per plan); else undefined: the rule's.
+   */
   readonly statKey: string | undefined;
   /** Which limit of a `rate_limits` rule the counter is; undefined for a rule with one limit. */
   readonly limit: RuleLimit | undefined;
@@ -404,10 +407,11 @@ export class RateLimiter {
       counters = counters.map((c) => ({ ...c, hits }));
       memo!.counters = counters;
     }
+    const ruleStatKey = statKey ?? (rule.detailedMetric ? detailedStatKey(rule, d.entries) : rule.statKey);
     for (let j = 0; j < limits.length; j++) {
       const name = limits[j].limit.name;
       if (p.replaced !== undefined && name !== undefined && p.replaced.has(name)) continue;
-      counted.push({ index: p.index, rule, counter: counters[j], soft: p.soft, statKey, limit: limits[j] });
+      counted.push({ index: p.index, rule, counter: counters[j], soft: p.soft, statKey: ruleStatKey + limits[j].statSuffix, limit: limits[j] });
     }
   }
 
@@ -583,8 +587,7 @@ export class RateLimiter {
   private outcome(domain: string, entries: readonly Entry[], counted: Counted, decision: CounterDecision, cached: boolean): DescriptorOutcome {
     const { rule, counter } = counted;
     const hits = counter.hits;
-    const ruleStatKey = counted.statKey ?? (rule.detailedMetric ? detailedStatKey(rule, entries) : rule.statKey);
-    const statKey = counted.limit === undefined ? ruleStatKey : ruleStatKey + counted.limit.statSuffix;
+    const statKey = counted.statKey ?? (rule.detailedMetric ? detailedStatKey(rule, entries) : rule.statKey);
     // requests_per_unit, or a bucket's burst: what `remaining` counts down from.
     const limit = (counted.limit ?? rule).limit.burst;
     let overLimit = 0;
