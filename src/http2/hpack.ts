@@ -94,12 +94,27 @@ export interface HpackDecoderOptions {
   readonly maxHeaderListSize: number;
 }
 
+/** Longest literal kept for reuse (see HpackDecoder.string). */
+const MAX_REMEMBERED_LITERAL = 256;
+/**
+ * Literals kept for reuse per connection: a client repeats several on every request (nghttp2 never
+ * indexes :path or content-length, so h2load and Envoy send both as literals each time), and one
+ * kept string would be replaced by the other on every field.
+ */
+const REMEMBERED_LITERALS = 8;
+
+/** A string literal's octets as sent (Huffman-coded or not), its text, and whether HTTP/2 allows it in a value. */
+interface RememberedLiteral {
+  readonly octets: Buffer;
+  readonly huffman: boolean;
+  readonly text: string;
+  readonly allowed: boolean;
+}
+
 /**
  * The decoding context of one HTTP/2 connection: feed it every header block of the connection in
  * order (one HpackDecoder per connection).
  */
-/** Longest literal kept for reuse (see HpackDecoder.string). */
-const MAX_REMEMBERED_LITERAL = 256;
 
 export class HpackDecoder {
   private readonly maxTableSize: number;
@@ -118,12 +133,9 @@ export class HpackDecoder {
   private count = 0;
   /** Read position in the block being decoded. */
   private pos = 0;
-  private lastHuffman: Buffer = Buffer.alloc(0);
-  private lastHuffmanText = '';
-  private lastHuffmanAllowed = true;
-  private lastRaw: Buffer = Buffer.alloc(0);
-  private lastRawText = '';
-  private lastRawAllowed = true;
+  /** The literals last decoded (at most REMEMBERED_LITERALS, replaced in turn), see string(). */
+  private readonly remembered: RememberedLiteral[] = [];
+  private nextRemembered = 0;
   /** Set by name() and string(): whether what they returned is allowed in a field name / value. */
   private nameAllowed = true;
   private stringAllowed = true;
@@ -228,32 +240,22 @@ export class HpackDecoder {
     const stop = start + length;
     if (stop > block.length) throw new HpackError('string literal runs past the end of the header block');
     this.pos = stop;
-    // Clients often repeat one literal on every request (nghttp2 never indexes :path): the last
-    // string of each kind is kept with its octets and reused when they come again.
-    if (!huffman) {
-      if (sameOctets(this.lastRaw, block, start, length)) {
-        this.stringAllowed = this.lastRawAllowed;
-        return this.lastRawText;
+    // Clients repeat a few literals on every request: each is kept with its octets and reused
+    // when they come again, neither decoded nor checked again.
+    const remembered = this.remembered;
+    for (let i = 0; i < remembered.length; i++) {
+      const r = remembered[i];
+      if (r.huffman === huffman && sameOctets(r.octets, block, start, length)) {
+        this.stringAllowed = r.allowed;
+        return r.text;
       }
-      const raw = block.toString('latin1', start, stop);
-      this.stringAllowed = validFieldValue(raw);
-      if (length <= MAX_REMEMBERED_LITERAL) {
-        this.lastRaw = Buffer.from(block.subarray(start, stop));
-        this.lastRawText = raw;
-        this.lastRawAllowed = this.stringAllowed;
-      }
-      return raw;
     }
-    if (sameOctets(this.lastHuffman, block, start, length)) {
-      this.stringAllowed = this.lastHuffmanAllowed;
-      return this.lastHuffmanText;
-    }
-    const text = huffmanDecode(block, start, stop);
-    this.stringAllowed = validFieldValue(text);
+    const text = huffman ? huffmanDecode(block, start, stop) : block.toString('latin1', start, stop);
+    const allowed = validFieldValue(text);
+    this.stringAllowed = allowed;
     if (length <= MAX_REMEMBERED_LITERAL) {
-      this.lastHuffman = Buffer.from(block.subarray(start, stop));
-      this.lastHuffmanText = text;
-      this.lastHuffmanAllowed = this.stringAllowed;
+      remembered[this.nextRemembered] = { octets: Buffer.from(block.subarray(start, stop)), huffman, text, allowed };
+      this.nextRemembered = (this.nextRemembered + 1) % REMEMBERED_LITERALS;
     }
     return text;
   }

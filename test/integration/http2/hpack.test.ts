@@ -572,6 +572,25 @@ describe('HpackDecoder.lastBlockForbidden', () => {
     expect(d.lastBlockForbidden).toBe(false);
   });
 
+  it('reuses each of several literals repeated in turn (:path and content-length on every request), each with its own verdict', () => {
+    const d = decoder();
+    // Without indexing, name by static index: :path (4), content-length (28 = 0x0f 0x0d), and a forbidden value.
+    const path = (p: string): Buffer => Buffer.concat([Buffer.from([0x04]), lit(p)]);
+    const length = (n: string): Buffer => Buffer.concat([Buffer.from([0x0f, 0x0d]), lit(n)]);
+    const bad = Buffer.concat([Buffer.from([0x00]), lit('x-v'), lit('a\rb')]);
+    for (let round = 0; round < 3; round++) {
+      for (const p of ['/svc/A', '/svc/B']) {
+        expect(d.decode(Buffer.concat([Buffer.from([0x83]), path(p), length('107')]))).toEqual([':method', 'POST', ':path', p, 'content-length', '107']);
+        expect(d.lastBlockForbidden).toBe(false);
+        expect(d.decode(Buffer.concat([path(p), bad]))).toEqual([':path', p, 'x-v', 'a\rb']);
+        expect(d.lastBlockForbidden).toBe(true);
+      }
+    }
+    // More distinct literals than are kept: each still decodes to itself.
+    for (let i = 0; i < 40; i++) expect(d.decode(path(`/p/${i % 20}`))).toEqual([':path', `/p/${i % 20}`]);
+    expect(d.lastBlockForbidden).toBe(false);
+  });
+
   it('follows a forbidden field into the dynamic table: referencing the entry later is forbidden too', () => {
     const d = decoder();
     d.decode(Buffer.concat([Buffer.from([0x40]), lit('x-bad'), lit('a\nb')]));
