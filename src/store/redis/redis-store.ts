@@ -4,12 +4,12 @@ import type { RedisClient } from './connection';
 import { DEMAND_COMMAND, DEMAND_SCRIPT, demandArgs, parseDemandReply } from './demand';
 import { HealthProbe } from './health-probe';
 import { keySlot } from './key-slot';
+import { PreparedScript, respArgument } from './script-command';
 import { RedisDocuments } from './shared-documents';
 import { ShareGate, type GatedCall } from './share-gate';
 import {
   counterProblem,
   counterSpec,
-  DECIDE_COMMAND,
   DECIDE_SCRIPT,
   DecideReplyReader,
   FAILED_UNREADABLE,
@@ -80,12 +80,21 @@ export const LARGE_CALL_MAX_WAIT_DEADLINES = 50;
 
 type ScriptCall = (args: (string | number)[]) => Promise<unknown>;
 
-/** A counter's DECIDE arguments that depend only on it: its Redis key and its limit (counterSpec), or why the script cannot take it. */
+/**
+ * A counter's DECIDE arguments that depend only on it: its Redis key and its limit (counterSpec), as
+ * text and as RESP (./script-command), or why the script cannot take it.
+ */
 interface CounterArgs {
   readonly key: string;
-  readonly spec: string;
+  readonly keyArgument: string;
+  readonly specArgument: string;
   readonly problem: string | undefined;
 }
+
+/** A request's counter count as DECIDE reads it (RESP), made once for the counts of at most MAX_BATCH_KEYS. */
+const COUNT_ARGUMENTS: readonly string[] = Array.from({ length: 257 }, (_, n) => respArgument(String(n)));
+const CHARGE_DENIED_ARGUMENT = respArgument('1');
+const CHARGE_ADMITTED_ARGUMENT = respArgument('0');
 
 /** One decide() call (on a cluster, one slot's share of it) as the batcher carries it. */
 interface RedisCall {
@@ -119,7 +128,7 @@ export class RedisStore implements Store {
   /** Documents every replica sharing this Redis reads (the live view's exchange). */
   readonly documents: RedisDocuments;
   private readonly client: RedisClient;
-  private readonly decideCall: ScriptCall;
+  private readonly decideScript: PreparedScript;
   private readonly refundCall: ScriptCall;
   private readonly demandCall: ScriptCall;
   private readonly timeoutMs: number;
@@ -170,17 +179,18 @@ export class RedisStore implements Store {
     // The scripts take their key count as an argument (a batch has any number of keys). ioredis's
     // auto-pipeline would route such a command by that count on a cluster, and would only add a
     // turn of latency to batches that are already one command each: they are sent directly, and
-    // ioredis still routes them by their first key.
+    // ioredis still routes them by their first key. (DECIDE is sent as a Command, which ioredis
+    // never auto-pipelines.)
     const clientOptions = this.client.options;
     const ignored = clientOptions.autoPipeliningIgnoredCommands ?? (clientOptions.autoPipeliningIgnoredCommands = []);
-    for (const name of [DECIDE_COMMAND, REFUND_COMMAND]) if (!ignored.includes(name)) ignored.push(name);
-    // defineCommand gives EVALSHA by hash, and EVAL when the server answers NOSCRIPT (restart, failover, SCRIPT FLUSH).
-    this.client.defineCommand(DECIDE_COMMAND, { lua: DECIDE_SCRIPT });
+    if (!ignored.includes(REFUND_COMMAND)) ignored.push(REFUND_COMMAND);
+    // EVALSHA by hash, and EVAL when the server answers NOSCRIPT (restart, failover, SCRIPT FLUSH):
+    // defineCommand's for the rare calls, ./script-command's for DECIDE.
+    this.decideScript = new PreparedScript(this.client, DECIDE_SCRIPT);
     this.client.defineCommand(REFUND_COMMAND, { lua: REFUND_SCRIPT });
     this.documents = new RedisDocuments({ client: this.client, keyPrefix: options.keyPrefix, timeoutMs: Math.max(timeoutMs, DOCUMENT_MIN_TIMEOUT_MS) });
     this.client.defineCommand(DEMAND_COMMAND, { lua: DEMAND_SCRIPT, numberOfKeys: 1 });
     const commands = this.client as unknown as Record<string, ScriptCall>;
-    this.decideCall = (args) => commands[DECIDE_COMMAND](args);
     this.refundCall = (args) => commands[REFUND_COMMAND](args);
     this.demandCall = (args) => commands[DEMAND_COMMAND](args);
 
@@ -336,7 +346,8 @@ export class RedisStore implements Store {
   private argsOf(c: CounterRequest): CounterArgs {
     let a = this.counterArgs.get(c);
     if (a === undefined) {
-      a = { key: this.keyOf(c), spec: counterSpec(c), problem: counterProblem(c) };
+      const key = this.keyOf(c);
+      a = { key, keyArgument: respArgument(key), specArgument: respArgument(counterSpec(c)), problem: counterProblem(c) };
       this.counterArgs.set(c, a);
     }
     return a;
@@ -344,19 +355,22 @@ export class RedisStore implements Store {
 
   /** One DECIDE call for calls[from, to) of a batch, which hold `keys` counters in all. */
   private readonly send = (batch: Batch, calls: readonly Pending[], from: number, to: number, keys: number): void => {
-    // Keys first, then ARGV: filled by push, so that the array stays packed (ioredis copies it).
-    const args: (string | number)[] = [keys];
-    for (let i = from; i < to; i++) {
-      const counters = calls[i].request.counters;
-      for (let j = 0; j < counters.length; j++) args.push(this.argsOf(counters[j]).key);
-    }
+    // KEYS, then per request ARGV's charge flag, counter count and specs (see DECIDE_SCRIPT), each
+    // piece encoded once per counter (./script-command).
+    let keyPart = '';
+    let argvPart = '';
     for (let i = from; i < to; i++) {
       const call = calls[i].request;
       const counters = call.counters;
-      args.push(call.countDenied ? '1' : '0', counters.length);
-      for (let j = 0; j < counters.length; j++) args.push(this.argsOf(counters[j]).spec);
+      argvPart += (call.countDenied ? CHARGE_DENIED_ARGUMENT : CHARGE_ADMITTED_ARGUMENT) + countArgument(counters.length);
+      for (let j = 0; j < counters.length; j++) {
+        const a = this.argsOf(counters[j]);
+        keyPart += a.keyArgument;
+        argvPart += a.specArgument;
+      }
     }
-    this.decideCall(args).then(
+    const firstKey = this.argsOf(calls[from].request.counters[0]).key;
+    this.decideScript.call(keys, 2 * (to - from) + keys, firstKey, keyPart + argvPart).then(
       (reply) => this.answer(batch, calls, from, to, reply as string),
       (err: unknown) => {
         const kind = this.classify(err);
@@ -433,6 +447,10 @@ function readDecisions(reply: DecideReplyReader, n: number, tokens: string[] | u
     else tokens[i] = reply.token();
   }
   return out;
+}
+
+function countArgument(n: number): string {
+  return n < COUNT_ARGUMENTS.length ? COUNT_ARGUMENTS[n] : respArgument(String(n));
 }
 
 function messageOf(err: unknown): string {

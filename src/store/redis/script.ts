@@ -167,8 +167,7 @@ export class DecideReplyReader {
   }
 }
 
-/** Names under which the store defines the scripts on its client (numkeys is passed per call). */
-export const DECIDE_COMMAND = 'slidegate_decide';
+/** The name under which the store defines REFUND_SCRIPT on its client (numkeys is passed per call; DECIDE is sent by ./script-command). */
 export const REFUND_COMMAND = 'slidegate_refund';
 
 /**
