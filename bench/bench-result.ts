@@ -35,6 +35,14 @@ export interface ScenarioSummary {
   readonly calls: number;
   /** decisionsPerS / the ceiling scenario's (a no-op server, same transport, generator and bodies). */
   readonly ratioToCeiling?: number;
+  /** CPU of the target and its redis-server per successful call, microseconds. */
+  readonly cpuUsPerCall?: number;
+  /**
+   * The ceiling's cpuUsPerCall / this one's: the ratio of decisions/s the two would reach with the
+   * machine's CPU to themselves. It does not depend on whether the load generator or the server was
+   * the bottleneck (a generator that saturates first bounds the no-op server and inflates ratioToCeiling).
+   */
+  readonly cpuRatioToCeiling?: number;
   readonly redisScriptsPerDecision?: number;
   readonly redisCommandsPerDecision?: number;
   readonly luaCommandsPerCounter?: number;

@@ -36,7 +36,7 @@ export function benchTable(result: BenchResult): string {
     .filter((s) => s.kind === 'max')
     .map((s) => {
       const m = s.summary;
-      if (!m) return [s.name, String(s.workers ?? '-'), 'failed', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', '-'];
+      if (!m) return [s.name, String(s.workers ?? '-'), 'failed', ...Array<string>(13).fill('-')];
       return [
         s.name,
         String(s.workers ?? '-'),
@@ -46,6 +46,8 @@ export function benchTable(result: BenchResult): string {
         fmt(m.p999Ms, 2),
         errorsCell(m),
         m.ratioToCeiling === undefined ? '-' : fmt(m.ratioToCeiling, 2),
+        m.cpuUsPerCall === undefined ? '-' : fmt(m.cpuUsPerCall, 2),
+        m.cpuRatioToCeiling === undefined ? '-' : fmt(m.cpuRatioToCeiling, 2),
         m.redisScriptsPerDecision === undefined ? '-' : fmt(m.redisScriptsPerDecision, 2),
         m.redisCommandsPerDecision === undefined ? '-' : fmt(m.redisCommandsPerDecision, 2),
         m.luaCommandsPerCounter === undefined ? '-' : fmt(m.luaCommandsPerCounter, 3),
@@ -64,6 +66,8 @@ export function benchTable(result: BenchResult): string {
       'p99.9 ms',
       'errors',
       'vs ceiling',
+      'CPU µs/call',
+      'vs ceiling, CPU',
       'Redis calls/decision',
       'Redis cmds/decision',
       'Lua cmds/counter',
@@ -72,7 +76,7 @@ export function benchTable(result: BenchResult): string {
       'RSS MiB',
     ],
     rows,
-    ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    ['l', ...Array<'r'>(15).fill('r')],
   );
 }
 
@@ -235,6 +239,10 @@ export function docsBlock(result: BenchResult | undefined, base: string): string
       "the no-op rows marked `-w<N>`): the share of the machine's gRPC capacity that remains once every call is decided; 1.00 would mean deciding is free. " +
       'A no-op row and the row it bounds are measured in alternation (no-op, service, no-op, ...) and *vs ceiling* is the median of the run-by-run ratios, ' +
       'so that a machine whose speed drifts during the run (shared hosts do) shifts both alike. ' +
+      '*CPU µs/call* is the CPU the service (all its processes) and its redis-server spent per successful call, and *vs ceiling, CPU* the no-op ' +
+      "server's CPU per call divided by it: what *vs ceiling* would read if each had the machine to itself. The two agree when the server is the " +
+      'bottleneck; when the load generator saturates first (the no-op row then uses well under a core per process), *vs ceiling* reads high and ' +
+      'the CPU ratio is the one to compare across machines. ' +
       'Rows without a ratio re-measure a scenario with another generator. *errors* counts every failed call, gRPC errors included; ' +
       'an OVER_LIMIT answer is a successful call.',
   ];

@@ -212,7 +212,9 @@ function summarise(runs: readonly RunMeasure[], ceiling?: { readonly runs: reado
     p999Ms: med((r) => r.load.latencyMs.p999),
     errors: runs.reduce((n, r) => n + r.load.errors, 0),
     calls: runs.reduce((n, r) => n + r.load.requests, 0),
-    ratioToCeiling: ceiling === undefined ? undefined : ratioTo(runs, ceiling.runs, ceiling.paired),
+    ratioToCeiling: ceiling === undefined ? undefined : ratioTo(runs, ceiling.runs, ceiling.paired, (r) => r.load.rps),
+    cpuUsPerCall: finite(med(cpuUsPerCall)),
+    cpuRatioToCeiling: ceiling === undefined ? undefined : finite(ratioTo(ceiling.runs, runs, ceiling.paired, cpuUsPerCall)),
     redisScriptsPerDecision: finite(med((r) => r.redisScriptsPerDecision)),
     redisCommandsPerDecision: finite(med((r) => r.redisCommandsPerDecision)),
     luaCommandsPerCounter: finite(med((r) => r.luaCommandsPerCounter)),
@@ -224,9 +226,15 @@ function summarise(runs: readonly RunMeasure[], ceiling?: { readonly runs: reado
   };
 }
 
-function ratioTo(runs: readonly RunMeasure[], ceiling: readonly RunMeasure[], paired: boolean): number {
-  if (paired && runs.length === ceiling.length) return median(runs.map((r, i) => r.load.rps / ceiling[i].load.rps));
-  return median(runs.map((r) => r.load.rps)) / median(ceiling.map((r) => r.load.rps));
+/** of(a) / of(b): the median of the run-by-run ratios when paired, else the ratio of the medians. */
+function ratioTo(a: readonly RunMeasure[], b: readonly RunMeasure[], paired: boolean, of: (r: RunMeasure) => number): number {
+  if (paired && a.length === b.length) return median(a.map((r, i) => of(r) / of(b[i])));
+  return median(a.map(of)) / median(b.map(of));
+}
+
+/** CPU of the target and its redis-server per successful call, microseconds. */
+function cpuUsPerCall(r: RunMeasure): number {
+  return r.load.ok > 0 ? ((r.cpuCores + (r.redisCpuCores ?? 0)) * r.wallS * 1e6) / r.load.ok : NaN;
 }
 
 function message(e: unknown): string {

@@ -98,8 +98,14 @@ describe('benchmark harness in tiny mode', () => {
       expect(m.cpuCores).toBeGreaterThan(0);
       expect(m.rssMiB).toBeGreaterThan(10);
     }
-    expect(scenario(`memory-1-descriptor/${primary}`).summary!.ratioToCeiling).toBeGreaterThan(0);
-    expect(scenario(`redis-1-descriptor/${primary}`).summary!.ratioToCeiling).toBeGreaterThan(0);
+    for (const name of [`memory-1-descriptor/${primary}`, `redis-1-descriptor/${primary}`]) {
+      const m = scenario(name).summary!;
+      expect(m.ratioToCeiling).toBeGreaterThan(0);
+      // CPU per call: the service's (and, with Redis, its redis-server's), and the no-op's over it.
+      expect(m.cpuUsPerCall).toBeGreaterThan(0);
+      expect(m.cpuRatioToCeiling).toBeGreaterThan(0);
+      expect(m.cpuRatioToCeiling).toBeLessThan(10);
+    }
   });
 
   it('runs the service as shipped: the http2 transport, and one worker per core with redis', () => {
