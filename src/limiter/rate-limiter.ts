@@ -152,6 +152,8 @@ interface Counted {
   readonly statKey: string | undefined;
   /** Which limit of a `rate_limits` rule the counter is; undefined for a rule with one limit. */
   readonly limit: RuleLimit | undefined;
+  /** The status's current_limit when this counter decides it (its limit's). */
+  readonly currentLimit: DescriptorStatus['currentLimit'];
 }
 
 /** A descriptor matched to a `rate_limits` rule, as RateLimiter.planLimits counts it. */
@@ -233,10 +235,16 @@ export class RateLimiter {
       if (!this.oneCall(m, plan.softCount)) return this.decideSplit(plan);
       const counters: CounterRequest[] = new Array<CounterRequest>(m);
       for (let k = 0; k < m; k++) counters[k] = counted[k].counter;
-      const local = this.store.decideLocally?.(counters);
+      const store = this.store;
+      const local = store.decideLocally?.(counters);
       if (local !== undefined) return Promise.resolve(this.answerLocally(plan, local, onLocalDenial));
+      // A store deciding in this process: the call's one promise is its answer's.
+      if (store.decideNow !== undefined) {
+        this.applyDecisions(plan, store.decideNow(counters, this.decideOptions), undefined, undefined);
+        return Promise.resolve(this.answer(plan));
+      }
       // The store's own promise and one then: no async frame on the hot path.
-      return this.store.decide(counters, this.decideOptions).then((decisions) => {
+      return store.decide(counters, this.decideOptions).then((decisions) => {
         this.applyDecisions(plan, decisions, undefined, undefined);
         return this.answer(plan);
       });
@@ -378,7 +386,7 @@ export class RateLimiter {
         counter = { ...counter, hits };
         memo!.counter = counter;
       }
-      counted.push({ index: i, rule, counter, soft, statKey, limit: undefined });
+      counted.push({ index: i, rule, counter, soft, statKey, limit: undefined, currentLimit: currentLimitOf(limit) });
     }
 
     return { config, domain, descriptors, hitsAddend: req.hitsAddend, statuses, counted, softCount, quotaAt, decidedBy };
@@ -411,7 +419,16 @@ export class RateLimiter {
     for (let j = 0; j < limits.length; j++) {
       const name = limits[j].limit.name;
       if (p.replaced !== undefined && name !== undefined && p.replaced.has(name)) continue;
-      counted.push({ index: p.index, rule, counter: counters[j], soft: p.soft, statKey: ruleStatKey + limits[j].statSuffix, limit: limits[j] });
+      const limit = limits[j];
+      counted.push({
+        index: p.index,
+        rule,
+        counter: counters[j],
+        soft: p.soft,
+        statKey: ruleStatKey + limit.statSuffix,
+        limit,
+        currentLimit: currentLimitOf(limit.limit),
+      });
     }
   }
 
@@ -438,7 +455,7 @@ export class RateLimiter {
         if (limit !== undefined) decidedBy![index] = k;
         statuses[index] = {
           code: decision.allowed || rule.shadowMode ? 'OK' : 'OVER_LIMIT',
-          currentLimit: currentLimitOf(limit === undefined ? rule.limit : limit.limit),
+          currentLimit: c.currentLimit,
           limitRemaining: decision.remaining,
           durationUntilResetMs: decision.resetMs,
         };

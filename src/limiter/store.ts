@@ -26,6 +26,11 @@ export interface Store {
    * or undefined when there is none; then call decide(). Callers ask this first, on every call.
    */
   decideLocally?(counters: readonly CounterRequest[]): LocalAnswer | undefined;
+  /**
+   * Optional, for a store that decides in this process: decide() done at once, its decisions
+   * returned (thrown where decide() would reject). Callers that have it use it instead of decide().
+   */
+  decideNow?(counters: readonly CounterRequest[], options?: DecideOptions): CounterDecision[];
   /** True while the store can answer (drives gRPC health). */
   isHealthy(): boolean;
   close(): Promise<void>;

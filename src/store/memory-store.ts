@@ -145,7 +145,7 @@ export class MemoryStore implements Store {
   /** Decides every counter at one instant of the store's clock; see the Store contract. */
   decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
     try {
-      return Promise.resolve(this.decideNow(counters, options?.countDenied === true));
+      return Promise.resolve(this.decideNow(counters, options));
     } catch (err) {
       return Promise.reject(err);
     }
@@ -192,7 +192,9 @@ export class MemoryStore implements Store {
     return this.records.sweep(this.clock.nowMs(), budget);
   }
 
-  private decideNow(counters: readonly CounterRequest[], countDenied: boolean): CounterDecision[] {
+  /** decide(), synchronously (see the Store port). */
+  decideNow(counters: readonly CounterRequest[], options?: DecideOptions): CounterDecision[] {
+    const countDenied = options?.countDenied === true;
     const now = this.clock.nowMs();
     const n = counters.length;
     const decisions: CounterDecision[] = new Array<CounterDecision>(n);

@@ -90,6 +90,32 @@ describe('RateLimiter', () => {
 
   afterEach(() => memory.close());
 
+  it('decides on a store that decides in process (decideNow) without its decide(), answering as through decide()', async () => {
+    const other = new MemoryStore({ clock, maxKeys: 10_000, sweepIntervalMs: 0 });
+    const decide = jest.spyOn(other, 'decide');
+    try {
+      const direct = limiter({ store: other });
+      const through = limiter();
+      const request = req([d(['api_key', 'k']), d(['small', 's']), d(['fixed', 'f'])]);
+      for (let i = 0; i < 7; i++) {
+        const expected = await through.shouldRateLimit(request);
+        const pending = direct.shouldRateLimit(request);
+        expect(pending).toBeInstanceOf(Promise);
+        expect(await pending).toEqual(expected);
+        clock.advance(100);
+      }
+      expect(decide).not.toHaveBeenCalled();
+      // A store failure is the call's rejection, never a throw.
+      jest.spyOn(other, 'decideNow').mockImplementation(() => {
+        throw new Error('broken');
+      });
+      const failing = direct.shouldRateLimit(request);
+      await expect(failing).rejects.toThrow('broken');
+    } finally {
+      await other.close();
+    }
+  });
+
   describe('request validation', () => {
     it.each<[string, RateLimitRequest]>([
       ['an empty domain', req([d(['api_key', 'a'])], 0, '')],
