@@ -16,23 +16,24 @@ import { Writable } from 'node:stream';
 const EDGE = 'domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 10}\n';
 const MIB = 1024 * 1024;
 
-/** A raw HTTP/1.1 client: what it sent, the status line it got (if any) and when it was closed. */
+/** A raw HTTP/1.1 client: what it sent, the status line it got (if any), its socket error's code (if any) and when it was closed. */
 interface Peer {
   readonly socket: net.Socket;
   status: number | undefined;
+  error: string | undefined;
   closedAt: number | undefined;
 }
 
 function peer(port: number, head: string, body: Buffer = Buffer.alloc(0)): Peer {
   const socket = net.connect(port, '127.0.0.1');
-  const p: Peer = { socket, status: undefined, closedAt: undefined };
+  const p: Peer = { socket, status: undefined, error: undefined, closedAt: undefined };
   let received = '';
   socket.on('data', (chunk: Buffer) => {
     received += chunk.toString('latin1');
     const m = /^HTTP\/1\.1 (\d{3})/.exec(received);
     if (m !== null) p.status ??= Number(m[1]);
   });
-  socket.on('error', () => undefined);
+  socket.on('error', (err: NodeJS.ErrnoException) => (p.error ??= err.code));
   socket.on('close', () => (p.closedAt = Date.now()));
   socket.write(head);
   if (body.length > 0) socket.write(body);
@@ -83,11 +84,17 @@ describe('slow and many peers on the HTTP port', () => {
     await until(() => peers.every((p) => p.closedAt !== undefined), REQUEST_TIMEOUT_MS + 4_000);
     clearInterval(sampler);
     expect(peers.filter((p) => p.closedAt === undefined)).toHaveLength(0);
-    const refused = peers.filter((p) => p.status === 503).length;
+    // A refused peer still sending its body may be reset before it reads the 503 (the kernel drops
+    // unread data on a reset): a reset before the deadline is that refusal, its answer lost.
+    const isRefused = (p: Peer): boolean =>
+      p.status === 503 || (p.status === undefined && p.error === 'ECONNRESET' && p.closedAt! - started < REQUEST_TIMEOUT_MS - 100);
+    const refused = peers.filter(isRefused).length;
     // 4 MiB hold 4 of the 900 KB bodies; the others are refused as soon as they cross the budget (or,
     // on a machine too slow to read them all in time, cut at the deadline).
     expect(refused).toBeGreaterThanOrEqual(50);
-    for (const p of peers.filter((q) => q.status !== 503)) {
+    const held = peers.filter((q) => !isRefused(q));
+    expect(held.length).toBeGreaterThan(0);
+    for (const p of held) {
       expect(p.status === undefined || p.status === 408).toBe(true);
       expect(p.closedAt! - started).toBeGreaterThanOrEqual(REQUEST_TIMEOUT_MS - 100);
     }
