@@ -115,7 +115,6 @@ interface RememberedLiteral {
  * The decoding context of one HTTP/2 connection: feed it every header block of the connection in
  * order (one HpackDecoder per connection).
  */
-
 export class HpackDecoder {
   private readonly maxTableSize: number;
   private readonly maxHeaderListSize: number;

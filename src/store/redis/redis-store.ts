@@ -92,7 +92,7 @@ interface CounterArgs {
 }
 
 /** A request's counter count as DECIDE reads it (RESP), made once for the counts of at most MAX_BATCH_KEYS. */
-const COUNT_ARGUMENTS: readonly string[] = Array.from({ length: 257 }, (_, n) => respArgument(String(n)));
+const COUNT_ARGUMENTS: readonly string[] = Array.from({ length: MAX_BATCH_KEYS + 1 }, (_, n) => respArgument(String(n)));
 const CHARGE_DENIED_ARGUMENT = respArgument('1');
 const CHARGE_ADMITTED_ARGUMENT = respArgument('0');
 

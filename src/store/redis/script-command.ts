@@ -90,7 +90,7 @@ export class PreparedScript {
   }
 
   /** After a NOSCRIPT on some connection: the next call on each is sent in full. */
-  forgetSent(): void {
+  private forgetSent(): void {
     this.sentOn = new WeakSet<object>();
   }
 
