@@ -112,6 +112,11 @@ interface Plan {
   readonly hitsAddend: number;
   readonly statuses: DescriptorStatus[];
   readonly counted: Counted[];
+  /**
+   * `counted`'s counters in order, what a one-call request hands the store. Frozen when the plan is
+   * kept: a store may then key work per request on this array (the same object on every call).
+   */
+  readonly counters: readonly CounterRequest[];
   /** Counted descriptors on shadow-mode or quota-mode rules. */
   readonly softCount: number;
   /** Per descriptor, whether it is in quota mode; undefined when none is (the overall code is then any status's). */
@@ -233,8 +238,7 @@ export class RateLimiter {
       const m = counted.length;
       if (m === 0) return Promise.resolve(this.answer(plan));
       if (!this.oneCall(m, plan.softCount)) return this.decideSplit(plan);
-      const counters: CounterRequest[] = new Array<CounterRequest>(m);
-      for (let k = 0; k < m; k++) counters[k] = counted[k].counter;
+      const counters = plan.counters;
       const store = this.store;
       const local = store.decideLocally?.(counters);
       if (local !== undefined) return Promise.resolve(this.answerLocally(plan, local, onLocalDenial));
@@ -289,6 +293,7 @@ export class RateLimiter {
     const kept = this.config() === this.memosConfig ? this.plans.get(req) : undefined;
     if (kept !== undefined) return decidable(kept);
     const plan = this.plan(req);
+    Object.freeze(plan.counters);
     this.plans.set(req, decidable(plan));
     return plan;
   }
@@ -389,7 +394,9 @@ export class RateLimiter {
       counted.push({ index: i, rule, counter, soft, statKey, limit: undefined, currentLimit: currentLimitOf(limit) });
     }
 
-    return { config, domain, descriptors, hitsAddend: req.hitsAddend, statuses, counted, softCount, quotaAt, decidedBy };
+    const counters = new Array<CounterRequest>(counted.length);
+    for (let k = 0; k < counted.length; k++) counters[k] = counted[k].counter;
+    return { config, domain, descriptors, hitsAddend: req.hitsAddend, statuses, counted, counters, softCount, quotaAt, decidedBy };
   }
 
   /**

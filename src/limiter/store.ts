@@ -20,6 +20,10 @@ import type { CalendarWindow } from './calendar';
 export interface Store {
   /** Human-readable adapter name for logs and metrics ("memory", "redis"). */
   readonly name: string;
+  /**
+   * Decides and charges `counters` all-or-nothing. A frozen array is the same object on every call
+   * of one request (the limiter keeps it with the request's plan): a store may key work on it.
+   */
   decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]>;
   /**
    * Optional: the answer to this call from local knowledge alone (no round trip, nothing charged),

@@ -4,7 +4,7 @@ import type { RedisClient } from './connection';
 import { DEMAND_COMMAND, DEMAND_SCRIPT, demandArgs, parseDemandReply } from './demand';
 import { HealthProbe } from './health-probe';
 import { keySlot } from './key-slot';
-import { PreparedScript, respArgument } from './script-command';
+import { BODY_HEADROOM, PreparedScript, respArgument } from './script-command';
 import { RedisDocuments } from './shared-documents';
 import { ShareGate, type GatedCall } from './share-gate';
 import {
@@ -91,14 +91,27 @@ interface CounterArgs {
   readonly problem: string | undefined;
 }
 
+/**
+ * A request's DECIDE arguments: its counters' keys, and its counter count then their specs, as RESP
+ * bytes (./script-command); the key that routes it; why the script cannot take one of its counters.
+ */
+interface RequestArgs {
+  readonly keys: Buffer;
+  readonly argv: Buffer;
+  readonly firstKey: string;
+  readonly problem: string | undefined;
+}
+
 /** A request's counter count as DECIDE reads it (RESP), made once for the counts of at most MAX_BATCH_KEYS. */
 const COUNT_ARGUMENTS: readonly string[] = Array.from({ length: MAX_BATCH_KEYS + 1 }, (_, n) => respArgument(String(n)));
-const CHARGE_DENIED_ARGUMENT = respArgument('1');
-const CHARGE_ADMITTED_ARGUMENT = respArgument('0');
+/** A request's charge flag, the ARGV before its counter count. */
+const CHARGE_DENIED_ARGUMENT = Buffer.from(respArgument('1'));
+const CHARGE_ADMITTED_ARGUMENT = Buffer.from(respArgument('0'));
 
 /** One decide() call (on a cluster, one slot's share of it) as the batcher carries it. */
 interface RedisCall {
   readonly counters: readonly CounterRequest[];
+  readonly args: RequestArgs;
   readonly countDenied: boolean;
   /** A share of a multi-slot call: answered with a SlotShare, and refunded if it answers too late. */
   readonly share: boolean;
@@ -141,6 +154,8 @@ export class RedisStore implements Store {
   // The limiter hands out one CounterRequest per distinct descriptor (src/limiter/rate-limiter.ts):
   // its arguments are strings built once, which ioredis then writes without converting them.
   private readonly counterArgs = new WeakMap<CounterRequest, CounterArgs>();
+  // And a frozen counters array is the same object on every call of one request (Store.decide).
+  private readonly requestArgs = new WeakMap<readonly CounterRequest[], RequestArgs>();
   private readonly gate: ShareGate;
   private closed = false;
 
@@ -219,21 +234,18 @@ export class RedisStore implements Store {
     if (counters.length === 0) return Promise.resolve([]);
     if (this.closed) return Promise.reject(new StoreUnavailableError('redis store is closed'));
     // A counter the script cannot take fails its own call here, before it can share a batch.
-    for (let i = 0; i < counters.length; i++) {
-      const problem = this.argsOf(counters[i]).problem;
-      if (problem !== undefined) return Promise.reject(new Error(`counter ${JSON.stringify(counters[i].key)}: ${problem}`));
-    }
+    const args = this.argsOfRequest(counters);
+    if (args.problem !== undefined) return Promise.reject(new Error(args.problem));
     const countDenied = options?.countDenied === true;
     if (counters.length > MAX_ATOMIC_COUNTERS) return this.decideLarge(counters, countDenied);
-    if (!this.isCluster) return this.batcher.enqueue({ counters, countDenied, share: false }, 0) as Promise<CounterDecision[]>;
-    if (counters.length === 1)
-      return this.batcher.enqueue({ counters, countDenied, share: false }, keySlot(this.keyOf(counters[0]))) as Promise<CounterDecision[]>;
+    if (!this.isCluster) return this.batcher.enqueue({ counters, args, countDenied, share: false }, 0) as Promise<CounterDecision[]>;
+    if (counters.length === 1) return this.batcher.enqueue({ counters, args, countDenied, share: false }, keySlot(args.firstKey)) as Promise<CounterDecision[]>;
     return decideAcrossSlots({
       counters,
       countDenied,
       keyOf: this.keyOf,
-      decideInSlot: (inSlot, slot) => this.batcher.enqueue({ counters: inSlot, countDenied, share: false }, slot) as Promise<CounterDecision[]>,
-      decideShare: (share, slot) => this.batcher.enqueue({ counters: share, countDenied, share: true }, slot) as Promise<SlotShare>,
+      decideInSlot: (inSlot, slot) => this.enqueue(inSlot, countDenied, false, slot) as Promise<CounterDecision[]>,
+      decideShare: (share, slot) => this.enqueue(share, countDenied, true, slot) as Promise<SlotShare>,
       refund: this.refund,
     });
   }
@@ -253,8 +265,7 @@ export class RedisStore implements Store {
       counters,
       countDenied,
       parts: cutParts(whole, MAX_ATOMIC_COUNTERS),
-      decideShare: (share, slot) =>
-        this.gate.pass(share.length, call, () => this.batcher.enqueue({ counters: share, countDenied, share: true }, slot) as Promise<SlotShare>),
+      decideShare: (share, slot) => this.gate.pass(share.length, call, () => this.enqueue(share, countDenied, true, slot) as Promise<SlotShare>),
       refund: this.refund,
     });
   }
@@ -353,24 +364,48 @@ export class RedisStore implements Store {
     return a;
   }
 
+  /** Part of a call (a share, or one slot's counters) into the batch of its slot. */
+  private enqueue(counters: readonly CounterRequest[], countDenied: boolean, share: boolean, slot: number): Promise<CounterDecision[] | SlotShare> {
+    return this.batcher.enqueue({ counters, args: this.argsOfRequest(counters), countDenied, share }, slot);
+  }
+
+  /** The RESP of a request's arguments, made once per frozen counters array (else per call). */
+  private argsOfRequest(counters: readonly CounterRequest[]): RequestArgs {
+    const frozen = Object.isFrozen(counters);
+    let a = frozen ? this.requestArgs.get(counters) : undefined;
+    if (a !== undefined) return a;
+    let keys = '';
+    let argv = countArgument(counters.length);
+    let problem: string | undefined;
+    for (let i = 0; i < counters.length; i++) {
+      const c = this.argsOf(counters[i]);
+      keys += c.keyArgument;
+      argv += c.specArgument;
+      if (problem === undefined && c.problem !== undefined) problem = `counter ${JSON.stringify(counters[i].key)}: ${c.problem}`;
+    }
+    a = { keys: Buffer.from(keys), argv: Buffer.from(argv), firstKey: this.argsOf(counters[0]).key, problem };
+    if (frozen) this.requestArgs.set(counters, a);
+    return a;
+  }
+
   /** One DECIDE call for calls[from, to) of a batch, which hold `keys` counters in all. */
   private readonly send = (batch: Batch, calls: readonly Pending[], from: number, to: number, keys: number): void => {
-    // KEYS, then per request ARGV's charge flag, counter count and specs (see DECIDE_SCRIPT), each
-    // piece encoded once per counter (./script-command).
-    let keyPart = '';
-    let argvPart = '';
+    // KEYS, then per request ARGV's charge flag, counter count and specs (see DECIDE_SCRIPT): one
+    // buffer of each request's blocks, made once per request (./script-command).
+    let length = BODY_HEADROOM;
+    for (let i = from; i < to; i++) {
+      const a = calls[i].request.args;
+      length += a.keys.length + CHARGE_ADMITTED_ARGUMENT.length + a.argv.length;
+    }
+    const body = Buffer.allocUnsafe(length);
+    let pos = BODY_HEADROOM;
+    for (let i = from; i < to; i++) pos += calls[i].request.args.keys.copy(body, pos);
     for (let i = from; i < to; i++) {
       const call = calls[i].request;
-      const counters = call.counters;
-      argvPart += (call.countDenied ? CHARGE_DENIED_ARGUMENT : CHARGE_ADMITTED_ARGUMENT) + countArgument(counters.length);
-      for (let j = 0; j < counters.length; j++) {
-        const a = this.argsOf(counters[j]);
-        keyPart += a.keyArgument;
-        argvPart += a.specArgument;
-      }
+      pos += (call.countDenied ? CHARGE_DENIED_ARGUMENT : CHARGE_ADMITTED_ARGUMENT).copy(body, pos);
+      pos += call.args.argv.copy(body, pos);
     }
-    const firstKey = this.argsOf(calls[from].request.counters[0]).key;
-    this.decideScript.call(keys, 2 * (to - from) + keys, firstKey, keyPart + argvPart).then(
+    this.decideScript.call(keys, 2 * (to - from) + keys, calls[from].request.args.firstKey, body).then(
       (reply) => this.answer(batch, calls, from, to, reply as string),
       (err: unknown) => {
         const kind = this.classify(err);

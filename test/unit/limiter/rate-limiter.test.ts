@@ -275,10 +275,13 @@ describe('RateLimiter', () => {
       const second = await rl.shouldRateLimit(request);
       expect(store.calls[1].counters[0]).toBe(store.calls[0].counters[0]);
       expect(store.calls[1].counters[1]).toBe(store.calls[0].counters[1]);
+      // The store is handed one frozen array per request from its second call on (Store.decide).
+      const third = await rl.shouldRateLimit(request);
+      expect(store.calls[2].given).toBe(store.calls[1].given);
+      expect(Object.isFrozen(store.calls[1].given)).toBe(true);
       expect(first.statuses.map((s) => s.limitRemaining)).toEqual([98, 0, 3]);
       expect(second.statuses.map((s) => s.limitRemaining)).toEqual([96, 0, 1]);
       expect(second.statuses).not.toBe(first.statuses);
-      const third = await rl.shouldRateLimit(request);
       expect(third.overallCode).toBe('OVER_LIMIT');
       expect(third.statuses.map((s) => s.code)).toEqual(['OK', 'OK', 'OVER_LIMIT']);
       expect(second.statuses.map((s) => s.code)).toEqual(['OK', 'OK', 'OK']);
