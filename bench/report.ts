@@ -241,8 +241,9 @@ export function docsBlock(result: BenchResult | undefined, base: string): string
       'so that a machine whose speed drifts during the run (shared hosts do) shifts both alike. ' +
       '*CPU µs/call* is the CPU the service (all its processes) and its redis-server spent per successful call, and *vs ceiling, CPU* the no-op ' +
       "server's CPU per call divided by it: what *vs ceiling* would read if each had the machine to itself. The two agree when the server is the " +
-      'bottleneck; when the load generator saturates first (the no-op row then uses well under a core per process), *vs ceiling* reads high and ' +
-      'the CPU ratio is the one to compare across machines. ' +
+      'bottleneck; when the load generator saturates first (the no-op row then uses well under a core per process), *vs ceiling* reads high. ' +
+      'Neither is a constant of the code: CPU per call moves with the host too (a server woken for fewer calls at a time spends more per call; ' +
+      'the same no-op server has read 2.1 and 4.5 µs per call on two days on this kind of machine), so compare builds in alternation, on one machine. ' +
       'Rows without a ratio re-measure a scenario with another generator. *errors* counts every failed call, gRPC errors included; ' +
       'an OVER_LIMIT answer is a successful call.',
   ];
