@@ -39,8 +39,8 @@ export interface ScenarioSummary {
   readonly cpuUsPerCall?: number;
   /**
    * The ceiling's cpuUsPerCall / this one's: the ratio of decisions/s the two would reach with the
-   * machine's CPU to themselves. It does not depend on whether the load generator or the server was
-   * the bottleneck (a generator that saturates first bounds the no-op server and inflates ratioToCeiling).
+   * machine's CPU to themselves. A generator that saturates first bounds the no-op server and
+   * inflates ratioToCeiling, not this; but CPU per call moves with the host as well (see report.ts).
    */
   readonly cpuRatioToCeiling?: number;
   readonly redisScriptsPerDecision?: number;

@@ -30,13 +30,33 @@ function errorsCell(s: ScenarioSummary): string {
   return `${fmt(s.errors)} (${fmt((100 * s.errors) / Math.max(1, s.calls), 2)}%)`;
 }
 
+/** The throughput table's columns. */
+const BENCH_COLUMNS = [
+  'scenario / generator',
+  'processes',
+  'decisions/s',
+  'p50 ms',
+  'p99 ms',
+  'p99.9 ms',
+  'errors',
+  'vs ceiling',
+  'CPU µs/call',
+  'vs ceiling, CPU',
+  'Redis calls/decision',
+  'Redis cmds/decision',
+  'Lua cmds/counter',
+  'script µs/counter',
+  'CPU %',
+  'RSS MiB',
+];
+
 /** The throughput table: every `max` scenario, medians of the repeats. */
 export function benchTable(result: BenchResult): string {
   const rows = result.scenarios
     .filter((s) => s.kind === 'max')
     .map((s) => {
       const m = s.summary;
-      if (!m) return [s.name, String(s.workers ?? '-'), 'failed', ...Array<string>(13).fill('-')];
+      if (!m) return [s.name, String(s.workers ?? '-'), 'failed', ...Array<string>(BENCH_COLUMNS.length - 3).fill('-')];
       return [
         s.name,
         String(s.workers ?? '-'),
@@ -56,28 +76,7 @@ export function benchTable(result: BenchResult): string {
         fmt(m.rssMiB),
       ];
     });
-  return markdownTable(
-    [
-      'scenario / generator',
-      'processes',
-      'decisions/s',
-      'p50 ms',
-      'p99 ms',
-      'p99.9 ms',
-      'errors',
-      'vs ceiling',
-      'CPU µs/call',
-      'vs ceiling, CPU',
-      'Redis calls/decision',
-      'Redis cmds/decision',
-      'Lua cmds/counter',
-      'script µs/counter',
-      'CPU %',
-      'RSS MiB',
-    ],
-    rows,
-    ['l', ...Array<'r'>(15).fill('r')],
-  );
+  return markdownTable(BENCH_COLUMNS, rows, ['l', ...Array<'r'>(BENCH_COLUMNS.length - 1).fill('r')]);
 }
 
 /** The attack share each h2load-mix scenario measured (attacker calls / all calls), or '' without one. */

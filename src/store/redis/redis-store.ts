@@ -152,9 +152,10 @@ export class RedisStore implements Store {
   private readonly batcher: CallBatcher<RedisCall, CounterDecision[] | SlotShare>;
   private readonly probe: HealthProbe;
   // The limiter hands out one CounterRequest per distinct descriptor (src/limiter/rate-limiter.ts):
-  // its arguments are strings built once, which ioredis then writes without converting them.
+  // its arguments are encoded once, and joined into the blocks of each request it is part of.
   private readonly counterArgs = new WeakMap<CounterRequest, CounterArgs>();
-  // And a frozen counters array is the same object on every call of one request (Store.decide).
+  // A frozen counters array is the same object on every call of one request (Store.decide): its
+  // blocks are made once; other arrays (unkept requests, shares) are encoded per call.
   private readonly requestArgs = new WeakMap<readonly CounterRequest[], RequestArgs>();
   private readonly gate: ShareGate;
   private closed = false;
@@ -233,13 +234,17 @@ export class RedisStore implements Store {
   decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
     if (counters.length === 0) return Promise.resolve([]);
     if (this.closed) return Promise.reject(new StoreUnavailableError('redis store is closed'));
-    // A counter the script cannot take fails its own call here, before it can share a batch.
-    const args = this.argsOfRequest(counters);
-    if (args.problem !== undefined) return Promise.reject(new Error(args.problem));
     const countDenied = options?.countDenied === true;
+    // A counter the script cannot take fails its own call here, before it can share a batch.
+    if (counters.length <= MAX_ATOMIC_COUNTERS && (!this.isCluster || counters.length === 1)) {
+      const args = this.argsOfRequest(counters);
+      if (args.problem !== undefined) return Promise.reject(new Error(args.problem));
+      return this.batcher.enqueue({ counters, args, countDenied, share: false }, this.isCluster ? keySlot(args.firstKey) : 0) as Promise<CounterDecision[]>;
+    }
+    // Cut into shares (or one slot's part), each encoded as it is sent: nothing encoded for the whole.
+    const problem = this.problemOf(counters);
+    if (problem !== undefined) return Promise.reject(new Error(problem));
     if (counters.length > MAX_ATOMIC_COUNTERS) return this.decideLarge(counters, countDenied);
-    if (!this.isCluster) return this.batcher.enqueue({ counters, args, countDenied, share: false }, 0) as Promise<CounterDecision[]>;
-    if (counters.length === 1) return this.batcher.enqueue({ counters, args, countDenied, share: false }, keySlot(args.firstKey)) as Promise<CounterDecision[]>;
     return decideAcrossSlots({
       counters,
       countDenied,
@@ -376,16 +381,23 @@ export class RedisStore implements Store {
     if (a !== undefined) return a;
     let keys = '';
     let argv = countArgument(counters.length);
-    let problem: string | undefined;
     for (let i = 0; i < counters.length; i++) {
       const c = this.argsOf(counters[i]);
       keys += c.keyArgument;
       argv += c.specArgument;
-      if (problem === undefined && c.problem !== undefined) problem = `counter ${JSON.stringify(counters[i].key)}: ${c.problem}`;
     }
-    a = { keys: Buffer.from(keys), argv: Buffer.from(argv), firstKey: this.argsOf(counters[0]).key, problem };
+    a = { keys: Buffer.from(keys), argv: Buffer.from(argv), firstKey: this.argsOf(counters[0]).key, problem: this.problemOf(counters) };
     if (frozen) this.requestArgs.set(counters, a);
     return a;
+  }
+
+  /** Why the script cannot take one of `counters` (the first such), or undefined. */
+  private problemOf(counters: readonly CounterRequest[]): string | undefined {
+    for (let i = 0; i < counters.length; i++) {
+      const problem = this.argsOf(counters[i]).problem;
+      if (problem !== undefined) return `counter ${JSON.stringify(counters[i].key)}: ${problem}`;
+    }
+    return undefined;
   }
 
   /** One DECIDE call for calls[from, to) of a batch, which hold `keys` counters in all. */
