@@ -1,17 +1,21 @@
 import { configFromTexts } from '../src/config/files';
-import type { CounterDecision, CounterRequest, DecideOptions, DemandExchange, ProxyDemand, Store } from '../src/limiter/store';
+import type { DemandExchange, ReplicaDemand, ReplicaExchange } from '../src/limiter/replica-exchange';
+import type { CounterDecision, CounterRequest, DecideOptions, Store } from '../src/limiter/store';
 import { silentLogger } from '../src/log';
 import { RlqsService, type QuotaStreamSink } from '../src/service/rlqs-service';
 import { loadSettings } from '../src/settings/settings';
+import { MemoryExchange } from '../src/store/memory-exchange';
 import { MemoryStore } from '../src/store/memory-store';
 import { createRedisClient, parseRedisTarget } from '../src/store/redis/connection';
+import { RedisExchange } from '../src/store/redis/redis-exchange';
 import { RedisStore } from '../src/store/redis/redis-store';
 import { loadProtoFiles } from '../src/wire/proto';
 import { RLQS_PROTO } from '../src/wire/rlqs-codec';
 
 /**
  * Quota streaming (RLQS) capacity: P proxies x B buckets reporting as fast as the service answers,
- * through the stream service and a real store (memory, or Redis with REDIS_URL), without a transport.
+ * through the stream service and a real store (memory, or Redis with REDIS_URL), without a transport
+ * (the per-stream report rate cap lifted). Store operations are the budgets' background syncs.
  * Prints the bucket reports answered per second (what P x B buckets at Envoy's 5 s cycle need is
  * P x B / 5), the store operations per report, and the store operations per admitted request when
  * each bucket admits its share of a 1000/s limit, against RLS's one call (one store operation) per
@@ -28,20 +32,29 @@ function arg(name: string, fallback: number): number {
   return i >= 0 ? Number(process.argv[i + 1]) : fallback;
 }
 
-/** Counts the store calls the quota service makes. */
-class CountingStore implements Store {
+/** Counts the store and exchange calls the quota service makes. */
+class CountingStore implements Store, ReplicaExchange {
   readonly name: string;
   operations = 0;
-  constructor(private readonly inner: Store) {
+  constructor(
+    private readonly inner: Store,
+    private readonly exchange: ReplicaExchange,
+  ) {
     this.name = inner.name;
   }
   decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
     this.operations++;
     return this.inner.decide(counters, options);
   }
-  exchangeDemand(exchange: DemandExchange): Promise<ProxyDemand[]> {
+  exchangeDemand(exchange: DemandExchange): Promise<ReplicaDemand[]> {
     this.operations++;
-    return this.inner.exchangeDemand!(exchange);
+    return this.exchange.exchangeDemand(exchange);
+  }
+  put(kind: string, name: string, document: string, ttlMs: number): Promise<void> {
+    return this.exchange.put(kind, name, document, ttlMs);
+  }
+  all(kind: string, max: number): Promise<string[]> {
+    return this.exchange.all(kind, max);
   }
   isHealthy(): boolean {
     return this.inner.isHealthy();
@@ -56,26 +69,21 @@ async function main(): Promise<void> {
   const buckets = arg('buckets', 50);
   const seconds = arg('seconds', 5);
   const redisUrl = process.env.REDIS_URL;
-  const inner: Store = redisUrl
-    ? new RedisStore({ client: createRedisClient(parseRedisTarget(loadSettings({ BACKEND_TYPE: 'redis', REDIS_URL: redisUrl }).redis)), timeoutMs: 1_000 })
-    : new MemoryStore({ maxKeys: 1_000_000 });
-  const store = new CountingStore(inner);
+  const client = redisUrl ? createRedisClient(parseRedisTarget(loadSettings({ BACKEND_TYPE: 'redis', REDIS_URL: redisUrl }).redis)) : undefined;
+  const inner: Store = client !== undefined ? new RedisStore({ client, timeoutMs: 1_000 }) : new MemoryStore({ maxKeys: 1_000_000 });
+  const exchange: ReplicaExchange = client !== undefined ? new RedisExchange({ client, timeoutMs: 1_000 }) : new MemoryExchange();
+  const store = new CountingStore(inner, exchange);
   const config = configFromTexts(
     [{ file: 'bench.yaml', text: `domain: bench\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: ${LIMIT_PER_SECOND}}\n` }],
     { defaultAlgorithm: 'sliding_window' },
   );
+  const settings = loadSettings({});
   const service = new RlqsService({
     store,
+    exchange: store,
     config: () => config,
     logger: silentLogger(),
-    limits: {
-      maxStreams: proxies,
-      maxBucketsPerStream: buckets,
-      maxBucketPairs: 8,
-      maxBucketIdBytes: 1024,
-      reportIntervalMs: 5_000,
-      abandonAfterIdleReports: 3,
-    },
+    limits: { ...settings.rlqs, maxStreams: proxies, maxBucketsPerStream: buckets, maxReportsPerSecond: 1e6 },
   });
   const Reports = loadProtoFiles([RLQS_PROTO]).lookupType('envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports');
   // What each proxy admits per bucket in one 5 s report: its share of the limit.

@@ -1,4 +1,4 @@
-import { InvalidRequestError, NotReadyError } from './limiter/errors';
+import { InvalidRequestError, NotReadyError, OverCapacityError } from './limiter/errors';
 import { StoreUnavailableError } from './limiter/store';
 
 /**
@@ -35,7 +35,7 @@ export class MalformedMessageError extends Error {
 }
 
 /** Stable names of the failures, for logs and tests; never renamed. */
-export type ErrorCode = 'invalid_request' | 'malformed_message' | 'not_ready' | 'store_unavailable' | 'internal';
+export type ErrorCode = 'invalid_request' | 'malformed_message' | 'not_ready' | 'over_capacity' | 'store_unavailable' | 'internal';
 
 /**
  * Which failure counter a call error feeds (`ratelimit_service_should_rate_limit_error{err_type}`):
@@ -66,6 +66,7 @@ export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, ErrorKind>> = Object.fr
     logLevel: 'silent',
     publicMessage: 'cannot decode RateLimitRequest',
   },
+  over_capacity: { code: 'over_capacity', grpcStatus: GrpcStatus.RESOURCE_EXHAUSTED, httpStatus: 429, metric: 'service', logLevel: 'silent' },
   not_ready: { code: 'not_ready', grpcStatus: GrpcStatus.UNAVAILABLE, httpStatus: 503, metric: 'service', logLevel: 'silent' },
   store_unavailable: { code: 'store_unavailable', grpcStatus: GrpcStatus.UNAVAILABLE, httpStatus: 503, metric: 'store', logLevel: 'silent' },
   internal: { code: 'internal', grpcStatus: GrpcStatus.INTERNAL, httpStatus: 500, metric: 'service', logLevel: 'error', publicMessage: 'internal error' },
@@ -76,6 +77,7 @@ export function classify(err: unknown): ErrorKind {
   if (err instanceof InvalidRequestError) return ERROR_CATALOGUE.invalid_request;
   if (err instanceof StoreUnavailableError) return ERROR_CATALOGUE.store_unavailable;
   if (err instanceof NotReadyError) return ERROR_CATALOGUE.not_ready;
+  if (err instanceof OverCapacityError) return ERROR_CATALOGUE.over_capacity;
   if (err instanceof MalformedMessageError) return ERROR_CATALOGUE.malformed_message;
   return ERROR_CATALOGUE.internal;
 }

@@ -25,6 +25,7 @@ import { createStore, denialCacheEnabled } from './store/create-store';
 import { warmUp } from './app/warm-up';
 import { clusterMetrics, isSupervisor, reportReady, superviseWorkers } from './app/workers';
 import type { Store } from './limiter/store';
+import type { SharedDocuments } from './limiter/replica-exchange';
 import { LiveTop } from './top/live-top';
 import { TopSketch } from './top/top-sketch';
 
@@ -119,7 +120,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   // The warm-up's calls reach the real store; their cache hits and store errors are not the service's.
   const warmingUp = settings.warmUpCalls > 0 && settings.grpcTransport === 'http2';
   let muted = warmingUp;
-  const store = await createStore(
+  const { store, exchange, shared } = await createStore(
     settings,
     logger,
     metrics.storeHooks(() => muted),
@@ -130,7 +131,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   metrics.watchStore(() => store.isHealthy());
 
   // Who is being limited (src/top): fed by the outcomes the metrics count, shared through the store.
-  const top = settings.top.enabled ? liveTop(settings, store, logger) : undefined;
+  const top = settings.top.enabled ? liveTop(settings, shared ? exchange : undefined, logger) : undefined;
   if (top !== undefined) {
     top.start();
     teardown.push(() => top.stop());
@@ -175,9 +176,10 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   const tracer = settings.tracing.enabled ? await (await import('./tracing/otel-tracer')).createOtelTracer(settings.tracing, logger) : undefined;
   if (tracer !== undefined)
     teardown.push(() => tracer.shutdown().catch((err: unknown) => logger.warn({ err: errorText(err) }, 'could not export the last spans')));
-  // Quota streams (RLQS) on the same rules and counters; their demand is exchanged through the store.
+  // Quota streams (RLQS) on the same rules and counters; their demand is exchanged with the other replicas.
   const rlqs = new RlqsService({
     store,
+    exchange,
     config: () => rules.current(),
     logger,
     limits: settings.rlqs,
@@ -185,7 +187,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     observer: metrics.quotaObserver,
     calendarOffsetMs: settings.calendarOffsetMs,
   });
-  metrics.attachQuota(() => rlqs.view());
+  metrics.attachQuota(rlqs);
   const grpcOptions = { limiter: decider, replays, health, settings, logger, tracer, streamingMethods: [quotaStreamingMethod(rlqs)] };
   // grpc-js is loaded only when it serves: the default transport does without it (less heap to mark).
   const grpcServer =
@@ -287,13 +289,13 @@ export function logStartupWarnings(settings: Settings, logger: Logger): void {
  * The live view of this process. Its name is unique among every process sharing the store; its
  * replica's name is shared by the workers of one replica (the supervisor's pid), so /top counts replicas.
  */
-function liveTop(settings: Settings, store: Store, logger: Logger): LiveTop {
+function liveTop(settings: Settings, documents: SharedDocuments | undefined, logger: Logger): LiveTop {
   const { windowMs, entries, rules } = settings.top;
   const replica = `${hostname()}/${cluster.isWorker ? process.ppid : process.pid}`;
   return new LiveTop({
     sketch: new TopSketch({ windowMs, entries, maxRules: rules, nowMs: Date.now() }),
     keep: entries,
-    documents: store.documents,
+    documents,
     replica,
     process: `${replica}/${cluster.worker?.id ?? 0}/${randomUUID()}`,
     onError: (err) => logger.warn({ err: err.message }, 'cannot share the live view through the store; /top shows this process alone until it can'),

@@ -6,11 +6,11 @@ import { descriptorOf, displayText } from '../top/top-report';
  * budget (a rule's counter divided among the proxies reporting it), each proxy's demand, assigned
  * share, assignment and last report. Bounded whatever the fleet: at most MAX_BUDGETS budgets of
  * MAX_PROXIES proxies (the rest counted), names and bucket values cut as descriptor values are.
- * Proxies of other replicas are known by their demand and share only.
+ * Other replicas are one line each: their proxies' demand and share together.
  */
 
-export const MAX_BUDGETS = 50;
-export const MAX_PROXIES = 50;
+export const MAX_BUDGETS = 20;
+export const MAX_PROXIES = 20;
 
 /** A proxy on a budget. */
 export interface RlqsProxyReport {
@@ -63,7 +63,7 @@ export function rlqsReport(view: RlqsView): RlqsBudgetReport[] {
       used: r.used,
       overshoot: r.overshoot,
       proxies: proxies.slice(0, MAX_PROXIES).map(proxyReport),
-      more_proxies: Math.max(0, proxies.length - MAX_PROXIES),
+      more_proxies: Math.max(0, proxies.length - MAX_PROXIES) + r.unlisted,
     };
   });
 }

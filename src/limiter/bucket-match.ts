@@ -10,12 +10,15 @@ import type { Entry } from './types';
  * `tenant=acme` -> nested `path` as the descriptor `(tenant=acme, path=/a)` would, on the same counter.
  */
 
-/** What a bucket matched: its pairs as a descriptor, the rule and the counter an RLS call on that descriptor uses. */
+/** What a bucket matched: its pairs as a descriptor, the rule and the counters an RLS call on that descriptor uses. */
 export interface BucketMatch {
   readonly entries: readonly Entry[];
   readonly rule: MatchedRule;
-  /** The counter, with hits 0 (the reported count is filled in per report). */
-  readonly counter: CounterRequest;
+  /**
+   * The rule's counters with hits 0, one per limit (one for `rate_limit`, every limit of
+   * `rate_limits` in file order, tagged with the first one's key as the limiter tags them).
+   */
+  readonly counters: readonly CounterRequest[];
   /** The rule's metric key path. */
   readonly statKey: string;
 }
@@ -57,13 +60,15 @@ export function matchBucket(config: RateLimitConfig, domain: string, pairs: read
   // A node with a limit carries every MatchedRule field (load.ts sets keyPrefix with limit).
   const rule = node as MatchedRule;
   const keys = rule.requestKeyed ? requestKeys(config, domain, entries, rule) : undefined;
-  const limit = rule.limit;
+  const entriesKeyed = keys === undefined ? entries : keys.entries;
+  const limits = rule.limits ?? [{ limit: rule.limit, keyPrefix: rule.keyPrefix }];
+  const tag = counterKey(limits[0].keyPrefix, entriesKeyed);
   return {
     entries,
     rule,
     statKey: keys?.statKey ?? rule.statKey,
-    counter: {
-      key: counterKey(rule.keyPrefix, keys === undefined ? entries : keys.entries),
+    counters: limits.map(({ limit, keyPrefix }, j) => ({
+      key: j === 0 ? tag : counterKey(keyPrefix, entriesKeyed),
       limit: limit.requestsPerUnit,
       windowMs: limit.windowMs,
       algorithm: limit.algorithm,
@@ -72,6 +77,7 @@ export function matchBucket(config: RateLimitConfig, domain: string, pairs: read
       subWindows: limit.subWindows,
       strict: limit.strict,
       calendar: limit.calendar === true ? { unit: limit.unit, offsetMs: calendarOffsetMs } : undefined,
-    },
+      tag: rule.limits === undefined ? undefined : tag,
+    })),
   };
 }

@@ -25,3 +25,16 @@ export class NotReadyError extends Error {
     this.name = 'NotReadyError';
   }
 }
+
+/**
+ * A peer asked for more than the service keeps for it (quota streams over their byte budget, and
+ * the like). Mapped to RESOURCE_EXHAUSTED: the peer may try again later or elsewhere.
+ */
+export class OverCapacityError extends Error {
+  /** Its entry in the error catalogue (src/errors.ts). */
+  readonly code = 'over_capacity';
+  constructor(message: string) {
+    super(message);
+    this.name = 'OverCapacityError';
+  }
+}

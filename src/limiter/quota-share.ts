@@ -1,10 +1,8 @@
-import type { ProxyDemand } from './store';
-
 /**
  * Quota shares (RLQS): how one rule's budget is divided among the proxies that report a bucket,
  * and how a proxy's share becomes the assignment Envoy's rate_limit_quota filter applies. Pure:
- * numbers in, numbers out; time is a parameter. The stream service (src/service/rlqs-service.ts)
- * feeds it what the proxies report and what the store says of the global counter and demand.
+ * numbers in, numbers out; time is a parameter. The budgets (./quota-budgets.ts) feed it what the
+ * proxies report and what the store and the other replicas say of the counter and demand.
  *
  * What Envoy's filter does with an assignment, and why the numbers below look as they do:
  * - it applies a token bucket with fill rate tokens_per_fill / (whole seconds of fill_interval):
@@ -55,25 +53,23 @@ export interface BudgetInput {
   /** Requests per window (the rule's requests_per_unit). */
   readonly limit: number;
   readonly windowMs: number;
-  /** The counter's usage of the current window after the report was charged (limit - remaining; the limit when over). */
+  /** The counter's usage of the current window after the last charge (limit - remaining; the limit when over). */
   readonly used: number;
-  /** Every proxy reporting the bucket, on every replica. */
-  readonly proxies: readonly ProxyDemand[];
+  /** Requests the proxies of every replica report admitting over the last window (what they charged to the counter). */
+  readonly admitted: number;
 }
 
 /**
  * The rate (requests per second) the proxies of a bucket may admit together: the limit per window,
  * less what others (RLS calls) use of the same counter. Others' usage is what the counter holds
- * beyond what the proxies report admitting over a window.
+ * beyond what the proxies admitted over the window; below OTHER_USAGE_TOLERANCE of the limit it is
+ * taken for the lag between admitting and charging.
  */
 export function proxiesCapacity(input: BudgetInput): number {
-  const { limit, windowMs, used, proxies } = input;
-  const windowSeconds = windowMs / 1000;
-  let reported = 0;
-  for (const p of proxies) reported += p.allowed;
-  const others = Math.max(0, used - reported * windowSeconds);
+  const { limit, windowMs, used, admitted } = input;
+  const others = Math.max(0, used - admitted);
   const counted = others > OTHER_USAGE_TOLERANCE * limit ? others : 0;
-  return Math.max(0, limit - counted) / windowSeconds;
+  return Math.max(0, limit - counted) / (windowMs / 1000);
 }
 
 /**
@@ -98,18 +94,6 @@ export function divideCapacity(capacity: number, demands: readonly number[]): nu
   }
   if (left > 0) for (let i = 0; i < n; i++) shares[i] += left / n;
   return shares;
-}
-
-/** Every proxy's share (requests per second) of a bucket, by member. */
-export function sharesOf(input: BudgetInput): Map<string, number> {
-  const capacity = proxiesCapacity(input);
-  const shares = divideCapacity(
-    capacity,
-    input.proxies.map((p) => p.demand),
-  );
-  const byMember = new Map<string, number>();
-  input.proxies.forEach((p, i) => byMember.set(p.member, shares[i]));
-  return byMember;
 }
 
 /**

@@ -604,6 +604,7 @@ export class RateLimiter {
       replaces: NO_REPLACES,
       statKey: keysStatKey(d.entries),
       keyPrefix: counterKeyPrefix(domain, this.defaultAlgorithm, windowMs),
+      override: true,
     };
   }
 

@@ -170,4 +170,6 @@ export interface MatchedRule extends RuleSettings {
   readonly replaces: readonly string[];
   readonly statKey: string;
   readonly keyPrefix: string;
+  /** True for the rule a request's own `limit` override makes (see OutcomeRule). */
+  readonly override?: boolean;
 }

@@ -2,7 +2,8 @@ import type { Algorithm } from './types';
 import type { CalendarWindow } from './calendar';
 
 /**
- * The Store port: one call per ShouldRateLimit request, all counters together. A store that can
+ * The Store port: one call per ShouldRateLimit request, all counters together. It holds counters
+ * only; what replicas tell each other is the ReplicaExchange port (./replica-exchange.ts). A store that can
  * answer some calls from what it remembers locally (the denial cache) says so through
  * decideLocally(), which callers ask before decide(); its answers carry no marks of their own.
  *
@@ -40,47 +41,6 @@ export interface Store {
   close(): Promise<void>;
   /** Optional: drops local answers derived from the current limits (cached denials); call after a config reload. */
   clearCache?(): void;
-  /** Optional: documents every process sharing this store can read (a shared store has them; see SharedDocuments). */
-  readonly documents?: SharedDocuments;
-  /**
-   * Optional: quota-stream coordination (RLQS). Sets this replica's proxies' demand on one budget
-   * (`publish`, each entry living `ttlMs` unless published again), drops `remove`, and returns every
-   * live entry of every replica sharing the store. The memory store keeps them in the process; the
-   * Redis store in one hash per budget, with Redis's clock. A store without it makes each process
-   * divide its budgets alone.
-   */
-  exchangeDemand?(exchange: DemandExchange): Promise<ProxyDemand[]>;
-}
-
-/**
- * Small documents that every process sharing a store publishes under its own name and reads from
- * all the others: how replicas exchange their live views (src/top). Each lives `ttlMs` after it was
- * last put, so a process that stops leaves no trace. Not on the decision path.
- */
-export interface SharedDocuments {
-  /** Writes (or replaces) the document `name` of `kind`; it expires `ttlMs` later. */
-  put(kind: string, name: string, document: string, ttlMs: number): Promise<void>;
-  /** Every live document of `kind` (at most `max`), in no particular order. */
-  all(kind: string, max: number): Promise<string[]>;
-}
-
-/** One proxy's recent demand on one budget (RLQS), as replicas publish it to each other through the store. */
-export interface ProxyDemand {
-  /** The proxy's stream and bucket, unique across replicas. */
-  readonly member: string;
-  /** Allowed + denied requests per second in its last report; Infinity while unknown (a new subscription). */
-  readonly demand: number;
-  /** Allowed requests per second in its last report; 0 while unknown. */
-  readonly allowed: number;
-}
-
-export interface DemandExchange {
-  /** The budget: its counter's key (src/limiter/keys.ts). */
-  readonly key: string;
-  readonly publish: readonly ProxyDemand[];
-  readonly remove: readonly string[];
-  /** How long the published entries live without being published again, ms. */
-  readonly ttlMs: number;
 }
 
 export interface DecideOptions {

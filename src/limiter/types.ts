@@ -208,6 +208,8 @@ export interface OutcomeRule {
   readonly statKey: string;
   readonly limit: Limit;
   readonly shadowMode: boolean;
+  /** True for the rule a request's own `limit` override makes (named by the caller's keys, not by a config). */
+  readonly override?: boolean;
 }
 
 /** Receives per-descriptor outcomes (metrics). Called synchronously on the hot path: keep it cheap. */

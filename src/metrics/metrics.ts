@@ -4,7 +4,8 @@ import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import { classify, type ErrorMetric } from '../errors';
 import type { DescriptorOutcome, LocalDenialListener, RateLimitDecider, RateLimitRequest, RateLimitResponse } from '../limiter/types';
 import type { ServiceReplays } from '../service/rls-service';
-import type { RlqsObserver, RlqsView, RuleShareView } from '../service/rlqs-service';
+import type { QuotaRuleTotals } from '../limiter/quota-budgets';
+import type { RlqsObserver } from '../service/rlqs-service';
 import { TalliedCounter, TalliedHistogram } from './tallies';
 import type { Settings } from '../settings/settings';
 
@@ -115,6 +116,14 @@ function statsdSafe(s: string): string {
   return s.replace(STATSD_UNSAFE, '_');
 }
 
+/** What the RLQS gauges read of the quota service at a scrape. */
+export interface QuotaSource {
+  readonly streamCount: number;
+  /** Estimated bytes its streams hold. */
+  readonly bytes: number;
+  ruleTotals(): readonly QuotaRuleTotals[];
+}
+
 export class Metrics {
   /** This service's own registry (never prom-client's global one). */
   readonly registry = new Registry();
@@ -145,8 +154,8 @@ export class Metrics {
   private readonly quotaStoreErrors: Counter;
   /** Rule label sets of the reported-requests counter (bounded by maxSeries like the rule counters). */
   private readonly quotaSeries = new Set<string>();
-  /** The quota service's view, read at each scrape by the RLQS gauges; undefined until attached. */
-  private quotaView: (() => RlqsView) | undefined;
+  /** The quota service, read at each scrape by the RLQS gauges; undefined until attached. */
+  private quota: QuotaSource | undefined;
   private readonly storeErrorsByKind: Counter<'kind'>;
   private readonly storeFallbacks: Counter<'policy'>;
   // Children by label value: the label sets are small and fixed, the lookups repeat.
@@ -253,16 +262,31 @@ export class Metrics {
       help: 'Quota store calls (charge, demand exchange) that failed; the last shares stayed in force.',
       registers,
     });
-    const view = (): RlqsView | undefined => this.quotaView?.();
+    const quota = (): QuotaSource | undefined => this.quota;
     new Gauge({
       name: 'ratelimit_service_rlqs_streams',
       help: 'Open quota streams (RLQS) on this process.',
       registers,
       collect() {
-        this.set(view()?.openStreams ?? 0);
+        this.set(quota()?.streamCount ?? 0);
       },
     });
-    const perRule = (name: string, help: string, value: (r: RuleShareView) => number): void => {
+    new Gauge({
+      name: 'ratelimit_service_rlqs_memory_bytes',
+      help: 'Estimated bytes the quota streams (RLQS) of this process hold (RLQS_MAX_MEMORY_BYTES bounds it).',
+      registers,
+      collect() {
+        this.set(quota()?.bytes ?? 0);
+      },
+    });
+    // One pass over the budgets per scrape (O(budgets), whatever the streams), shared by the four gauges.
+    let totals: { readonly at: number; readonly rules: readonly QuotaRuleTotals[] } | undefined;
+    const ruleTotals = (): readonly QuotaRuleTotals[] => {
+      const now = performance.now();
+      if (totals === undefined || now - totals.at > 100) totals = { at: now, rules: quota()?.ruleTotals() ?? [] };
+      return totals.rules;
+    };
+    const perRule = (name: string, help: string, value: (r: QuotaRuleTotals) => number): void => {
       new Gauge({
         name: `ratelimit_service_rlqs_${name}`,
         help,
@@ -270,18 +294,14 @@ export class Metrics {
         registers,
         collect() {
           this.reset();
-          for (const r of view()?.rules ?? []) this.set({ domain: r.domain, descriptor: r.statKey }, value(r));
+          for (const r of ruleTotals()) this.set({ domain: r.domain, descriptor: r.statKey }, value(r));
         },
       });
     };
-    perRule('proxies', 'Quota proxies sharing a rule, on every replica.', (r) => r.proxies.length);
-    perRule('demand', 'Requests per second the proxies of a rule ask for (known demands, every replica).', (r) =>
-      r.proxies.reduce((sum, p) => sum + (p.demand ?? 0), 0),
-    );
-    perRule('assigned', "Requests per second assigned to this process's proxies of a rule.", (r) =>
-      r.proxies.reduce((sum, p) => sum + (p.local ? p.share : 0), 0),
-    );
-    perRule('overshoot', "Requests per window the proxies' reports say were admitted above the rule's limit.", (r) => r.overshoot);
+    perRule('proxies', 'Quota proxies sharing a rule, on every replica.', (r) => r.proxies);
+    perRule('demand', 'Requests per second the proxies of a rule ask for (known demands, every replica).', (r) => r.demand);
+    perRule('assigned', "Requests per second assigned to this process's proxies of a rule.", (r) => r.assigned);
+    perRule('overshoot', 'Requests per window the proxies of a rule admitted above its limit (every replica).', (r) => r.overshoot);
 
     const drops = options.statsdDrops;
     if (drops !== undefined) {
@@ -385,10 +405,9 @@ export class Metrics {
     };
   }
 
-  /** One request answered by a replay of local denials (src/limiter/replay.ts): a local cache hit like any other. */
-  /** The quota service whose streams and shares the RLQS gauges read at each scrape. */
-  attachQuota(view: () => RlqsView): void {
-    this.quotaView = view;
+  /** The quota service whose streams and budgets the RLQS gauges read at each scrape. */
+  attachQuota(quota: QuotaSource): void {
+    this.quota = quota;
   }
 
   /** The quota service's observer: reported usage per rule, and failed store calls. */
@@ -406,6 +425,7 @@ export class Metrics {
     onStoreError: () => this.quotaStoreErrors.inc(),
   };
 
+  /** One request answered by a replay of local denials (src/limiter/replay.ts): a local cache hit like any other. */
   onReplay(): void {
     this.recordLocalCacheHit();
   }

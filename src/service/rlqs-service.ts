@@ -1,82 +1,63 @@
 import { randomBytes } from 'node:crypto';
-import { classify, GrpcStatus, MalformedMessageError, publicMessage } from '../errors';
-import { InvalidRequestError, NotReadyError } from '../limiter/errors';
-import { matchBucket, type BucketMatch } from '../limiter/bucket-match';
-import { ALLOW_ALL, distinguishable, reportRate, sameStrategy, sharesOf, strategyForShare, ttlSeconds, type QuotaStrategy } from '../limiter/quota-share';
+import { classify, GrpcStatus, publicMessage } from '../errors';
+import { InvalidRequestError } from '../limiter/errors';
+import {
+  QuotaBudgets,
+  type BudgetView,
+  type ProxyShareView as BudgetProxyView,
+  type QuotaAction,
+  type QuotaObserver,
+  type QuotaRuleTotals,
+  type QuotaSubscriber,
+  type RlqsLimits,
+} from '../limiter/quota-budgets';
+import type { ReplicaExchange } from '../limiter/replica-exchange';
 import type { RateLimitConfig } from '../limiter/rules';
-import type { CounterRequest, ProxyDemand, Store } from '../limiter/store';
-import { monotonicClock, type Clock, type Entry } from '../limiter/types';
+import type { Store } from '../limiter/store';
+import { monotonicClock, type Clock } from '../limiter/types';
 import type { Logger } from '../log';
-import { decodeUsageReports, frameQuotaResponse, type BucketAction, type BucketUsage } from '../wire/rlqs-codec';
-import { MESSAGE_PREFIX_BYTES } from '../wire/grpc-framing';
-import { RLQS_PATH } from '../wire/rlqs-codec';
+import { decodeUsageReports, encodeQuotaResponse, RLQS_PATH } from '../wire/rlqs-codec';
 import type { CallFailure } from './rls-service';
 import type { StreamingMethod } from './streaming';
 
 /**
- * The quota stream service (RLQS, envoy.service.rate_limit_quota.v3), as every gRPC transport serves
- * it: a transport hands it each received message's bytes and tells it when the client has gone; it
- * answers through the stream's sink with framed messages, and ends the stream with a status.
+ * The quota stream service (RLQS, envoy.service.rate_limit_quota.v3) as every gRPC transport serves
+ * it: the edge of the quota budgets (src/limiter/quota-budgets.ts, where the division, charges and
+ * demand live). Here: the streams, their caps and timeouts, and the codec.
  *
- * What it does with Envoy's rate_limit_quota filter, whose behaviour it is written to:
- * - a bucket id's pairs match a rule of the stream's domain as a descriptor would (see
- *   src/limiter/bucket-match.ts); no rule or an unlimited one: ALLOW_ALL, nothing counted;
- * - each report's allowed requests are charged to the rule's counter, the one RLS calls on that
- *   descriptor use, so both protocols share one limit;
- * - each proxy's demand (allowed + denied per second, timed by this server's receive times: Envoy's
- *   time_elapsed is whole seconds) is published to the store, which returns every proxy's on every
- *   replica; the rule's budget is divided among them (src/limiter/quota-share.ts) and each proxy
- *   gets a token bucket for its share, DENY_ALL when it has none, ALLOW_ALL in shadow mode;
- * - every report is answered at once with every reported bucket's assignment, whose TTL (whole
- *   seconds) spans several observed report intervals, so a proxy that keeps reporting never lets it
- *   expire; a share changed by another proxy's report is pushed to its stream right away;
- * - a bucket idle for several full reports is abandoned; a stream's state is dropped when it ends,
- *   and state shared by several streams (the match, the budget) lives while one of them uses it;
+ * - a stream's reports are handled one at a time, each before the next is read (the transport's
+ *   flow control holds the peer back), and at most `maxReportsPerSecond` a second: a report past
+ *   that waits, so a flooding peer costs its own stream's time, not the process's;
+ * - a stream over RLQS_MAX_STREAMS, or whose state would pass the budgets' byte budget, is refused
+ *   with RESOURCE_EXHAUSTED; one that sends no report within `firstReportTimeoutMs`, or nothing for
+ *   `idleTimeoutMs`, is ended with DEADLINE_EXCEEDED (Envoy reports every interval, idle or not);
  * - a different domain later on a stream, a malformed message or a bucket over the caps ends that
- *   stream with INVALID_ARGUMENT; no other stream notices;
- * - on shutdown every stream ends with UNAVAILABLE and its proxies' demand is withdrawn from the
- *   store, so that the proxies reconnect to another replica, which continues the same budget.
+ *   stream with INVALID_ARGUMENT (through the error catalogue); no other stream notices;
+ * - on shutdown every stream ends with UNAVAILABLE and its proxies' demand is withdrawn, so that the
+ *   proxies reconnect to another replica, which continues the same budget.
  */
 
-/** Caps and timing of the quota streams (settings RLQS_*). */
-export interface RlqsLimits {
-  /** Streams open at once; one more is refused with RESOURCE_EXHAUSTED. */
-  readonly maxStreams: number;
-  /** Buckets one stream may report. */
-  readonly maxBucketsPerStream: number;
-  /** Pairs in one bucket id. */
-  readonly maxBucketPairs: number;
-  /** Bytes of one bucket id's keys and values together. */
-  readonly maxBucketIdBytes: number;
-  /** The report interval assumed until a stream's own is observed (Envoy's filter reports every 5 s). */
-  readonly reportIntervalMs: number;
-  /** Consecutive full reports without a request after which a bucket is abandoned. */
-  readonly abandonAfterIdleReports: number;
-}
-
-/** Where one stream's messages go: framed RateLimitQuotaResponse messages, and the end (OK when no failure). */
+/** Where one stream's messages go: RateLimitQuotaResponse message bytes, and the end (OK when no failure). */
 export interface QuotaStreamSink {
-  send(frame: Buffer): void;
+  send(message: Uint8Array): void;
   end(failure?: CallFailure): void;
 }
 
 /** A stream as its transport drives it. */
 export interface QuotaStream {
-  /** One received RateLimitQuotaUsageReports message (without its 5-byte prefix). */
-  message(bytes: Buffer): void;
+  /** One received RateLimitQuotaUsageReports message (unframed); the next waits for the returned promise. */
+  message(bytes: Buffer): Promise<void>;
   /** The client ended the stream or went away. */
   closed(): void;
 }
 
 /** Reported usage, for the per-rule metrics. */
-export interface RlqsObserver {
-  onReport(domain: string, statKey: string, allowed: number, denied: number): void;
-  /** A store call that failed; the last known shares stay in force. */
-  onStoreError?(): void;
-}
+export type RlqsObserver = QuotaObserver;
 
 export interface RlqsServiceOptions {
   readonly store: Store;
+  /** Other replicas' demand; absent: this process divides alone. */
+  readonly exchange?: ReplicaExchange;
   readonly config: () => RateLimitConfig | undefined;
   readonly logger: Logger;
   readonly limits: RlqsLimits;
@@ -88,6 +69,8 @@ export interface RlqsServiceOptions {
   readonly replicaId?: string;
   /** The calendar of `calendar: true` limits, ms ahead of UTC (CALENDAR_TIMEZONE); default 0. */
   readonly calendarOffsetMs?: number;
+  /** Runs the budgets' background work and the stream timeouts (default true; tests drive tick()). */
+  readonly timers?: boolean;
 }
 
 /** A read-only view of the streams and shares (debug port, live view). */
@@ -96,7 +79,12 @@ export interface RlqsView {
   /** Streams open (the list below shows at most VIEW_MAX_STREAMS of them). */
   readonly openStreams: number;
   readonly streams: readonly StreamView[];
+  /** Budgets in use (the list shows at most VIEW_MAX_BUDGETS of them). */
+  readonly budgets: number;
   readonly rules: readonly RuleShareView[];
+  /** Estimated bytes the streams hold, and their budget (RLQS_MAX_MEMORY_BYTES). */
+  readonly bytes: number;
+  readonly maxBytes: number;
 }
 
 export interface StreamView {
@@ -108,144 +96,80 @@ export interface StreamView {
   readonly openedAtMs: number;
 }
 
-export interface RuleShareView {
-  readonly domain: string;
-  readonly statKey: string;
-  /** The counter the budget divides (the one RLS calls on the same descriptor use). */
-  readonly counter: string;
-  readonly limit: number;
-  readonly windowMs: number;
-  readonly shadow: boolean;
-  /** The counter's usage of its window at the last report (limit - remaining). */
-  readonly used: number;
-  /** Every proxy on the budget, on every replica, as the store last said; `share` (requests/s) and `local` for this replica's. */
+/** One budget, its proxies named as they named themselves. */
+export interface RuleShareView extends Omit<BudgetView, 'proxies'> {
   readonly proxies: readonly ProxyShareView[];
-  /** Requests per window the proxies' reports say they admitted above the limit (0 when within). */
-  readonly overshoot: number;
 }
 
-export interface ProxyShareView {
-  readonly member: string;
-  readonly demand: number | null;
-  readonly allowed: number;
-  readonly share: number;
-  readonly local: boolean;
-  /** This replica's proxies only: the stream, the name the proxy sent (PROXY_NAME_HEADER, cut), the bucket, the assignment last sent and how long ago it last reported. */
-  readonly stream?: string;
+export interface ProxyShareView extends BudgetProxyView {
+  /** This replica's proxies: the name the proxy sent (PROXY_NAME_HEADER, cut), or null. */
   readonly proxy?: string | null;
-  readonly bucket?: readonly Entry[];
-  readonly assignment?: QuotaStrategy | null;
-  readonly reportAgeMs?: number | null;
 }
 
 /** The request header (gRPC metadata) a proxy may name itself with: Envoy sends it from grpc_service.initial_metadata. */
 export const PROXY_NAME_HEADER = 'node-id';
 /** Characters of a proxy's name kept (the caller's bytes: bounded before they are stored). */
 const PROXY_NAME_MAX_CHARS = 128;
-
-/** Views list at most this many streams (the debug page stays small whatever the fleet). */
+/** Views list at most this many streams, budgets and proxies per budget (the debug page stays small whatever the fleet). */
 const VIEW_MAX_STREAMS = 1_000;
-/** Reports closer than this to the bucket's previous one are added to the next (too short a span to rate). */
-const MIN_RATE_SPAN_MS = 50;
-const COUNT_ALWAYS = Object.freeze({ countDenied: true });
+export const VIEW_MAX_BUDGETS = 100;
+export const VIEW_MAX_PROXIES = 50;
+/** Stream timeouts are checked this often, ms. */
+const TIMEOUT_CHECK_MS = 1_000;
 
 interface StreamState {
-  readonly member: string;
+  readonly subscriber: QuotaSubscriber;
   /** The name the proxy sent, cut to PROXY_NAME_MAX_CHARS. */
   readonly proxy: string | undefined;
   readonly sink: QuotaStreamSink;
   readonly openedAtMs: number;
-  readonly buckets: Map<string, StreamBucket>;
   domain: string | undefined;
-  lastFullAtMs: number | undefined;
-  intervalMs: number | undefined;
-  /** Messages are handled one after another. */
-  queue: Promise<void>;
+  lastMessageAtMs: number | undefined;
+  /** Report credit (a token bucket of maxReportsPerSecond), and when it was last filled. */
+  credit: number;
+  creditAtMs: number;
   ended: boolean;
-  nextBucket: number;
 }
 
-/** One stream's subscription to one bucket. */
-interface StreamBucket {
-  readonly stream: StreamState;
-  /** Its demand's name in the store: the stream and the bucket (two buckets may share a counter). */
-  readonly member: string;
-  readonly pairs: readonly Entry[];
-  readonly shared: SharedBucket;
-  budget: Budget | undefined;
-  lastReportAtMs: number | undefined;
-  /** Requests reported since the rate was last measured. */
-  pendingCount: number;
-  pendingAllowed: number;
-  /** Allowed + denied per second; Infinity until measured. */
-  demand: number;
-  /** Allowed per second, averaged over about a window. */
-  allowed: number;
-  /** Whether `allowed` holds a measurement yet. */
-  measured: boolean;
-  idleReports: number;
-  /** The strategy last sent, undefined before the first. */
-  sent: QuotaStrategy | undefined;
-}
-
-/** What every stream of this process reporting the same bucket shares: its match under the config in force. */
-interface SharedBucket {
-  readonly key: string;
-  readonly domain: string;
-  readonly pairs: readonly Entry[];
-  refs: number;
-  config: RateLimitConfig | undefined;
-  match: BucketMatch | undefined;
-}
-
-/** One counter's budget and the local subscriptions dividing it with every other replica's. */
-interface Budget {
-  readonly key: string;
-  domain: string;
-  statKey: string;
-  counter: CounterRequest;
-  shadow: boolean;
-  readonly members: Set<StreamBucket>;
-  /** Every proxy's demand, as the store last returned it. */
-  proxies: readonly ProxyDemand[];
-  used: number;
-  /** Reported hits a failed store call could not charge yet. */
-  uncharged: number;
-  shares: Map<string, number>;
-}
-
-function contentKey(domain: string, pairs: readonly Entry[]): string {
-  return JSON.stringify([domain, pairs.map((e) => [e.key, e.value])]);
-}
+const REFUSED: QuotaStream = { message: () => Promise.resolve(), closed: () => undefined };
 
 export class RlqsService {
-  private readonly store: Store;
-  private readonly config: () => RateLimitConfig | undefined;
   private readonly logger: Logger;
   private readonly limits: RlqsLimits;
-  private readonly shadowMode: boolean;
   private readonly observer: RlqsObserver | undefined;
   private readonly clock: Clock;
+  private readonly budgets: QuotaBudgets;
   readonly replicaId: string;
-  private readonly streams = new Set<StreamState>();
-  private readonly buckets = new Map<string, SharedBucket>();
-  private readonly budgets = new Map<string, Budget>();
-  private nextStream = 0;
+  private readonly streams = new Map<string, StreamState>();
+  private readonly timers: NodeJS.Timeout[] = [];
   private stopping: Promise<void> | undefined;
   private storeErrorLogged = false;
 
-  private readonly calendarOffsetMs: number;
-
   constructor(options: RlqsServiceOptions) {
-    this.store = options.store;
-    this.config = options.config;
     this.logger = options.logger;
     this.limits = options.limits;
-    this.shadowMode = options.shadowMode === true;
     this.observer = options.observer;
     this.clock = options.clock ?? monotonicClock;
     this.replicaId = options.replicaId ?? randomBytes(6).toString('hex');
-    this.calendarOffsetMs = options.calendarOffsetMs ?? 0;
+    this.budgets = new QuotaBudgets({
+      store: options.store,
+      exchange: options.exchange,
+      config: options.config,
+      limits: options.limits,
+      clock: this.clock,
+      replicaId: this.replicaId,
+      shadowMode: options.shadowMode,
+      calendarOffsetMs: options.calendarOffsetMs,
+      onPush: (subscriber, actions) => this.streams.get(subscriber.id)?.sink.send(encodeQuotaResponse(actions)),
+      observer: {
+        onReport: (...args) => this.observer?.onReport?.(...args),
+        onStoreError: (err) => this.storeFailed(err),
+      },
+    });
+    if (options.timers !== false) {
+      this.timers.push(setInterval(() => void this.tick(), options.limits.syncIntervalMs).unref());
+      this.timers.push(setInterval(() => this.endTimedOut(), TIMEOUT_CHECK_MS).unref());
+    }
   }
 
   /** Open streams. */
@@ -253,99 +177,126 @@ export class RlqsService {
     return this.streams.size;
   }
 
-  /** A new stream, of the proxy `proxy` names if any; refused (ended at once) while shutting down or at RLQS_MAX_STREAMS. */
+  /** Estimated bytes the streams hold (RLQS_MAX_MEMORY_BYTES bounds it). */
+  get bytes(): number {
+    return this.budgets.bytes;
+  }
+
+  /** The budgets' background work (see QuotaBudgets.tick); the service's timer calls it every RLQS_SYNC_INTERVAL. */
+  tick(): Promise<void> {
+    return this.budgets.tick();
+  }
+
+  /** A new stream, of the proxy `proxy` names if any; refused (ended at once) while shutting down or past a cap. */
   open(sink: QuotaStreamSink, proxy?: string): QuotaStream {
     if (this.stopping !== undefined) {
       sink.end({ code: GrpcStatus.UNAVAILABLE, details: 'server shutting down' });
-      return { message: () => undefined, closed: () => undefined };
+      return REFUSED;
     }
     if (this.streams.size >= this.limits.maxStreams) {
       sink.end({ code: GrpcStatus.RESOURCE_EXHAUSTED, details: `more than ${this.limits.maxStreams} quota streams` });
-      return { message: () => undefined, closed: () => undefined };
+      return REFUSED;
     }
+    let subscriber: QuotaSubscriber;
+    try {
+      subscriber = this.budgets.open();
+    } catch (err) {
+      sink.end(this.failureOf(err));
+      return REFUSED;
+    }
+    const now = this.clock.nowMs();
     const stream: StreamState = {
-      member: `${this.replicaId}.${this.nextStream++}`,
+      subscriber,
       proxy: proxy?.slice(0, PROXY_NAME_MAX_CHARS),
       sink,
-      openedAtMs: this.clock.nowMs(),
-      buckets: new Map(),
+      openedAtMs: now,
       domain: undefined,
-      lastFullAtMs: undefined,
-      intervalMs: undefined,
-      queue: Promise.resolve(),
+      lastMessageAtMs: undefined,
+      credit: this.limits.maxReportsPerSecond,
+      creditAtMs: now,
       ended: false,
-      nextBucket: 0,
     };
-    this.streams.add(stream);
+    this.streams.set(subscriber.id, stream);
     return {
-      message: (bytes) => {
-        stream.queue = stream.queue.then(() => this.handle(stream, bytes)).catch((err: unknown) => this.fail(stream, err));
-      },
-      closed: () => {
-        if (!stream.ended) void this.finish(stream, undefined, false);
-      },
+      message: (bytes) => this.message(stream, bytes),
+      closed: () => this.finish(stream, undefined),
     };
   }
 
-  /** Ends every stream with UNAVAILABLE and withdraws their demand from the store; new streams are refused. Idempotent. */
+  /** Ends every stream with UNAVAILABLE and withdraws their demand; new streams are refused. Idempotent. */
   shutdown(): Promise<void> {
-    this.stopping ??= Promise.allSettled(
-      [...this.streams].map((s) => this.finish(s, { code: GrpcStatus.UNAVAILABLE, details: 'server shutting down; reconnect' }, true)),
-    ).then(() => undefined);
+    if (this.stopping === undefined) {
+      for (const t of this.timers.splice(0)) clearInterval(t);
+      for (const s of [...this.streams.values()]) this.finish(s, { code: GrpcStatus.UNAVAILABLE, details: 'server shutting down; reconnect' });
+      this.stopping = this.budgets.shutdown();
+    }
     return this.stopping;
   }
 
-  /** The streams and the shares of every budget in use, for the debug port and the live view. */
+  /** The streams and the shares of the budgets in use (bounded lists), for the debug port and the live view. */
   view(): RlqsView {
     const streams: StreamView[] = [];
-    for (const s of this.streams) {
+    for (const s of this.streams.values()) {
       if (streams.length >= VIEW_MAX_STREAMS) break;
-      streams.push({ member: s.member, domain: s.domain, buckets: s.buckets.size, reportIntervalMs: s.intervalMs, openedAtMs: s.openedAtMs });
-    }
-    const rules: RuleShareView[] = [];
-    const now = this.clock.nowMs();
-    for (const b of this.budgets.values()) {
-      const local = new Map([...b.members].map((m) => [m.member, m]));
-      const windowSeconds = b.counter.windowMs / 1000;
-      let admitted = 0;
-      for (const p of b.proxies) admitted += p.allowed * windowSeconds;
-      // As divide() does: a local proxy the store has not returned yet is on the budget too.
-      const listed = new Set(b.proxies.map((p) => p.member));
-      const proxies = [...b.proxies];
-      for (const m of b.members) if (!listed.has(m.member)) proxies.push({ member: m.member, demand: m.demand, allowed: m.allowed });
-      rules.push({
-        domain: b.domain,
-        statKey: b.statKey,
-        counter: b.key,
-        limit: b.counter.limit,
-        windowMs: b.counter.windowMs,
-        shadow: b.shadow,
-        used: b.used,
-        proxies: proxies.map((p) => {
-          const sb = local.get(p.member);
-          const shared = { member: p.member, demand: Number.isFinite(p.demand) ? p.demand : null, allowed: p.allowed, share: b.shares.get(p.member) ?? 0 };
-          if (sb === undefined) return { ...shared, local: false };
-          return {
-            ...shared,
-            local: true,
-            stream: sb.stream.member,
-            proxy: sb.stream.proxy ?? null,
-            bucket: sb.pairs,
-            assignment: sb.sent ?? null,
-            reportAgeMs: sb.lastReportAtMs === undefined ? null : now - sb.lastReportAtMs,
-          };
-        }),
-        overshoot: Math.max(0, Math.round(admitted - b.counter.limit)),
+      const member = s.subscriber.id;
+      streams.push({
+        member,
+        domain: s.domain,
+        buckets: this.budgets.bucketsOf(s.subscriber),
+        reportIntervalMs: this.budgets.intervalOf(s.subscriber),
+        openedAtMs: s.openedAtMs,
       });
     }
-    return { replica: this.replicaId, openStreams: this.streams.size, streams, rules };
+    const { budgets, total } = this.budgets.view(VIEW_MAX_BUDGETS, VIEW_MAX_PROXIES);
+    const rules = budgets.map((b) => ({
+      ...b,
+      proxies: b.proxies.map((p) => (p.local ? { ...p, proxy: (p.stream === undefined ? undefined : this.streams.get(p.stream)?.proxy) ?? null } : p)),
+    }));
+    return {
+      replica: this.replicaId,
+      openStreams: this.streams.size,
+      streams,
+      budgets: total,
+      rules,
+      bytes: this.budgets.bytes,
+      maxBytes: this.limits.maxBytes,
+    };
   }
 
-  /* ---------- one message ---------- */
+  /** Per-rule totals over every budget, for the metrics (O(budgets)). */
+  ruleTotals(): QuotaRuleTotals[] {
+    return this.budgets.ruleTotals();
+  }
+
+  /* ---------- one stream ---------- */
+
+  /** One report, after the stream's report credit allows it; never rejects (a failure ends the stream). */
+  private async message(stream: StreamState, bytes: Buffer): Promise<void> {
+    if (stream.ended) return;
+    stream.lastMessageAtMs = this.clock.nowMs();
+    const waitMs = this.takeCredit(stream);
+    if (waitMs > 0) {
+      await new Promise((resolve) => setTimeout(resolve, waitMs));
+      if (stream.ended) return;
+    }
+    try {
+      await this.handle(stream, bytes);
+    } catch (err) {
+      this.fail(stream, err);
+    }
+  }
+
+  /** Takes one report's credit; how long to wait first when there is none (ms). */
+  private takeCredit(stream: StreamState): number {
+    const rate = this.limits.maxReportsPerSecond;
+    const now = this.clock.nowMs();
+    stream.credit = Math.min(rate, stream.credit + ((now - stream.creditAtMs) * rate) / 1000);
+    stream.creditAtMs = now;
+    stream.credit -= 1;
+    return stream.credit >= 0 ? 0 : Math.ceil((-stream.credit * 1000) / rate);
+  }
 
   private async handle(stream: StreamState, bytes: Buffer): Promise<void> {
-    if (stream.ended) return;
-    const now = this.clock.nowMs();
     const report = decodeUsageReports(bytes);
     if (stream.domain === undefined) {
       if (report.domain === '') throw new InvalidRequestError('domain must not be empty on the first message');
@@ -355,258 +306,44 @@ export class RlqsService {
     }
     // Envoy's filter sends a report with no bucket on every tick once it has none: nothing to answer.
     if (report.usages.length === 0) return;
-    const domain = stream.domain;
-    const keys = report.usages.map((u, i) => {
-      this.checkBucket(u, i);
-      return contentKey(domain, u.bucket);
-    });
-    const distinct = new Set(keys);
-    let fresh = 0;
-    for (const k of distinct) if (!stream.buckets.has(k)) fresh++;
-    if (stream.buckets.size + fresh > this.limits.maxBucketsPerStream) {
-      throw new InvalidRequestError(`more than ${this.limits.maxBucketsPerStream} buckets on one stream`);
-    }
-    if (this.config() === undefined) throw new NotReadyError('no rate limit configuration loaded');
-    // A full report names every bucket of the stream and no new one: Envoy's periodic report.
-    const full = fresh === 0 && distinct.size === stream.buckets.size;
-    if (full) {
-      if (stream.lastFullAtMs !== undefined) stream.intervalMs = now - stream.lastFullAtMs;
-      stream.lastFullAtMs = now;
-    }
-    const ttl = ttlSeconds(stream.intervalMs ?? this.limits.reportIntervalMs);
+    const actions: QuotaAction[] = await this.budgets.report(stream.subscriber, stream.domain, report.usages);
+    if (!stream.ended && actions.length > 0) stream.sink.send(encodeQuotaResponse(actions));
+  }
 
-    const pending: Promise<BucketAction>[] = [];
-    report.usages.forEach((usage, i) => {
-      const sb = stream.buckets.get(keys[i]) ?? this.subscribe(stream, keys[i], domain, usage.bucket);
-      this.record(sb, usage, now, full);
-      if (full && sb.idleReports >= this.limits.abandonAfterIdleReports) {
-        this.unsubscribe(sb, true);
-        pending.push(Promise.resolve({ bucket: sb.pairs, abandon: true }));
-        return;
+  /** Ends the streams past their first-report or idle timeout (the service's timer calls it every second). */
+  endTimedOut(): void {
+    const now = this.clock.nowMs();
+    const { firstReportTimeoutMs, idleTimeoutMs } = this.limits;
+    for (const s of [...this.streams.values()]) {
+      if (s.lastMessageAtMs === undefined && now - s.openedAtMs > firstReportTimeoutMs) {
+        this.finish(s, { code: GrpcStatus.DEADLINE_EXCEEDED, details: `no usage report within ${firstReportTimeoutMs} ms of opening the stream` });
+      } else if (s.lastMessageAtMs !== undefined && now - s.lastMessageAtMs > idleTimeoutMs) {
+        this.finish(s, { code: GrpcStatus.DEADLINE_EXCEEDED, details: `no usage report for ${idleTimeoutMs} ms` });
       }
-      pending.push(this.assign(sb, usage.allowed, ttl).then((strategy) => ({ bucket: sb.pairs, strategy: this.sendable(sb, strategy), ttlSeconds: ttl })));
-    });
-    const actions = await Promise.all(pending);
-    if (!stream.ended) stream.sink.send(frameQuotaResponse(actions));
-  }
-
-  private checkBucket(usage: BucketUsage, i: number): void {
-    const { maxBucketPairs, maxBucketIdBytes } = this.limits;
-    if (usage.bucket.length > maxBucketPairs) throw new InvalidRequestError(`bucket_quota_usages[${i}].bucket_id: more than ${maxBucketPairs} pairs`);
-    let bytes = 0;
-    for (const e of usage.bucket) bytes += Buffer.byteLength(e.key) + Buffer.byteLength(e.value);
-    if (bytes > maxBucketIdBytes) throw new InvalidRequestError(`bucket_quota_usages[${i}].bucket_id: over ${maxBucketIdBytes} bytes`);
-  }
-
-  /** Usage into the subscription's demand: requests per second since its previous report. */
-  private record(sb: StreamBucket, usage: BucketUsage, now: number, full: boolean): void {
-    const count = usage.allowed + usage.denied;
-    sb.pendingCount += count;
-    sb.pendingAllowed += usage.allowed;
-    const span = sb.lastReportAtMs === undefined ? undefined : now - sb.lastReportAtMs;
-    if (span === undefined || span >= MIN_RATE_SPAN_MS) {
-      const demand = reportRate(sb.pendingCount, span, usage.timeElapsedSeconds);
-      if (demand !== undefined) {
-        sb.demand = demand;
-        const allowed = reportRate(sb.pendingAllowed, span, usage.timeElapsedSeconds)!;
-        // Averaged over about a window: what the counter holds of these proxies is a window's worth,
-        // and a short report's count is too coarse to compare with it (see proxiesCapacity).
-        const windowMs = sb.budget?.counter.windowMs ?? 1_000;
-        sb.allowed = sb.measured && span !== undefined ? sb.allowed + (allowed - sb.allowed) * (1 - Math.exp(-span / windowMs)) : allowed;
-        sb.measured = true;
-      }
-      sb.pendingCount = 0;
-      sb.pendingAllowed = 0;
-      sb.lastReportAtMs = now;
     }
-    if (full) sb.idleReports = count === 0 ? sb.idleReports + 1 : 0;
-    const match = sb.shared.match;
-    if (match !== undefined) this.observer?.onReport(sb.shared.domain, match.statKey, usage.allowed, usage.denied);
   }
 
-  /** The strategy to send, recorded as sent (changed if need be so that Envoy notices the change). */
-  private sendable(sb: StreamBucket, strategy: QuotaStrategy): QuotaStrategy {
-    const next = sb.sent !== undefined && sameStrategy(sb.sent, strategy) ? sb.sent : distinguishable(sb.sent, strategy);
-    sb.sent = next;
-    return next;
+  private failureOf(err: unknown): CallFailure {
+    const kind = classify(err);
+    if (kind.logLevel !== 'silent') this.logger[kind.logLevel]({ err, code: kind.code }, 'quota stream failed');
+    return { code: kind.grpcStatus, details: publicMessage(kind, err) };
   }
-
-  /* ---------- subscriptions ---------- */
-
-  private subscribe(stream: StreamState, key: string, domain: string, pairs: readonly Entry[]): StreamBucket {
-    let shared = this.buckets.get(key);
-    if (shared === undefined) {
-      shared = { key, domain, pairs, refs: 0, config: undefined, match: undefined };
-      this.buckets.set(key, shared);
-    }
-    shared.refs++;
-    const sb: StreamBucket = {
-      stream,
-      member: `${stream.member}.${stream.nextBucket++}`,
-      pairs,
-      shared,
-      budget: undefined,
-      lastReportAtMs: undefined,
-      pendingCount: 0,
-      pendingAllowed: 0,
-      demand: Infinity,
-      allowed: 0,
-      measured: false,
-      idleReports: 0,
-      sent: undefined,
-    };
-    stream.buckets.set(key, sb);
-    return sb;
-  }
-
-  /** Drops a subscription; its demand leaves the store (`withdraw`) and the others' shares are recomputed. */
-  private unsubscribe(sb: StreamBucket, withdraw: boolean): Promise<void> {
-    sb.stream.buckets.delete(sb.shared.key);
-    if (--sb.shared.refs === 0) this.buckets.delete(sb.shared.key);
-    return this.leave(sb, withdraw);
-  }
-
-  private leave(sb: StreamBucket, withdraw: boolean): Promise<void> {
-    const budget = sb.budget;
-    if (budget === undefined) return Promise.resolve();
-    sb.budget = undefined;
-    budget.members.delete(sb);
-    budget.proxies = budget.proxies.filter((p) => p.member !== sb.member);
-    if (budget.members.size === 0) this.budgets.delete(budget.key);
-    else this.divide(budget, undefined);
-    if (!withdraw || this.store.exchangeDemand === undefined) return Promise.resolve();
-    return this.store.exchangeDemand({ key: budget.key, publish: [], remove: [sb.member], ttlMs: 0 }).then(
-      () => undefined,
-      (err: unknown) => this.storeFailed(err),
-    );
-  }
-
-  /* ---------- shares ---------- */
-
-  /** The match of a bucket under the config in force (matched again after a reload). */
-  private matchOf(shared: SharedBucket): BucketMatch | undefined {
-    const config = this.config();
-    if (config !== shared.config) {
-      shared.config = config;
-      shared.match = config === undefined ? undefined : matchBucket(config, shared.domain, shared.pairs, this.calendarOffsetMs);
-    }
-    return shared.match;
-  }
-
-  /** The subscription's assignment after its report: charge, publish, divide. */
-  private async assign(sb: StreamBucket, allowed: number, ttl: number): Promise<QuotaStrategy> {
-    const match = this.matchOf(sb.shared);
-    if (match === undefined || match.rule.limit.unlimited) {
-      await this.leave(sb, true);
-      return ALLOW_ALL;
-    }
-    const budget = this.join(sb, match);
-    const ttlMs = ttl * 1000;
-    const own: ProxyDemand = { member: sb.member, demand: sb.demand, allowed: sb.allowed };
-    // A store without the exchange leaves each process to divide alone (divide() adds the local proxies).
-    const exchange = this.store.exchangeDemand?.({ key: budget.key, publish: [own], remove: [], ttlMs }) ?? Promise.resolve([own]);
-    // Hits a failed charge could not write are added to the next one: reported usage is never dropped.
-    const hits = allowed + budget.uncharged;
-    budget.uncharged = 0;
-    const [charged, exchanged] = await Promise.allSettled([this.store.decide([{ ...budget.counter, hits }], COUNT_ALWAYS), exchange]);
-    if (charged.status === 'fulfilled') {
-      const d = charged.value[0];
-      budget.used = d.allowed ? budget.counter.limit - d.remaining : budget.counter.limit;
-    } else {
-      budget.uncharged += hits;
-      this.storeFailed(charged.reason);
-    }
-    if (exchanged.status === 'fulfilled') {
-      budget.proxies = exchanged.value;
-    } else {
-      // Keep the last view of the other proxies, this one's demand updated, and the shares from it.
-      this.storeFailed(exchanged.reason);
-      budget.proxies = [...budget.proxies.filter((p) => p.member !== sb.member), own];
-    }
-    if (charged.status === 'fulfilled' && exchanged.status === 'fulfilled') this.storeErrorLogged = false;
-    if (sb.budget !== budget) return this.strategyOf(budget, sb);
-    this.divide(budget, sb);
-    return this.strategyOf(budget, sb);
-  }
-
-  /** The budget of the subscription's counter, joined (and a previous one left) when they differ. */
-  private join(sb: StreamBucket, match: BucketMatch): Budget {
-    const key = match.counter.key;
-    if (sb.budget !== undefined && sb.budget.key !== key) void this.leave(sb, true);
-    let budget = this.budgets.get(key);
-    if (budget === undefined) {
-      budget = {
-        key,
-        domain: sb.shared.domain,
-        statKey: match.statKey,
-        counter: match.counter,
-        shadow: false,
-        members: new Set(),
-        proxies: [],
-        used: 0,
-        uncharged: 0,
-        shares: new Map(),
-      };
-      this.budgets.set(key, budget);
-    }
-    // A reload may change the limit of the same counter.
-    budget.counter = match.counter;
-    budget.statKey = match.statKey;
-    budget.shadow = this.shadowMode || match.rule.shadowMode;
-    budget.members.add(sb);
-    sb.budget = budget;
-    return budget;
-  }
-
-  /**
-   * Divides the budget among every proxy the store knows and every local one it does not (yet),
-   * and pushes a changed strategy to every local subscription but `reporting` (answered by the caller).
-   */
-  private divide(budget: Budget, reporting: StreamBucket | undefined): void {
-    const known = new Set(budget.proxies.map((p) => p.member));
-    const proxies = [...budget.proxies];
-    for (const m of budget.members) if (!known.has(m.member)) proxies.push({ member: m.member, demand: m.demand, allowed: m.allowed });
-    budget.shares = sharesOf({ limit: budget.counter.limit, windowMs: budget.counter.windowMs, used: budget.used, proxies });
-    const pushes = new Map<StreamState, BucketAction[]>();
-    for (const m of budget.members) {
-      if (m === reporting || m.sent === undefined || m.stream.ended) continue;
-      const strategy = this.strategyOf(budget, m);
-      if (sameStrategy(m.sent, strategy)) continue;
-      const ttl = ttlSeconds(m.stream.intervalMs ?? this.limits.reportIntervalMs);
-      const list = pushes.get(m.stream) ?? [];
-      list.push({ bucket: m.pairs, strategy: this.sendable(m, strategy), ttlSeconds: ttl });
-      pushes.set(m.stream, list);
-    }
-    for (const [stream, actions] of pushes) stream.sink.send(frameQuotaResponse(actions));
-  }
-
-  private strategyOf(budget: Budget, sb: StreamBucket): QuotaStrategy {
-    if (budget.shadow) return ALLOW_ALL;
-    return strategyForShare(budget.shares.get(sb.member) ?? 0, budget.counter.windowMs);
-  }
-
-  /* ---------- ends ---------- */
 
   private fail(stream: StreamState, err: unknown): void {
-    if (stream.ended) return;
-    const kind = classify(err);
-    if (kind.logLevel !== 'silent') this.logger[kind.logLevel]({ err, code: kind.code, stream: stream.member }, 'quota stream failed');
-    const details = err instanceof MalformedMessageError ? err.message : publicMessage(kind, err);
-    const code = err instanceof MalformedMessageError ? GrpcStatus.INVALID_ARGUMENT : kind.grpcStatus;
-    void this.finish(stream, { code, details }, true);
+    if (!stream.ended) this.finish(stream, this.failureOf(err));
   }
 
-  /** Ends a stream (when `end`) and drops its subscriptions, withdrawing their demand. */
-  private async finish(stream: StreamState, failure: CallFailure | undefined, end: boolean): Promise<void> {
+  /** Ends a stream (with `failure`, or OK when the client went away: then nothing is sent) and drops its subscriptions. */
+  private finish(stream: StreamState, failure: CallFailure | undefined): void {
     if (stream.ended) return;
     stream.ended = true;
-    this.streams.delete(stream);
-    if (end) stream.sink.end(failure);
-    await Promise.all([...stream.buckets.values()].map((sb) => this.unsubscribe(sb, true)));
+    this.streams.delete(stream.subscriber.id);
+    if (failure !== undefined) stream.sink.end(failure);
+    this.budgets.close(stream.subscriber);
   }
 
   private storeFailed(err: unknown): void {
-    this.observer?.onStoreError?.();
+    this.observer?.onStoreError?.(err);
     if (this.storeErrorLogged) return;
     this.storeErrorLogged = true;
     this.logger.warn({ err: err instanceof Error ? err.message : String(err) }, 'quota shares: store call failed; the last shares stay in force');
@@ -620,8 +357,8 @@ export function quotaStreamingMethod(service: RlqsService): StreamingMethod {
     open: (call) => {
       const stream = service.open(
         {
-          send: (frame) => {
-            if (!call.closed) call.write(frame.subarray(MESSAGE_PREFIX_BYTES));
+          send: (message) => {
+            if (!call.closed) call.write(message);
           },
           end: (failure) => {
             if (!call.closed) call.end(failure?.code ?? 0, failure?.details);

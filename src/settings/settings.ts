@@ -1,5 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { ALGORITHMS, DEFAULT_REQUEST_LIMITS, REQUEST_LIMIT_SETTINGS, type Algorithm, type RequestLimits } from '../limiter/types';
+import type { RlqsLimits } from '../limiter/quota-budgets';
 import { referenceSettingWarnings } from './reference-settings';
 
 /**
@@ -245,15 +246,7 @@ export interface Settings {
   /** Bounds of the per-rule metric series (see src/metrics/metrics.ts). */
   readonly metricLimits: MetricLimits;
   /** Quota streams (RLQS): caps and timing (RLQS_*). */
-  readonly rlqs: {
-    readonly maxStreams: number;
-    readonly maxBucketsPerStream: number;
-    readonly maxBucketPairs: number;
-    readonly maxBucketIdBytes: number;
-    /** Report interval assumed until a stream's own is observed, ms. */
-    readonly reportIntervalMs: number;
-    readonly abandonAfterIdleReports: number;
-  };
+  readonly rlqs: RlqsLimits;
 
   readonly defaultAlgorithm: Algorithm;
   /** The calendar of `calendar: true` limits, ms ahead of UTC (CALENDAR_TIMEZONE; 0 for UTC). */
@@ -530,6 +523,11 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
       maxBucketIdBytes: int(env, 'RLQS_MAX_BUCKET_ID_BYTES', 1_024, 16, 65_536),
       reportIntervalMs: positive('RLQS_REPORT_INTERVAL', duration(env, 'RLQS_REPORT_INTERVAL', 5_000)),
       abandonAfterIdleReports: int(env, 'RLQS_ABANDON_AFTER_IDLE_REPORTS', 3, 1, 1_000),
+      maxBytes: int(env, 'RLQS_MAX_MEMORY_BYTES', 64 * MIB, MIB, 2 ** 40),
+      syncIntervalMs: positive('RLQS_SYNC_INTERVAL', duration(env, 'RLQS_SYNC_INTERVAL', 250)),
+      firstReportTimeoutMs: positive('RLQS_FIRST_REPORT_TIMEOUT', duration(env, 'RLQS_FIRST_REPORT_TIMEOUT', 10_000)),
+      idleTimeoutMs: positive('RLQS_IDLE_TIMEOUT', duration(env, 'RLQS_IDLE_TIMEOUT', 30_000)),
+      maxReportsPerSecond: int(env, 'RLQS_MAX_REPORTS_PER_SECOND', 20, 1, 100_000),
     }),
 
     defaultAlgorithm: oneOf<Algorithm>(env, 'DEFAULT_ALGORITHM', 'sliding_window', ALGORITHMS),

@@ -4,7 +4,10 @@ import { DenialCache } from './denial-cache';
 import { FailurePolicyStore } from './failure-policy';
 import { MemoryStore } from './memory-store';
 import { createRedisClient, describeRedisTarget, parseRedisTarget } from './redis/connection';
+import { RedisExchange } from './redis/redis-exchange';
 import { RedisStore } from './redis/redis-store';
+import { MemoryExchange } from './memory-exchange';
+import type { ReplicaExchange } from '../limiter/replica-exchange';
 import type { Store } from '../limiter/store';
 
 /** Observers of the store's rare events, for metrics; each is called synchronously and must be cheap. */
@@ -17,15 +20,23 @@ export interface StoreHooks {
   readonly onFallback?: (policy: FailurePolicy) => void;
 }
 
+/** The counters and what replicas tell each other, on one backend. */
+export interface Backend {
+  readonly store: Store;
+  readonly exchange: ReplicaExchange;
+  /** Whether other processes share it (Redis): then the exchange reaches other replicas. */
+  readonly shared: boolean;
+}
+
 /**
- * Builds the Store that BACKEND_TYPE selects. The only place that knows every adapter;
- * async so that an adapter may connect or register scripts before the first request.
+ * Builds the Store and the ReplicaExchange that BACKEND_TYPE selects. The only place that knows
+ * every adapter; async so that an adapter may connect or register scripts before the first request.
  */
-export async function createStore(settings: Settings, logger: Logger, hooks: StoreHooks = {}): Promise<Store> {
+export async function createStore(settings: Settings, logger: Logger, hooks: StoreHooks = {}): Promise<Backend> {
   switch (settings.backendType) {
     case 'memory':
       logger.debug({ maxKeys: settings.memoryMaxKeys, maxBytes: settings.memoryMaxBytes }, 'using the in-memory store');
-      return new MemoryStore({ maxKeys: settings.memoryMaxKeys, maxBytes: settings.memoryMaxBytes });
+      return { store: new MemoryStore({ maxKeys: settings.memoryMaxKeys, maxBytes: settings.memoryMaxBytes }), exchange: new MemoryExchange(), shared: false };
     case 'redis':
       return createRedisBackedStore(settings, logger, hooks);
     default:
@@ -56,11 +67,13 @@ export function denialCacheEnabled(settings: Pick<Settings, 'backendType' | 'den
  * failure policy (STORE_FAILURE_POLICY). Cached denials are still answered while Redis is down.
  * clearCache() on the result empties the denial cache (call it after a config reload).
  */
-async function createRedisBackedStore(settings: Settings, logger: Logger, hooks: StoreHooks): Promise<Store> {
+async function createRedisBackedStore(settings: Settings, logger: Logger, hooks: StoreHooks): Promise<Backend> {
   const target = describeRedisTarget(settings.redis);
   // REDIS_TIMEOUT is the reference's dial timeout; each call's deadline is STORE_TIMEOUT_MS.
+  const client = createRedisClient(parseRedisTarget(settings.redis), { connectTimeoutMs: settings.redis.timeoutMs });
+  const exchange = new RedisExchange({ client, keyPrefix: settings.cacheKeyPrefix, timeoutMs: settings.storeTimeoutMs, onError: hooks.onStoreError });
   const redis = new RedisStore({
-    client: createRedisClient(parseRedisTarget(settings.redis), { connectTimeoutMs: settings.redis.timeoutMs }),
+    client,
     keyPrefix: settings.cacheKeyPrefix,
     timeoutMs: settings.storeTimeoutMs,
     onError: hooks.onStoreError,
@@ -88,5 +101,5 @@ async function createRedisBackedStore(settings: Settings, logger: Logger, hooks:
     { redis: target, policy: settings.storeFailurePolicy, denialCache: { maxKeys: settings.denialCacheMaxKeys, maxBytes: settings.denialCacheMaxBytes } },
     'using the redis store',
   );
-  return store;
+  return { store, exchange, shared: true };
 }

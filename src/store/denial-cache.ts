@@ -1,15 +1,5 @@
 import { monotonicClock, type Clock } from '../limiter/types';
-import {
-  counterIdentity,
-  type CounterDecision,
-  type CounterRequest,
-  type DecideOptions,
-  type DemandExchange,
-  type LocalAnswer,
-  type SharedDocuments,
-  type ProxyDemand,
-  type Store,
-} from '../limiter/store';
+import { counterIdentity, type CounterDecision, type CounterRequest, type DecideOptions, type LocalAnswer, type Store } from '../limiter/store';
 import { BoundedCache, entryBytes, type CacheEntry } from '../limiter/bounded-cache';
 
 /**
@@ -82,8 +72,6 @@ const DENIAL_BYTES = 64;
 /** Store decorator answering known denials locally; see the file comment for the guarantee. */
 export class DenialCache implements Store {
   readonly name: string;
-  /** The wrapped store's (a wrapper shares what it shares). */
-  readonly documents: SharedDocuments | undefined;
   private readonly store: Store;
   private readonly clock: Clock;
   private readonly onHit: () => void;
@@ -97,7 +85,6 @@ export class DenialCache implements Store {
     this.name = options.store.name;
     this.denials = new BoundedCache({ maxEntries: options.maxKeys, maxBytes: options.maxBytes ?? DEFAULT_DENIAL_CACHE_MAX_BYTES });
     this.clock = options.clock ?? monotonicClock;
-    this.documents = options.store.documents;
     this.onHit = options.onHit ?? (() => {});
   }
 
@@ -145,11 +132,6 @@ export class DenialCache implements Store {
       if (denied) this.denials.tidy(now);
       return decisions;
     });
-  }
-
-  /** The store's demand exchange (RLQS); nothing of it is cached. */
-  exchangeDemand(exchange: DemandExchange): Promise<ProxyDemand[]> {
-    return this.store.exchangeDemand?.(exchange) ?? Promise.resolve([...exchange.publish]);
   }
 
   /** Forgets every denial (the limits may have changed: config reload). */

@@ -1,15 +1,5 @@
 import type { FailurePolicy } from '../settings/settings';
-import {
-  StoreUnavailableError,
-  type CounterDecision,
-  type CounterRequest,
-  type DecideOptions,
-  type DemandExchange,
-  type LocalAnswer,
-  type SharedDocuments,
-  type ProxyDemand,
-  type Store,
-} from '../limiter/store';
+import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type LocalAnswer, type Store } from '../limiter/store';
 
 /**
  * What to answer when the store cannot (STORE_FAILURE_POLICY):
@@ -37,8 +27,6 @@ export interface FailurePolicyOptions {
 /** Store decorator applying the failure policy on StoreUnavailableError. */
 export class FailurePolicyStore implements Store {
   readonly name: string;
-  /** The wrapped store's (a wrapper shares what it shares). */
-  readonly documents: SharedDocuments | undefined;
   private readonly store: Store;
   private readonly policy: FailurePolicy;
   private readonly fallback: Store | undefined;
@@ -50,7 +38,6 @@ export class FailurePolicyStore implements Store {
     }
     this.store = options.store;
     this.name = options.store.name;
-    this.documents = options.store.documents;
     this.policy = options.policy;
     this.fallback = options.fallback;
     this.onFallback = options.onFallback ?? (() => {});
@@ -77,17 +64,6 @@ export class FailurePolicyStore implements Store {
           return this.decideByFallback(counters, options);
       }
     }
-  }
-
-  /**
-   * The primary's demand exchange (RLQS); under the local policy the fallback's while the primary is
-   * down or when it fails. Other policies pass the failure on: the quota service keeps its last shares.
-   */
-  exchangeDemand(exchange: DemandExchange): Promise<ProxyDemand[]> {
-    const local = (): Promise<ProxyDemand[]> => this.fallback!.exchangeDemand?.(exchange) ?? Promise.resolve([...exchange.publish]);
-    if (this.policy === 'local' && !this.store.isHealthy()) return local();
-    const primary = this.store.exchangeDemand?.(exchange) ?? Promise.resolve([...exchange.publish]);
-    return this.policy !== 'local' ? primary : primary.catch((err: unknown) => (err instanceof StoreUnavailableError ? local() : Promise.reject(err)));
   }
 
   /** The primary's local answer, unless the policy skips the primary altogether (local, while it is down). */

@@ -11,15 +11,7 @@ import {
   type Verdict,
 } from '../limiter/algorithms';
 import { monotonicClock, type Algorithm, type Clock } from '../limiter/types';
-import {
-  counterIdentity,
-  type CounterDecision,
-  type CounterRequest,
-  type DecideOptions,
-  type DemandExchange,
-  type ProxyDemand,
-  type Store,
-} from '../limiter/store';
+import { counterIdentity, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../limiter/store';
 import { BoundedCache, entryBytes } from '../limiter/bounded-cache';
 import { calendarPeriod } from '../limiter/calendar';
 
@@ -98,10 +90,6 @@ function recordBytes(key: string, record: CounterRecord): number {
 }
 
 const DEFAULT_SWEEP_INTERVAL_MS = 10_000;
-/** Budgets whose demand is kept (RLQS); beyond it the least recently exchanged one is dropped. */
-export const DEMAND_MAX_KEYS = 100_000;
-/** Proxies kept per budget; a new one beyond it is not recorded (its share is then computed locally). */
-export const DEMAND_MAX_MEMBERS = 1_000;
 const DEFAULT_SWEEP_BATCH = 10_000;
 // Calls with more counters than this find repeated counters through a map instead of by scanning
 // the earlier ones: a call naming one counter n times must not cost n^2.
@@ -111,8 +99,6 @@ const PENDING_SCAN_MAX = 8;
 export class MemoryStore implements Store {
   readonly name = 'memory';
   private readonly records: BoundedCache<CounterRecord>;
-  /** RLQS demand per budget, each entry with its expiry (store clock), least recently exchanged budget first. */
-  private readonly demands = new Map<string, Map<string, { readonly demand: ProxyDemand; readonly expiresAtMs: number }>>();
   private readonly clock: Clock;
   private readonly sweepBatch: number;
   private readonly timer: NodeJS.Timeout | undefined;
@@ -149,28 +135,6 @@ export class MemoryStore implements Store {
     } catch (err) {
       return Promise.reject(err);
     }
-  }
-
-  /** Publishes and removes demand entries of one budget and returns the live ones (see the Store port). */
-  exchangeDemand(exchange: DemandExchange): Promise<ProxyDemand[]> {
-    const now = this.clock.nowMs();
-    const { key } = exchange;
-    const entries = this.demands.get(key) ?? new Map<string, { readonly demand: ProxyDemand; readonly expiresAtMs: number }>();
-    this.demands.delete(key);
-    for (const member of exchange.remove) entries.delete(member);
-    for (const demand of exchange.publish) {
-      if (entries.size < DEMAND_MAX_MEMBERS || entries.has(demand.member)) entries.set(demand.member, { demand, expiresAtMs: now + exchange.ttlMs });
-    }
-    const live: ProxyDemand[] = [];
-    for (const [member, e] of entries) {
-      if (e.expiresAtMs <= now) entries.delete(member);
-      else live.push(e.demand);
-    }
-    if (entries.size > 0) {
-      this.demands.set(key, entries);
-      if (this.demands.size > DEMAND_MAX_KEYS) this.demands.delete(this.demands.keys().next().value!);
-    }
-    return Promise.resolve(live);
   }
 
   /** Always true: the store lives in this process. */

@@ -1,4 +1,4 @@
-import type { SharedDocuments } from '../limiter/store';
+import type { SharedDocuments } from '../limiter/replica-exchange';
 import { monotonicClock, type Clock, type DescriptorOutcome, type LimiterObserver } from '../limiter/types';
 import { mergeViews } from './top-report';
 import type { TopSketch, WindowView } from './top-sketch';

@@ -147,30 +147,54 @@ function topEntry(r: RuleView, e: EntryView): TopEntry {
   };
 }
 
-/** GET /top/rules: every rule with its limit, totals, steps and heaviest descriptors (the page's data). */
+/** Bytes of the rules of one /top/rules answer at most: the rules with the most denials first, the others counted in `more_rules`. */
+export const RULES_REPORT_MAX_BYTES = 512 * 1024;
+
+/** GET /top/rules: every rule with its limit, totals, steps and heaviest descriptors (the page's data), within RULES_REPORT_MAX_BYTES. */
 export function rulesReport(view: WindowView, replicas: number, extra: Record<string, unknown> = {}): Record<string, unknown> {
-  const rules = [...view.rules]
-    .sort((a, b) => (a.domain < b.domain ? -1 : a.domain > b.domain ? 1 : b.denied - a.denied || b.allowed - a.allowed))
-    .map((r) => ({
-      domain: r.domain,
-      rule: r.rule,
-      limit: {
-        requests_per_unit: r.limit.requestsPerUnit,
-        unit: r.limit.unit,
-        unit_multiplier: r.limit.unitMultiplier,
-        window_s: r.limit.windowMs / 1000,
-        algorithm: r.limit.algorithm,
-        name: r.limit.name ?? null,
-        shadow_mode: r.limit.shadowMode,
-      },
-      allowed: r.allowed,
-      denied: r.denied,
-      near_limit: r.nearLimit,
-      steps: { step_s: view.stepMs / 1000, allowed: r.stepAllowed, denied: r.stepDenied, near_limit: r.stepNearLimit },
-      entries: joinCounts(r.byDenied, r.byAllowed).map((e) => {
-        const { domain: _d, rule: _r, ...rest } = topEntry(r, e);
-        return rest;
-      }),
-    }));
-  return { window_s: view.windowMs / 1000, replicas, at_ms: view.atMs, untracked: view.untracked, rules, ...extra };
+  const heaviest = [...view.rules].sort((a, b) => b.denied - a.denied || b.allowed - a.allowed);
+  const kept: { readonly rule: RuleView; readonly report: object }[] = [];
+  let bytes = 0;
+  for (const r of heaviest) {
+    const report = ruleReport(r, view.stepMs);
+    bytes += JSON.stringify(report).length;
+    if (bytes > RULES_REPORT_MAX_BYTES) break;
+    kept.push({ rule: r, report });
+  }
+  const rules = kept
+    .sort(({ rule: a }, { rule: b }) => (a.domain < b.domain ? -1 : a.domain > b.domain ? 1 : b.denied - a.denied || b.allowed - a.allowed))
+    .map((k) => k.report);
+  return {
+    window_s: view.windowMs / 1000,
+    replicas,
+    at_ms: view.atMs,
+    untracked: view.untracked,
+    rules,
+    more_rules: view.rules.length - rules.length,
+    ...extra,
+  };
+}
+
+function ruleReport(r: RuleView, stepMs: number): object {
+  return {
+    domain: r.domain,
+    rule: r.rule,
+    limit: {
+      requests_per_unit: r.limit.requestsPerUnit,
+      unit: r.limit.unit,
+      unit_multiplier: r.limit.unitMultiplier,
+      window_s: r.limit.windowMs / 1000,
+      algorithm: r.limit.algorithm,
+      name: r.limit.name ?? null,
+      shadow_mode: r.limit.shadowMode,
+    },
+    allowed: r.allowed,
+    denied: r.denied,
+    near_limit: r.nearLimit,
+    steps: { step_s: stepMs / 1000, allowed: r.stepAllowed, denied: r.stepDenied, near_limit: r.stepNearLimit },
+    entries: joinCounts(r.byDenied, r.byAllowed).map((e) => {
+      const { domain: _d, rule: _r, ...rest } = topEntry(r, e);
+      return rest;
+    }),
+  };
 }

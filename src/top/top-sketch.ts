@@ -11,7 +11,9 @@ import { mergeCounts, type CountEntry, type CountSummary } from './summary';
  * current slice and the SLICES - 1 before it, so a hit stays in view between (SLICES - 1) / SLICES
  * of the window and the whole window after it was counted.
  *
- * Bounded: at most `maxRules` rules (hits of further ones are only counted as untracked), each
+ * Bounded: at most `maxRules` rules (hits of further ones are only counted as untracked; a rule
+ * silent for a whole window leaves its place; every request's own `limit` override counts under the
+ * one rule OVERRIDE_RULE, since callers name those; names cut to RULE_NAME_MAX_CHARS), each
  * 2 x SLICES x `entries` entries, and every id at most ID_MAX_CHARS characters (longer counter keys are
  * cut and hashed, see boundedId). Recording reads no clock: advance(), on a timer, moves the window.
  */
@@ -22,6 +24,10 @@ const STEPS_PER_SLICE = STEPS / SLICES;
 
 /** Longest id kept; longer counter keys keep their first ID_KEPT_CHARS characters and a hash of the whole. */
 export const ID_MAX_CHARS = 200;
+/** Characters of a rule's name kept (a config's key paths can be long). */
+export const RULE_NAME_MAX_CHARS = 200;
+/** The one rule every request `limit` override is counted under (their names are the callers' keys). */
+export const OVERRIDE_RULE = '(request limit overrides)';
 const ID_KEPT_CHARS = 180;
 
 export interface TopSketchOptions {
@@ -95,6 +101,9 @@ interface RuleWindow {
   /** allowed, denied, nearLimit per step, at 3 x (step % STEPS). */
   readonly steps: Float64Array;
   readonly stepAt: Float64Array;
+  /** The step of its last outcome: a rule silent for a whole window is dropped (its slot freed). */
+  lastStep: number;
+  dropped: boolean;
 }
 
 /** Heavy hitters per rule over a sliding window; see the file comment. */
@@ -122,7 +131,8 @@ export class TopSketch {
   /** Counts one outcome of the limiter: the hot path, a lookup and a few additions. */
   record(o: DescriptorOutcome): void {
     if (o.withinLimit + o.overLimit === 0) return;
-    const w = this.byRule.get(o.rule) ?? this.windowOf(o);
+    let w = this.byRule.get(o.rule);
+    if (w === undefined || w.dropped) w = this.windowOf(o);
     if (w === undefined) {
       this.untracked += o.withinLimit + o.overLimit;
       return;
@@ -130,6 +140,7 @@ export class TopSketch {
     const id = boundedId(o.key);
     if (o.overLimit > 0) w.current.denied.add(id, o.overLimit, 0);
     if (o.withinLimit > 0) w.current.allowed.add(id, o.withinLimit, o.nearLimit);
+    w.lastStep = this.step;
     const steps = w.steps;
     const i = this.stepIndex;
     steps[i] += o.withinLimit;
@@ -143,7 +154,12 @@ export class TopSketch {
     if (step <= this.step) return;
     this.step = step;
     this.stepIndex = 3 * (step % STEPS);
-    for (const w of this.byName.values()) this.moveTo(w, step);
+    for (const [name, w] of this.byName) {
+      if (step - w.lastStep >= STEPS) {
+        w.dropped = true;
+        this.byName.delete(name);
+      } else this.moveTo(w, step);
+    }
   }
 
   /** The window as of the last advance(): per rule its totals, steps and its heaviest descriptors, `keep` of each count (at least the capacity: the bounds need it). */
@@ -200,7 +216,8 @@ export class TopSketch {
 
   /** The window of the rule of `o`, made on its first outcome; undefined past maxRules. */
   private windowOf(o: DescriptorOutcome): RuleWindow | undefined {
-    const name = `${o.domain}\u0000${o.rule.statKey}`;
+    const rule = o.rule.override === true ? OVERRIDE_RULE : o.rule.statKey.slice(0, RULE_NAME_MAX_CHARS);
+    const name = `${o.domain}\u0000${rule}`;
     let w = this.byName.get(name);
     if (w === undefined) {
       if (this.byName.size >= this.maxRules) return undefined;
@@ -208,12 +225,14 @@ export class TopSketch {
       for (let s = 0; s < SLICES; s++) slices.push({ denied: new SpaceSaving(this.capacity), allowed: new SpaceSaving(this.capacity), at: -1 });
       w = {
         domain: o.domain,
-        rule: o.rule.statKey,
+        rule,
         limit: limitView(o.rule.limit, o.rule.shadowMode),
         slices,
         current: slices[0],
         steps: new Float64Array(3 * STEPS),
         stepAt: new Float64Array(STEPS).fill(-1),
+        lastStep: this.step,
+        dropped: false,
       };
       this.moveTo(w, this.step);
       this.byName.set(name, w);

@@ -1,14 +1,12 @@
 import type * as protobuf from 'protobufjs';
-import { MalformedMessageError } from '../errors';
 import { InvalidRequestError } from '../limiter/errors';
-import type { Entry } from '../limiter/types';
+import type { QuotaAction, QuotaUsage } from '../limiter/quota-budgets';
 import type { QuotaStrategy } from '../limiter/quota-share';
-import { frameMessage } from './grpc-framing';
 import { loadProtoFiles } from './proto';
 
 /**
  * Wire codec of the quota stream (RLQS): RateLimitQuotaUsageReports bytes into plain reports, bucket
- * actions into framed RateLimitQuotaResponse messages. The messages are per report interval, not per
+ * actions into RateLimitQuotaResponse message bytes (the transport frames them). The messages are per report interval, not per
  * request, so protobufjs does the work (no hand-written codec as for the hot RLS messages).
  */
 
@@ -17,26 +15,11 @@ export const RLQS_SERVICE = 'envoy.service.rate_limit_quota.v3.RateLimitQuotaSer
 /** The method's HTTP/2 :path. */
 export const RLQS_PATH = `/${RLQS_SERVICE}/StreamRateLimitQuotas`;
 
-/** One bucket's usage in a report. */
-export interface BucketUsage {
-  /** The bucket id's pairs, sorted by key (a map has no order). */
-  readonly bucket: readonly Entry[];
-  /** time_elapsed, whole seconds as Envoy sends it (0 for a new bucket's first report). */
-  readonly timeElapsedSeconds: number;
-  readonly allowed: number;
-  readonly denied: number;
-}
-
 export interface UsageReport {
   /** Empty when the message leaves it out (the protocol asks for it on the first message only). */
   readonly domain: string;
-  readonly usages: readonly BucketUsage[];
+  readonly usages: readonly QuotaUsage[];
 }
-
-/** One action for one bucket: an assignment with its TTL, or abandon. */
-export type BucketAction =
-  | { readonly bucket: readonly Entry[]; readonly abandon?: false; readonly strategy: QuotaStrategy; readonly ttlSeconds: number }
-  | { readonly bucket: readonly Entry[]; readonly abandon: true };
 
 interface Types {
   readonly reports: protobuf.Type;
@@ -63,24 +46,25 @@ interface DecodedUsage {
   numRequestsDenied?: number | string | protobuf.Long;
 }
 
-/** A uint64/int64 as a number (counts beyond 2^53 lose precision; no proxy reports that many). */
+/** A uint64/int64 as a number (counts beyond 2^53 lose precision; the budgets cap counts far below). */
 function num(value: number | string | protobuf.Long | undefined | null): number {
   if (value === undefined || value === null) return 0;
   return typeof value === 'number' ? value : Number(value.toString());
 }
 
 /**
- * Decodes one usage-report message. Throws MalformedMessageError when the bytes are not the
- * message, InvalidRequestError when a bucket has no id or an empty key or value.
+ * Decodes one usage-report message. Throws InvalidRequestError when the bytes are not the message
+ * (a stream's malformed message is the client's error: INVALID_ARGUMENT), or a bucket has no id or
+ * an empty key or value.
  */
 export function decodeUsageReports(bytes: Uint8Array): UsageReport {
   let decoded: { domain?: string; bucketQuotaUsages?: DecodedUsage[] };
   try {
     decoded = rlqsTypes().reports.decode(bytes) as unknown as typeof decoded;
   } catch (err) {
-    throw new MalformedMessageError(`cannot decode RateLimitQuotaUsageReports: ${(err as Error).message}`);
+    throw new InvalidRequestError(`cannot decode RateLimitQuotaUsageReports: ${(err as Error).message}`);
   }
-  const usages = (decoded.bucketQuotaUsages ?? []).map((u, i): BucketUsage => {
+  const usages = (decoded.bucketQuotaUsages ?? []).map((u, i): QuotaUsage => {
     const pairs = u.bucketId?.bucket;
     if (pairs === undefined || Object.keys(pairs).length === 0)
       throw new InvalidRequestError(`bucket_quota_usages[${i}].bucket_id: must have at least one pair`);
@@ -114,8 +98,8 @@ function strategyMessage(strategy: QuotaStrategy): Record<string, unknown> {
   }
 }
 
-/** One RateLimitQuotaResponse with `actions`, framed (5-byte prefix) for the stream. */
-export function frameQuotaResponse(actions: readonly BucketAction[]): Buffer {
+/** One RateLimitQuotaResponse with `actions`, as message bytes. */
+export function encodeQuotaResponse(actions: readonly QuotaAction[]): Uint8Array {
   const type = rlqsTypes().response;
   const message = type.fromObject({
     bucketAction: actions.map((a) => {
@@ -127,5 +111,5 @@ export function frameQuotaResponse(actions: readonly BucketAction[]): Buffer {
       };
     }),
   });
-  return frameMessage(type.encode(message).finish());
+  return type.encode(message).finish();
 }

@@ -1,3 +1,4 @@
+import { MemoryExchange } from '../../src/store/memory-exchange';
 import { MemoryStore } from '../../src/store/memory-store';
 import { FakeClock } from '../helpers/fake-clock';
 import { describeStoreContract } from './store-contract';
@@ -8,6 +9,7 @@ describeStoreContract('memory', async () => {
   const store = new MemoryStore({ clock, maxKeys: 100_000, sweepIntervalMs: 0 });
   return {
     store,
+    exchange: new MemoryExchange({ clock }),
     advance: async (ms: number) => clock.advance(ms),
     nowMs: () => clock.nowMs(),
     close: () => store.close(),

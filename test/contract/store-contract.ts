@@ -1,7 +1,8 @@
 import { MAX_BUCKET_AHEAD_MS } from '../../src/limiter/algorithms';
 import type { Algorithm } from '../../src/limiter/types';
 import { ALGORITHMS, isBucket, UNIT_MS } from '../../src/limiter/types';
-import type { CounterDecision, CounterRequest, ProxyDemand, Store } from '../../src/limiter/store';
+import type { ReplicaDemand, ReplicaExchange } from '../../src/limiter/replica-exchange';
+import type { CounterDecision, CounterRequest, Store } from '../../src/limiter/store';
 import { describeBudgetContract } from './budget-contract';
 import { describeCalendarContract } from './calendar-contract';
 
@@ -17,6 +18,8 @@ import { describeCalendarContract } from './calendar-contract';
 
 export interface StoreHarness {
   readonly store: Store;
+  /** The ReplicaExchange on the same backend (the contract suite holds both ports of an adapter). */
+  readonly exchange: ReplicaExchange;
   /** Moves the store's clock forward by at least `ms`. */
   advance(ms: number): Promise<void>;
   /** Releases the store and anything the harness started. */
@@ -344,32 +347,37 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
 
     describeBudgetContract(() => h, lineUp);
 
-    describe('quota demand exchange (RLQS)', () => {
-      const sorted = (entries: ProxyDemand[]): ProxyDemand[] => [...entries].sort((a, b) => (a.member < b.member ? -1 : 1));
+    describe('the replica exchange on the same backend', () => {
+      const sorted = (entries: ReplicaDemand[]): ReplicaDemand[] => [...entries].sort((a, b) => (a.member < b.member ? -1 : 1));
+      const demand = (member: string, d: number, admitted: number, proxies = 1): ReplicaDemand => ({ member, demand: d, admitted, proxies });
 
-      it("returns every replica's live entries, replaces a member's own, and drops removed ones", async () => {
+      it("returns every replica's live entry, replaces a replica's own, and drops a withdrawn one", async () => {
         const key = freshKey('demand');
-        const exchange = h.store.exchangeDemand!.bind(h.store);
-        expect(await exchange({ key, publish: [{ member: 'r1.0', demand: 40, allowed: 30 }], remove: [], ttlMs: DAY })).toEqual([
-          { member: 'r1.0', demand: 40, allowed: 30 },
-        ]);
-        const both = await exchange({ key, publish: [{ member: 'r2.0', demand: Infinity, allowed: 0 }], remove: [], ttlMs: DAY });
-        expect(sorted(both)).toEqual([
-          { member: 'r1.0', demand: 40, allowed: 30 },
-          { member: 'r2.0', demand: Infinity, allowed: 0 },
-        ]);
-        const updated = await exchange({ key, publish: [{ member: 'r1.0', demand: 12.5, allowed: 12.5 }], remove: ['r2.0'], ttlMs: DAY });
-        expect(updated).toEqual([{ member: 'r1.0', demand: 12.5, allowed: 12.5 }]);
-        expect(await exchange({ key: freshKey('other'), publish: [], remove: [], ttlMs: DAY })).toEqual([]);
+        const exchange = (x: Parameters<ReplicaExchange['exchangeDemand']>[0]) => h.exchange.exchangeDemand(x);
+        expect(await exchange({ key, publish: demand('r1', 40, 30, 2), ttlMs: DAY })).toEqual([demand('r1', 40, 30, 2)]);
+        const both = await exchange({ key, publish: demand('r2', Infinity, 0), ttlMs: DAY });
+        expect(sorted(both)).toEqual([demand('r1', 40, 30, 2), demand('r2', Infinity, 0)]);
+        expect(sorted(await exchange({ key, publish: demand('r1', 12.5, 12, 3), ttlMs: DAY }))).toEqual([demand('r1', 12.5, 12, 3), demand('r2', Infinity, 0)]);
+        expect(await exchange({ key, withdraw: 'r2', ttlMs: DAY })).toEqual([demand('r1', 12.5, 12, 3)]);
+        expect(await exchange({ key: freshKey('other'), withdraw: 'r1', ttlMs: DAY })).toEqual([]);
       });
 
       it('forgets an entry not published again within its ttl', async () => {
         const key = freshKey('demand-ttl');
-        const exchange = h.store.exchangeDemand!.bind(h.store);
-        await exchange({ key, publish: [{ member: 'short', demand: 1, allowed: 1 }], remove: [], ttlMs: SHORT });
-        await exchange({ key, publish: [{ member: 'long', demand: 2, allowed: 2 }], remove: [], ttlMs: DAY });
+        await h.exchange.exchangeDemand({ key, publish: demand('short', 1, 1), ttlMs: SHORT });
+        await h.exchange.exchangeDemand({ key, publish: demand('long', 2, 2), ttlMs: DAY });
         await h.advance(SHORT + SLACK);
-        expect(await exchange({ key, publish: [], remove: [], ttlMs: DAY })).toEqual([{ member: 'long', demand: 2, allowed: 2 }]);
+        expect(await h.exchange.exchangeDemand({ key, withdraw: 'nobody', ttlMs: DAY })).toEqual([demand('long', 2, 2)]);
+      });
+
+      it('keeps documents under their names until their ttl', async () => {
+        const kind = freshKey('documents');
+        await h.exchange.put(kind, 'a', 'first', DAY);
+        await h.exchange.put(kind, 'b', 'short-lived', SHORT);
+        await h.exchange.put(kind, 'a', 'second', DAY);
+        expect((await h.exchange.all(kind, 10)).sort()).toEqual(['second', 'short-lived']);
+        await h.advance(SHORT + SLACK);
+        expect(await h.exchange.all(kind, 10)).toEqual(['second']);
       });
     });
   });

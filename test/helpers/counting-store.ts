@@ -1,11 +1,9 @@
-import type { CounterDecision, CounterRequest, DecideOptions, DemandExchange, LocalAnswer, ProxyDemand, Store } from '../../src/limiter/store';
+import type { CounterDecision, CounterRequest, DecideOptions, LocalAnswer, Store } from '../../src/limiter/store';
 
 /** Wraps a store, counting the calls that reach it, the local answers it gave (and the cache clears passed to it). */
 export class CountingStore implements Store {
   readonly name = 'counting';
   calls = 0;
-  /** exchangeDemand calls (RLQS). */
-  exchanges = 0;
   localAnswers = 0;
   cleared = 0;
   constructor(private readonly inner: Store) {}
@@ -17,10 +15,6 @@ export class CountingStore implements Store {
   decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
     this.calls++;
     return this.inner.decide(counters, options);
-  }
-  exchangeDemand(exchange: DemandExchange): Promise<ProxyDemand[]> {
-    this.exchanges++;
-    return this.inner.exchangeDemand?.(exchange) ?? Promise.resolve([...exchange.publish]);
   }
   isHealthy(): boolean {
     return true;

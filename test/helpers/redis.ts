@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadSettings } from '../../src/settings/settings';
 import { createRedisClient, parseRedisTarget } from '../../src/store/redis/connection';
+import { RedisExchange } from '../../src/store/redis/redis-exchange';
 import { RedisStore, type RedisErrorKind } from '../../src/store/redis/redis-store';
 
 /**
@@ -346,16 +347,19 @@ export interface TestStoreOptions {
 
 /** A RedisStore on its own client, resolved once the client is ready. */
 export async function connectStore(options: TestStoreOptions): Promise<RedisStore> {
+  return (await connectBackend(options)).store;
+}
+
+/** A RedisStore and the RedisExchange on its connection, connected. */
+export async function connectBackend(options: TestStoreOptions): Promise<{ store: RedisStore; exchange: RedisExchange }> {
   const settings = loadSettings({ BACKEND_TYPE: 'redis', REDIS_TYPE: options.type, REDIS_URL: options.url });
   const client = createRedisClient(parseRedisTarget(settings.redis));
-  const store = new RedisStore({
-    client,
-    timeoutMs: options.timeoutMs ?? 2_000,
-    keyPrefix: options.keyPrefix ?? 'test:',
-    onError: options.onError,
-  });
+  const keyPrefix = options.keyPrefix ?? 'test:';
+  const timeoutMs = options.timeoutMs ?? 2_000;
+  const exchange = new RedisExchange({ client, keyPrefix, timeoutMs });
+  const store = new RedisStore({ client, timeoutMs, keyPrefix, onError: options.onError });
   await waitFor('the store to connect', async () => store.isHealthy(), 10_000, 20);
-  return store;
+  return { store, exchange };
 }
 
 /** Waits until `check` holds (polling), or fails naming `what`. */

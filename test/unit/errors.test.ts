@@ -1,4 +1,4 @@
-import { InvalidRequestError, NotReadyError } from '../../src/limiter/errors';
+import { InvalidRequestError, NotReadyError, OverCapacityError } from '../../src/limiter/errors';
 import { StoreUnavailableError } from '../../src/limiter/store';
 import { classify, ERROR_CATALOGUE, GrpcStatus, MalformedMessageError, publicMessage, type ErrorCode } from '../../src/errors';
 import { decodeRateLimitRequest } from '../../src/wire/rls-codec';
@@ -8,6 +8,7 @@ const EXAMPLES: Record<ErrorCode, unknown> = {
   invalid_request: new InvalidRequestError('descriptors must not be empty'),
   malformed_message: new MalformedMessageError('truncated message'),
   not_ready: new NotReadyError('no rate limit configuration loaded'),
+  over_capacity: new OverCapacityError('quota streams hold their memory budget'),
   store_unavailable: new StoreUnavailableError('redis timed out'),
   internal: new TypeError('x is undefined'),
 };

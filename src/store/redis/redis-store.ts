@@ -1,11 +1,9 @@
 import { CallBatcher, type CallBatch, type PendingCall } from './batcher';
 import { cutParts, decideAcrossSlots, decideInShares, refundArgs, splitBySlot, type SlotPart, type SlotShare } from './cluster-slots';
 import type { RedisClient } from './connection';
-import { DEMAND_COMMAND, DEMAND_SCRIPT, demandArgs, parseDemandReply } from './demand';
 import { HealthProbe } from './health-probe';
 import { keySlot } from './key-slot';
 import { BODY_HEADROOM, PreparedScript, respArgument } from './script-command';
-import { RedisDocuments } from './shared-documents';
 import { ShareGate, type GatedCall } from './share-gate';
 import {
   counterProblem,
@@ -18,15 +16,7 @@ import {
   REFUND_COMMAND,
   REFUND_SCRIPT,
 } from './script';
-import {
-  StoreUnavailableError,
-  type CounterDecision,
-  type CounterRequest,
-  type DecideOptions,
-  type DemandExchange,
-  type ProxyDemand,
-  type Store,
-} from '../../limiter/store';
+import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../../limiter/store';
 
 /**
  * The Redis adapter, a composition: time from Redis; decide() calls coalesced into batches by a
@@ -123,11 +113,6 @@ type Pending = PendingCall<RedisCall, CounterDecision[] | SlotShare>;
 const DISCONNECTED =
   /Stream isn't writeable|Connection is closed|MaxRetriesPerRequest|isn't ready|enableOfflineQueue|ECONNREFUSED|ECONNRESET|EPIPE|CLUSTERDOWN|None of startup nodes/i;
 
-// Documents are not on the decision path: a busy Redis gets longer to answer them.
-const DOCUMENT_MIN_TIMEOUT_MS = 1_000;
-/** The shortest deadline of a demand exchange, ms. */
-const MIN_DEMAND_DEADLINE_MS = 50;
-
 // A probe slower than this still proves Redis reachable; a frozen Redis misses it several times running.
 const MIN_PROBE_TIMEOUT_MS = 250;
 
@@ -138,13 +123,9 @@ const MIN_PROBE_TIMEOUT_MS = 250;
  */
 export class RedisStore implements Store {
   readonly name = 'redis';
-  /** Documents every replica sharing this Redis reads (the live view's exchange). */
-  readonly documents: RedisDocuments;
   private readonly client: RedisClient;
   private readonly decideScript: PreparedScript;
   private readonly refundCall: ScriptCall;
-  private readonly demandCall: ScriptCall;
-  private readonly timeoutMs: number;
   // `<prefix>{`: a counter's Redis key is this, its counter key (or its tag), and `}` (and then its counter key).
   private readonly tagOpen: string;
   private readonly onError: (kind: RedisErrorKind) => void;
@@ -164,7 +145,6 @@ export class RedisStore implements Store {
     this.client = options.client;
     this.tagOpen = `${options.keyPrefix ?? ''}{`;
     const timeoutMs = options.timeoutMs ?? 10;
-    this.timeoutMs = timeoutMs;
     const timeoutMessage = `redis did not answer within ${timeoutMs} ms`;
     this.onError = options.onError ?? (() => {});
     this.isCluster = this.client.isCluster === true;
@@ -204,11 +184,8 @@ export class RedisStore implements Store {
     // defineCommand's for the rare calls, ./script-command's for DECIDE.
     this.decideScript = new PreparedScript(this.client, DECIDE_SCRIPT);
     this.client.defineCommand(REFUND_COMMAND, { lua: REFUND_SCRIPT });
-    this.documents = new RedisDocuments({ client: this.client, keyPrefix: options.keyPrefix, timeoutMs: Math.max(timeoutMs, DOCUMENT_MIN_TIMEOUT_MS) });
-    this.client.defineCommand(DEMAND_COMMAND, { lua: DEMAND_SCRIPT, numberOfKeys: 1 });
     const commands = this.client as unknown as Record<string, ScriptCall>;
     this.refundCall = (args) => commands[REFUND_COMMAND](args);
-    this.demandCall = (args) => commands[DEMAND_COMMAND](args);
 
     const onChange = options.onConnectionChange;
     let connected = false;
@@ -272,35 +249,6 @@ export class RedisStore implements Store {
       parts: cutParts(whole, MAX_ATOMIC_COUNTERS),
       decideShare: (share, slot) => this.gate.pass(share.length, call, () => this.enqueue(share, countDenied, true, slot) as Promise<SlotShare>),
       refund: this.refund,
-    });
-  }
-
-  /**
-   * RLQS demand of one budget (./demand.ts): one script call per exchange, outside the batcher (one
-   * per proxy report, not per request), with the deadline of a decide() call but at least
-   * MIN_DEMAND_DEADLINE_MS (a report is answered within 100 ms; no proxy waits on it per request).
-   */
-  exchangeDemand(exchange: DemandExchange): Promise<ProxyDemand[]> {
-    if (this.closed) return Promise.reject(new StoreUnavailableError('redis store is closed'));
-    const key = this.tagOpen + exchange.key + '}|rlqs';
-    const deadlineMs = Math.max(this.timeoutMs, MIN_DEMAND_DEADLINE_MS);
-    return new Promise<ProxyDemand[]>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.failed('timeout');
-        reject(new StoreUnavailableError(`redis did not answer within ${deadlineMs} ms`));
-      }, deadlineMs);
-      this.demandCall([key, ...demandArgs(exchange)]).then(
-        (reply) => {
-          clearTimeout(timer);
-          resolve(parseDemandReply(reply));
-        },
-        (err: unknown) => {
-          clearTimeout(timer);
-          const kind = this.classify(err);
-          this.failed(kind);
-          reject(new StoreUnavailableError(`redis ${kind === 'disconnected' ? 'unavailable' : 'error'}: ${messageOf(err)}`, { cause: err }));
-        },
-      );
     });
   }
 
@@ -421,7 +369,7 @@ export class RedisStore implements Store {
       (reply) => this.answer(batch, calls, from, to, reply as string),
       (err: unknown) => {
         const kind = this.classify(err);
-        const error = new StoreUnavailableError(`redis ${kind === 'disconnected' ? 'unavailable' : 'error'}: ${messageOf(err)}`, { cause: err });
+        const error = unavailable(kind, err);
         this.batcher.reject(batch, calls, from, to, error, () => this.failed(kind));
       },
     );
@@ -468,8 +416,7 @@ export class RedisStore implements Store {
   };
 
   private classify(err: unknown): RedisErrorKind {
-    if (this.client.status !== 'ready') return 'disconnected';
-    return DISCONNECTED.test(messageOf(err)) ? 'disconnected' : 'error';
+    return redisErrorKind(this.client, err);
   }
 
   private failed(kind: RedisErrorKind): void {
@@ -500,6 +447,17 @@ function countArgument(n: number): string {
   return n < COUNT_ARGUMENTS.length ? COUNT_ARGUMENTS[n] : respArgument(String(n));
 }
 
-function messageOf(err: unknown): string {
+/** Whether a failed call met a lost connection or an error of Redis's. */
+export function redisErrorKind(client: RedisClient, err: unknown): RedisErrorKind {
+  if (client.status !== 'ready') return 'disconnected';
+  return DISCONNECTED.test(messageOf(err)) ? 'disconnected' : 'error';
+}
+
+/** A failed call as the store reports it. */
+export function unavailable(kind: RedisErrorKind, err: unknown): StoreUnavailableError {
+  return new StoreUnavailableError(`redis ${kind === 'disconnected' ? 'unavailable' : 'error'}: ${messageOf(err)}`, { cause: err });
+}
+
+export function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }

@@ -1,4 +1,4 @@
-import type { SharedDocuments } from '../../limiter/store';
+import type { SharedDocuments } from '../../limiter/replica-exchange';
 import type { RedisClient } from './connection';
 
 /** Members one kind may have: far more processes than a deployment runs, few enough to read at once. */

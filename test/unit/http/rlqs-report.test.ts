@@ -10,15 +10,29 @@ function view(proxies: ProxyShareView[]): RlqsView {
     replica: 'abc',
     openStreams: 1,
     streams: [],
+    budgets: 1,
+    bytes: 0,
+    maxBytes: 1,
     rules: [
-      { domain: 'quota', statKey: 'tenant', counter: 'quota|sw1000|tenant=acme', limit: 100, windowMs: 1_000, shadow: false, used: 40, proxies, overshoot: 0 },
+      {
+        domain: 'quota',
+        statKey: 'tenant',
+        counter: 'quota|sw1000|tenant=acme',
+        limit: 100,
+        windowMs: 1_000,
+        shadow: false,
+        used: 40,
+        proxies,
+        overshoot: 0,
+        unlisted: 0,
+      },
     ],
   };
 }
 
 describe('rlqsReport', () => {
   it('is empty while no budget is in use', () => {
-    expect(rlqsReport({ replica: 'abc', openStreams: 0, streams: [], rules: [] })).toEqual([]);
+    expect(rlqsReport({ replica: 'abc', openStreams: 0, streams: [], budgets: 0, bytes: 0, maxBytes: 1, rules: [] })).toEqual([]);
   });
 
   it("lists this replica's proxies first, then by demand, and counts those past the cap", () => {
@@ -57,11 +71,11 @@ describe('rlqsReport', () => {
       local: true,
     });
     expect(budget.proxies[1]).toEqual({
-      proxy: 'other.59.0',
+      proxy: `other.${MAX_PROXIES + 9}.0`,
       stream: null,
       bucket: null,
-      demand: 59,
-      share: 59,
+      demand: MAX_PROXIES + 9,
+      share: MAX_PROXIES + 9,
       assignment: null,
       report_age_s: null,
       local: false,

@@ -39,21 +39,21 @@ describe('a bucket id matched as a descriptor', () => {
     expect(m.entries).toEqual(pairs({ tenant: 'acme', path: '/a' }));
     const rls = matchDescriptor(CONFIG, 'quota', m.entries)!;
     expect(m.rule).toBe(rls);
-    expect(m.counter).toMatchObject({ key: counterKey(rls.keyPrefix, m.entries), limit: 60, windowMs: 60_000, hits: 0 });
+    expect(m.counters[0]).toMatchObject({ key: counterKey(rls.keyPrefix, m.entries), limit: 60, windowMs: 60_000, hits: 0 });
     expect(m.statKey).toBe('tenant_acme.path');
   });
 
   test('a single pair matches its rule; the first complete order wins when the tree allows several', () => {
-    expect(matchBucket(CONFIG, 'quota', pairs({ tenant: 'zed' }))!.counter.limit).toBe(5);
+    expect(matchBucket(CONFIG, 'quota', pairs({ tenant: 'zed' }))!.counters[0].limit).toBe(5);
     const m = matchBucket(CONFIG, 'quota', pairs({ tenant: 'acme', region: 'eu' }))!;
     expect(m.entries).toEqual(pairs({ region: 'eu', tenant: 'acme' }));
-    expect(m.counter.limit).toBe(7);
+    expect(m.counters[0].limit).toBe(7);
   });
 
   test('share_threshold buckets share the counter of their pattern', () => {
     const a = matchBucket(CONFIG, 'quota', pairs({ ip: '10.0.0.1' }))!;
     const b = matchBucket(CONFIG, 'quota', pairs({ ip: '10.9.9.9' }))!;
-    expect(a.counter.key).toBe(b.counter.key);
+    expect(a.counters[0].key).toBe(b.counters[0].key);
   });
 
   test('no rule for every pair, a node without a limit, or an unknown domain: no match', () => {

@@ -7,7 +7,6 @@ import {
   proxiesCapacity,
   reportRate,
   sameStrategy,
-  sharesOf,
   strategyForShare,
   ttlSeconds,
   type QuotaStrategy,
@@ -46,31 +45,14 @@ describe('dividing a budget by demand', () => {
   });
 
   test('the capacity is the limit per second, less what others use of the counter beyond the tolerance', () => {
-    const proxies = [
-      { member: 'a', demand: 60, allowed: 30 },
-      { member: 'b', demand: 60, allowed: 30 },
-    ];
-    expect(proxiesCapacity({ limit: 100, windowMs: 10_000, used: 0, proxies: [] })).toBe(10);
+    expect(proxiesCapacity({ limit: 100, windowMs: 10_000, used: 0, admitted: 0 })).toBe(10);
     // RLS calls have spent the window: nothing left for the proxies.
-    expect(proxiesCapacity({ limit: 100, windowMs: 10_000, used: 100, proxies: [] })).toBe(0);
-    expect(proxiesCapacity({ limit: 100, windowMs: 1_000, used: 60, proxies })).toBe(100);
-    // RLS calls used 50 of the window beyond what the proxies report admitting: 50 left for the proxies.
-    expect(proxiesCapacity({ limit: 100, windowMs: 1_000, used: 100, proxies: [{ member: 'a', demand: 60, allowed: 50 }] })).toBe(50);
-    // A difference within the tolerance is the lag of the reports, not traffic of others.
-    expect(proxiesCapacity({ limit: 100, windowMs: 1_000, used: 100, proxies: [{ member: 'a', demand: 100, allowed: 85 }] })).toBe(100);
-  });
-
-  test('sharesOf names each proxy', () => {
-    const shares = sharesOf({
-      limit: 100,
-      windowMs: 1_000,
-      used: 0,
-      proxies: [
-        { member: 'heavy', demand: 200, allowed: 0 },
-        { member: 'light', demand: 20, allowed: 0 },
-      ],
-    });
-    expect(Object.fromEntries(shares)).toEqual({ heavy: 75, light: 25 });
+    expect(proxiesCapacity({ limit: 100, windowMs: 10_000, used: 100, admitted: 0 })).toBe(0);
+    expect(proxiesCapacity({ limit: 100, windowMs: 1_000, used: 60, admitted: 60 })).toBe(100);
+    // RLS calls used 50 of the window beyond what the proxies admitted: 50 left for the proxies.
+    expect(proxiesCapacity({ limit: 100, windowMs: 1_000, used: 100, admitted: 50 })).toBe(50);
+    // A difference within the tolerance is the lag of the charges, not traffic of others.
+    expect(proxiesCapacity({ limit: 100, windowMs: 1_000, used: 100, admitted: 85 })).toBe(100);
   });
 });
 

@@ -1,7 +1,9 @@
 import { configFromTexts } from '../../../src/config/files';
 import { silentLogger } from '../../../src/log';
+import type { RlqsLimits } from '../../../src/limiter/quota-budgets';
 import { StoreUnavailableError, type Store } from '../../../src/limiter/store';
-import { RlqsService, type QuotaStreamSink, type RlqsLimits } from '../../../src/service/rlqs-service';
+import { RlqsService, type QuotaStreamSink } from '../../../src/service/rlqs-service';
+import { MemoryExchange } from '../../../src/store/memory-exchange';
 import { MemoryStore } from '../../../src/store/memory-store';
 import { loadProtoFiles } from '../../../src/wire/proto';
 import { RLQS_PROTO } from '../../../src/wire/rlqs-codec';
@@ -19,6 +21,11 @@ const LIMITS: RlqsLimits = {
   maxBucketIdBytes: 256,
   reportIntervalMs: 5_000,
   abandonAfterIdleReports: 3,
+  maxBytes: 1024 * 1024,
+  syncIntervalMs: 250,
+  firstReportTimeoutMs: 10_000,
+  idleTimeoutMs: 30_000,
+  maxReportsPerSecond: 100,
 };
 
 const root = loadProtoFiles([RLQS_PROTO]);
@@ -38,8 +45,8 @@ function message(buckets: [Record<string, string>, number, number][], domain = '
 class Sink implements QuotaStreamSink {
   readonly frames: any[] = [];
   ended: { code: number; details: string } | 'ok' | undefined;
-  send(frame: Buffer): void {
-    this.frames.push(Response.toObject(Response.decode(frame.subarray(5)), { longs: Number, oneofs: true, defaults: false }));
+  send(message: Uint8Array): void {
+    this.frames.push(Response.toObject(Response.decode(message), { longs: Number, oneofs: true, defaults: false }));
   }
   end(failure?: { code: number; details: string }): void {
     this.ended = failure ?? 'ok';
@@ -49,12 +56,19 @@ class Sink implements QuotaStreamSink {
   }
 }
 
-const flush = (): Promise<void> => new Promise((r) => setImmediate(r));
-
-function setup(store?: Store) {
+function setup(limits: Partial<RlqsLimits> = {}) {
   const clock = new FakeClock(1_000_000);
   const memory = new MemoryStore({ clock, maxKeys: 1_000, sweepIntervalMs: 0 });
-  const service = new RlqsService({ store: store ?? memory, config: () => CONFIG, logger: silentLogger(), limits: LIMITS, clock, replicaId: 'r' });
+  const service = new RlqsService({
+    store: memory,
+    exchange: new MemoryExchange({ clock }),
+    config: () => CONFIG,
+    logger: silentLogger(),
+    limits: { ...LIMITS, ...limits },
+    clock,
+    replicaId: 'r',
+    timers: false,
+  });
   return { clock, service };
 }
 
@@ -62,13 +76,11 @@ test('the TTL follows the observed interval between full reports; the first uses
   const { clock, service } = setup();
   const sink = new Sink();
   const stream = service.open(sink);
-  stream.message(message([[{ k: 'a' }, 1, 0]]));
-  await flush();
+  await stream.message(message([[{ k: 'a' }, 1, 0]]));
   expect(sink.last().quotaAssignmentAction.assignmentTimeToLive.seconds).toBe(15);
   for (let i = 0; i < 2; i++) {
     clock.advance(400);
-    stream.message(message([[{ k: 'a' }, 20, 0]]));
-    await flush();
+    await stream.message(message([[{ k: 'a' }, 20, 0]]));
   }
   // 3 x 400 ms, rounded up to whole seconds.
   expect(sink.last().quotaAssignmentAction.assignmentTimeToLive.seconds).toBe(2);
@@ -80,15 +92,12 @@ test('demand is timed by receive times: a proxy asking little keeps what it asks
   const [busy, light] = [new Sink(), new Sink()];
   const a = service.open(busy);
   const b = service.open(light);
-  a.message(message([[{ k: 'x' }, 1, 0]]));
-  await flush();
-  b.message(message([[{ k: 'x' }, 1, 0]]));
-  await flush();
+  await a.message(message([[{ k: 'x' }, 1, 0]]));
+  await b.message(message([[{ k: 'x' }, 1, 0]]));
   // Both unknown: an even split, pushed to the first.
   expect(busy.last().quotaAssignmentAction.rateLimitStrategy.tokenBucket.tokensPerFill.value).toBe(45);
   clock.advance(500);
-  b.message(message([[{ k: 'x' }, 4, 0]])); // 8/s, x 1.25 = 10/s
-  await flush();
+  await b.message(message([[{ k: 'x' }, 4, 0]])); // 8/s, x 1.25 = 10/s
   expect(light.last().quotaAssignmentAction.rateLimitStrategy.tokenBucket.tokensPerFill).toEqual({ value: 10 });
   expect(busy.last().quotaAssignmentAction.rateLimitStrategy.tokenBucket.tokensPerFill).toEqual({ value: 80 });
 });
@@ -97,13 +106,12 @@ test('a bucket idle for three full reports is abandoned, and a stream over RLQS_
   const { clock, service } = setup();
   const sink = new Sink();
   const s = service.open(sink);
-  s.message(message([[{ k: 'idle' }, 1, 0]]));
+  // The transport hands over a message once the previous one's promise has settled.
+  await s.message(message([[{ k: 'idle' }, 1, 0]]));
   for (let i = 0; i < 3; i++) {
     clock.advance(100);
-    s.message(message([[{ k: 'idle' }, 0, 0]]));
+    await s.message(message([[{ k: 'idle' }, 0, 0]]));
   }
-  await flush();
-  await flush();
   expect(sink.last()).toEqual({ bucketId: { bucket: { k: 'idle' } }, abandonAction: {}, bucketAction: 'abandonAction' });
   expect(service.view().streams[0].buckets).toBe(0);
   service.open(new Sink());
@@ -112,36 +120,77 @@ test('a bucket idle for three full reports is abandoned, and a stream over RLQS_
   expect(third.ended).toMatchObject({ code: 8 });
 });
 
-test('while the store fails, the last shares stay in force', async () => {
+test('while the store fails, the last shares stay in force and the charges wait for it', async () => {
   const clock = new FakeClock(1_000_000);
   const memory = new MemoryStore({ clock, maxKeys: 1_000, sweepIntervalMs: 0 });
   let down = false;
   const flaky: Store = {
     name: 'flaky',
     decide: (c, o) => (down ? Promise.reject(new StoreUnavailableError('down')) : memory.decide(c, o)),
-    exchangeDemand: (x) => (down ? Promise.reject(new StoreUnavailableError('down')) : memory.exchangeDemand(x)),
     isHealthy: () => !down,
     close: () => memory.close(),
   };
-  const service = new RlqsService({ store: flaky, config: () => CONFIG, logger: silentLogger(), limits: LIMITS, clock });
+  const service = new RlqsService({ store: flaky, config: () => CONFIG, logger: silentLogger(), limits: LIMITS, clock, timers: false });
   const sink = new Sink();
   const s = service.open(sink);
-  s.message(message([[{ k: 'f' }, 1, 0]]));
-  await flush();
+  await s.message(message([[{ k: 'f' }, 1, 0]]));
   const before = sink.last().quotaAssignmentAction.rateLimitStrategy;
   down = true;
   clock.advance(200);
-  s.message(message([[{ k: 'f' }, 10, 0]]));
-  await flush();
+  await s.message(message([[{ k: 'f' }, 10, 0]]));
+  await service.tick();
   expect(sink.last().quotaAssignmentAction.rateLimitStrategy).toEqual(before);
   expect(sink.ended).toBeUndefined();
+  down = false;
+  clock.advance(300);
+  await service.tick();
+  // The ten reported while the store was down reached the counter once it was back.
+  expect(memory.decideNow([{ key: service.view().rules[0].counter, limit: 90, windowMs: 1_000, algorithm: 'sliding_window', hits: 0 }])[0].remaining).toBe(79);
+});
+
+test('a stream past the byte budget is refused with RESOURCE_EXHAUSTED; one silent after opening or for the idle timeout is ended', async () => {
+  const { clock, service } = setup({ maxBytes: 12_000, firstReportTimeoutMs: 1_000, idleTimeoutMs: 3_000 });
+  const [quiet, talker, third] = [new Sink(), new Sink(), new Sink()];
+  service.open(quiet);
+  const t = service.open(talker);
+  service.open(third);
+  expect(third.ended).toMatchObject({ code: 8 });
+  await t.message(message([[{ k: 'a' }, 1, 0]]));
+  clock.advance(1_500);
+  service.endTimedOut();
+  expect(quiet.ended).toMatchObject({ code: 4 });
+  expect(talker.ended).toBeUndefined();
+  clock.advance(2_000);
+  service.endTimedOut();
+  expect(talker.ended).toMatchObject({ code: 4 });
+  expect(service.streamCount).toBe(0);
+});
+
+test("a stream's reports past RLQS_MAX_REPORTS_PER_SECOND wait: the transport reads no further meanwhile", async () => {
+  const { service } = setup({ maxReportsPerSecond: 2 });
+  const sink = new Sink();
+  const s = service.open(sink);
+  await s.message(message([[{ k: 'r1' }, 1, 0]]));
+  await s.message(message([[{ k: 'r2' }, 1, 0]]));
+  const started = performance.now();
+  await s.message(message([[{ k: 'r3' }, 1, 0]]));
+  // The clock stands still, so the third waits the half second one report's credit takes.
+  expect(performance.now() - started).toBeGreaterThanOrEqual(450);
+  expect(sink.frames).toHaveLength(3);
+});
+
+test('a message that is not a usage report ends the stream with INVALID_ARGUMENT, through the error catalogue', async () => {
+  const { service } = setup();
+  const sink = new Sink();
+  await service.open(sink).message(Buffer.from([0x0a, 0xff]));
+  expect(sink.ended).toMatchObject({ code: 3 });
+  expect((sink.ended as { details: string }).details).toMatch(/cannot decode RateLimitQuotaUsageReports/);
 });
 
 test('shutdown ends every stream with UNAVAILABLE and withdraws its demand; new streams are refused', async () => {
   const { service } = setup();
   const sink = new Sink();
-  service.open(sink).message(message([[{ k: 's' }, 1, 0]]));
-  await flush();
+  await service.open(sink).message(message([[{ k: 's' }, 1, 0]]));
   expect(service.view().rules[0].proxies).toHaveLength(1);
   await service.shutdown();
   expect(sink.ended).toMatchObject({ code: 14 });

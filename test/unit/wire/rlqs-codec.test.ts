@@ -1,7 +1,6 @@
-import { MalformedMessageError } from '../../../src/errors';
 import { InvalidRequestError } from '../../../src/limiter/errors';
 import { loadProtoFiles } from '../../../src/wire/proto';
-import { decodeUsageReports, frameQuotaResponse, RLQS_PROTO } from '../../../src/wire/rlqs-codec';
+import { decodeUsageReports, encodeQuotaResponse, RLQS_PROTO } from '../../../src/wire/rlqs-codec';
 
 const root = loadProtoFiles([RLQS_PROTO]);
 const Reports = root.lookupType('envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports');
@@ -40,24 +39,22 @@ describe('usage reports', () => {
     });
   });
 
-  test('bad bytes are malformed; a bucket without pairs or with an empty value is invalid', () => {
-    expect(() => decodeUsageReports(Buffer.from([0x0a, 0xff]))).toThrow(MalformedMessageError);
+  test('bad bytes, a bucket without pairs or with an empty value are invalid requests (INVALID_ARGUMENT on the stream)', () => {
+    expect(() => decodeUsageReports(Buffer.from([0x0a, 0xff]))).toThrow(InvalidRequestError);
     expect(() => decodeUsageReports(encode({ domain: 'd', bucketQuotaUsages: [{}] }))).toThrow(InvalidRequestError);
     expect(() => decodeUsageReports(encode({ domain: 'd', bucketQuotaUsages: [{ bucketId: { bucket: { k: '' } } }] }))).toThrow(InvalidRequestError);
   });
 });
 
 describe('responses', () => {
-  test('assignments (blanket rules and token buckets, whole-second TTL) and abandon actions, framed', () => {
-    const frame = frameQuotaResponse([
+  test('assignments (blanket rules and token buckets, whole-second TTL) and abandon actions, unframed', () => {
+    const message = encodeQuotaResponse([
       { bucket: [{ key: 'k', value: 'a' }], strategy: { kind: 'allow_all' }, ttlSeconds: 3 },
       { bucket: [{ key: 'k', value: 'b' }], strategy: { kind: 'deny_all' }, ttlSeconds: 3 },
       { bucket: [{ key: 'k', value: 'c' }], strategy: { kind: 'token_bucket', maxTokens: 2, tokensPerFill: 10, fillIntervalSeconds: 20 }, ttlSeconds: 15 },
       { bucket: [{ key: 'k', value: 'd' }], abandon: true },
     ]);
-    expect(frame[0]).toBe(0);
-    expect(frame.readUInt32BE(1)).toBe(frame.length - 5);
-    const decoded = Response.toObject(Response.decode(frame.subarray(5)), { longs: Number, oneofs: true, defaults: false }) as any;
+    const decoded = Response.toObject(Response.decode(message), { longs: Number, oneofs: true, defaults: false }) as any;
     const actions = decoded.bucketAction;
     expect(actions[0].quotaAssignmentAction).toEqual({
       assignmentTimeToLive: { seconds: 3 },
