@@ -74,6 +74,11 @@ export class GrpcJsStreamingCall extends StreamingCallBase {
     this.finish(GrpcStatus.UNAVAILABLE, 'the server is going away; reconnect', 'going-away');
   }
 
+  /** The peer's address and port: one connection's. */
+  get connection(): unknown {
+    return this.call.getPeer();
+  }
+
   header(name: string): string | undefined {
     const value = this.call.metadata.get(name)[0];
     return typeof value === 'string' ? value : undefined;

@@ -69,6 +69,10 @@ class Http2StreamingCall extends StreamingCallBase {
     this.start(this.options.method);
   }
 
+  get connection(): unknown {
+    return this.stream.owner;
+  }
+
   header(name: string): string | undefined {
     const headers = this.options.headers;
     for (let i = 0; i < headers.length; i += 2) if (headers[i] === name) return headers[i + 1];

@@ -139,6 +139,11 @@ export class H2Stream {
     this.sendWindow = sendWindow;
   }
 
+  /** The connection it is on: the same object for every stream of one connection (for per-connection caps). */
+  get owner(): object {
+    return this.connection;
+  }
+
   /** Sends the response header block (HPACK-encoded); `endStream` makes it a headers-only response. */
   respond(block: Buffer, endStream: boolean): void {
     if (this.closed || this.headersSent) return;

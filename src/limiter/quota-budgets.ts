@@ -61,6 +61,8 @@ export interface QuotaLimits {
 export interface RlqsLimits extends QuotaLimits {
   /** Streams open at once; one more is refused with RESOURCE_EXHAUSTED. */
   readonly maxStreams: number;
+  /** Streams open at once on one connection; one more is refused with RESOURCE_EXHAUSTED. */
+  readonly maxStreamsPerConnection: number;
   /** A stream that sends no report this long after it opened is ended, ms. */
   readonly firstReportTimeoutMs: number;
   /** A stream that sends nothing this long is ended (Envoy reports every interval, idle or not), ms. */
@@ -546,12 +548,11 @@ export class QuotaBudgets {
         t = { domain: b.domain, statKey: b.statKey, proxies: 0, demand: 0, assigned: 0, overshoot: 0 };
         byRule.set(id, t);
       }
-      let admitted = 0;
+      let admitted = b.charged.sum(now);
       for (const m of b.members) {
         const d = this.demandOf(m, now);
         if (Number.isFinite(d)) t.demand += d;
         t.assigned += m.share;
-        admitted += m.admitted?.sum(now) ?? 0;
       }
       t.proxies += b.members.size;
       for (const o of b.others) {

@@ -26,9 +26,11 @@ import type { StreamingMethod } from './streaming';
  * demand live). Here: the streams, their caps and timeouts, and the codec.
  *
  * - a stream's reports are handled one at a time, each before the next is read (the transport's
- *   flow control holds the peer back), and at most `maxReportsPerSecond` a second: a report past
- *   that waits, so a flooding peer costs its own stream's time, not the process's;
- * - a stream over RLQS_MAX_STREAMS, or whose state would pass the budgets' byte budget, is refused
+ *   flow control holds the peer back), and at most `maxReportsPerSecond` a second (a large report
+ *   counts as one per REPORT_CREDIT_BYTES): a report past that waits, so a flooding peer costs its
+ *   own stream's time, not the process's;
+ * - a stream over RLQS_MAX_STREAMS (or RLQS_MAX_STREAMS_PER_CONNECTION on its connection), or
+ *   whose state would pass the budgets' byte budget (RLQS_MAX_MEMORY_BYTES), is refused
  *   with RESOURCE_EXHAUSTED; one that sends no report within `firstReportTimeoutMs`, or nothing for
  *   `idleTimeoutMs`, is ended with DEADLINE_EXCEEDED (Envoy reports every interval, idle or not);
  * - a different domain later on a stream, a malformed message or a bucket over the caps ends that
@@ -114,11 +116,14 @@ const PROXY_NAME_MAX_CHARS = 128;
 const VIEW_MAX_STREAMS = 1_000;
 export const VIEW_MAX_BUDGETS = 100;
 export const VIEW_MAX_PROXIES = 50;
+/** A report costs one credit of RLQS_MAX_REPORTS_PER_SECOND, and one more per this many bytes (decoding is per byte). */
+const REPORT_CREDIT_BYTES = 4_096;
 /** Stream timeouts are checked this often, ms. */
 const TIMEOUT_CHECK_MS = 1_000;
 
 interface StreamState {
   readonly subscriber: QuotaSubscriber;
+  readonly connection: unknown;
   /** The name the proxy sent, cut to PROXY_NAME_MAX_CHARS. */
   readonly proxy: string | undefined;
   readonly sink: QuotaStreamSink;
@@ -141,6 +146,8 @@ export class RlqsService {
   private readonly budgets: QuotaBudgets;
   readonly replicaId: string;
   private readonly streams = new Map<string, StreamState>();
+  /** Open streams per connection (only connections with one). */
+  private readonly perConnection = new Map<unknown, number>();
   private readonly timers: NodeJS.Timeout[] = [];
   private stopping: Promise<void> | undefined;
   private storeErrorLogged = false;
@@ -187,14 +194,22 @@ export class RlqsService {
     return this.budgets.tick();
   }
 
-  /** A new stream, of the proxy `proxy` names if any; refused (ended at once) while shutting down or past a cap. */
-  open(sink: QuotaStreamSink, proxy?: string): QuotaStream {
+  /**
+   * A new stream on `connection` (any value equal for the streams of one connection), of the proxy
+   * `proxy` names if any; refused (ended at once) while shutting down or past a cap.
+   */
+  open(sink: QuotaStreamSink, proxy?: string, connection: unknown = sink): QuotaStream {
     if (this.stopping !== undefined) {
       sink.end({ code: GrpcStatus.UNAVAILABLE, details: 'server shutting down' });
       return REFUSED;
     }
     if (this.streams.size >= this.limits.maxStreams) {
       sink.end({ code: GrpcStatus.RESOURCE_EXHAUSTED, details: `more than ${this.limits.maxStreams} quota streams` });
+      return REFUSED;
+    }
+    const onConnection = this.perConnection.get(connection) ?? 0;
+    if (onConnection >= this.limits.maxStreamsPerConnection) {
+      sink.end({ code: GrpcStatus.RESOURCE_EXHAUSTED, details: `more than ${this.limits.maxStreamsPerConnection} quota streams on one connection` });
       return REFUSED;
     }
     let subscriber: QuotaSubscriber;
@@ -205,8 +220,10 @@ export class RlqsService {
       return REFUSED;
     }
     const now = this.clock.nowMs();
+    this.perConnection.set(connection, onConnection + 1);
     const stream: StreamState = {
       subscriber,
+      connection,
       proxy: proxy?.slice(0, PROXY_NAME_MAX_CHARS),
       sink,
       openedAtMs: now,
@@ -274,7 +291,7 @@ export class RlqsService {
   private async message(stream: StreamState, bytes: Buffer): Promise<void> {
     if (stream.ended) return;
     stream.lastMessageAtMs = this.clock.nowMs();
-    const waitMs = this.takeCredit(stream);
+    const waitMs = this.takeCredit(stream, bytes.length);
     if (waitMs > 0) {
       await new Promise((resolve) => setTimeout(resolve, waitMs));
       if (stream.ended) return;
@@ -286,18 +303,23 @@ export class RlqsService {
     }
   }
 
-  /** Takes one report's credit; how long to wait first when there is none (ms). */
-  private takeCredit(stream: StreamState): number {
+  /** Takes a report's credit (one, and one more per REPORT_CREDIT_BYTES); how long to wait first when there is not enough (ms). */
+  private takeCredit(stream: StreamState, bytes: number): number {
     const rate = this.limits.maxReportsPerSecond;
     const now = this.clock.nowMs();
     stream.credit = Math.min(rate, stream.credit + ((now - stream.creditAtMs) * rate) / 1000);
     stream.creditAtMs = now;
-    stream.credit -= 1;
+    stream.credit -= 1 + Math.floor(bytes / REPORT_CREDIT_BYTES);
     return stream.credit >= 0 ? 0 : Math.ceil((-stream.credit * 1000) / rate);
   }
 
   private async handle(stream: StreamState, bytes: Buffer): Promise<void> {
     const report = decodeUsageReports(bytes);
+    // A large report is decoded in one go: RLS calls waiting on the loop go first before it is handled.
+    if (bytes.length > REPORT_CREDIT_BYTES) {
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      if (stream.ended) return;
+    }
     if (stream.domain === undefined) {
       if (report.domain === '') throw new InvalidRequestError('domain must not be empty on the first message');
       stream.domain = report.domain;
@@ -338,6 +360,9 @@ export class RlqsService {
     if (stream.ended) return;
     stream.ended = true;
     this.streams.delete(stream.subscriber.id);
+    const left = (this.perConnection.get(stream.connection) ?? 1) - 1;
+    if (left > 0) this.perConnection.set(stream.connection, left);
+    else this.perConnection.delete(stream.connection);
     if (failure !== undefined) stream.sink.end(failure);
     this.budgets.close(stream.subscriber);
   }
@@ -365,6 +390,7 @@ export function quotaStreamingMethod(service: RlqsService): StreamingMethod {
           },
         },
         call.header(PROXY_NAME_HEADER),
+        call.connection,
       );
       return {
         onMessage: (bytes) => stream.message(bytes),

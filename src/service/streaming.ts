@@ -30,6 +30,8 @@ export type StreamingCloseReason =
 export interface StreamingCall {
   /** A request header (gRPC metadata) as text, or undefined. Names are lower-case. */
   header(name: string): string | undefined;
+  /** The connection the call is on: equal (===) for the calls of one connection, for per-connection caps. */
+  readonly connection: unknown;
   /**
    * Sends one response message (its protobuf bytes, without the gRPC prefix). Returns false when
    * the peer is not taking messages as fast as they are written: wait for onWritable.
@@ -89,6 +91,7 @@ export abstract class StreamingCallBase implements StreamingCall {
   private halfCloseTold = false;
 
   abstract header(name: string): string | undefined;
+  abstract readonly connection: unknown;
   /** Sends one message; false when the peer is not keeping up. */
   protected abstract sendMessage(message: Uint8Array): boolean;
   /** Sends the status that ends the call (the stream is still open). */

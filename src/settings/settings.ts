@@ -518,6 +518,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     }),
     rlqs: Object.freeze({
       maxStreams: int(env, 'RLQS_MAX_STREAMS', 10_000, 1, 1_000_000),
+      maxStreamsPerConnection: int(env, 'RLQS_MAX_STREAMS_PER_CONNECTION', 16, 1, 1_000_000),
       maxBucketsPerStream: int(env, 'RLQS_MAX_BUCKETS_PER_STREAM', 1_000, 1, 1_000_000),
       maxBucketPairs: int(env, 'RLQS_MAX_BUCKET_ID_PAIRS', 8, 1, 16),
       maxBucketIdBytes: int(env, 'RLQS_MAX_BUCKET_ID_BYTES', 1_024, 16, 65_536),

@@ -398,13 +398,16 @@ export interface RawQuotaStream {
   close(): void;
 }
 
-export function rawQuotaStream(target: string): RawQuotaStream {
-  const client = new grpc.Client(target, grpc.credentials.createInsecure());
+/** A stream on a connection of its own to `target`, or on `target`'s connection when it is a client (closing the stream then leaves it open). */
+export function rawQuotaStream(target: string | grpc.Client, metadata?: grpc.Metadata): RawQuotaStream {
+  const own = typeof target === 'string';
+  const client = typeof target === 'string' ? new grpc.Client(target, grpc.credentials.createInsecure()) : target;
   const { reports, response } = rlqsTypes();
   const call = client.makeBidiStreamRequest(
     RLQS_PATH,
     (m: Uint8Array) => Buffer.from(m),
     (bytes: Buffer) => response.toObject(response.decode(bytes), { longs: Number, enums: Number, oneofs: true, defaults: false }),
+    metadata ?? new grpc.Metadata(),
   );
   const responses: any[] = [];
   let taken = 0;
@@ -440,7 +443,7 @@ export function rawQuotaStream(target: string): RawQuotaStream {
     end: () => call.end(),
     close: () => {
       call.cancel();
-      client.close();
+      if (own) client.close();
     },
   };
 }

@@ -16,6 +16,7 @@ const CONFIG = configFromTexts([{ file: 'q.yaml', text: 'domain: q\ndescriptors:
 });
 const LIMITS: RlqsLimits = {
   maxStreams: 2,
+  maxStreamsPerConnection: 2,
   maxBucketsPerStream: 10,
   maxBucketPairs: 4,
   maxBucketIdBytes: 256,

@@ -1,7 +1,7 @@
 import type { DescriptorOutcome } from '../../../src/limiter/types';
 import { API_KEY_RULE, FIVE_PER_MINUTE, TOP_T0 } from '../../helpers/top-fixtures';
 import { mergeViews, parseTopQuery, topReport, descriptorOf, rulesReport } from '../../../src/top/top-report';
-import { boundedId, ID_MAX_CHARS, SLICES, STEPS, TopSketch } from '../../../src/top/top-sketch';
+import { boundedId, ID_MAX_CHARS, OVERRIDE_RULE, RULE_NAME_MAX_CHARS, SLICES, STEPS, TopSketch } from '../../../src/top/top-sketch';
 import { mergeCounts } from '../../../src/top/summary';
 
 /** The sliding window of the heavy hitters, on a pinned clock: slices leave the view, steps chart it, views merge. */
@@ -186,5 +186,43 @@ describe('parseTopQuery', () => {
   it('names the parameter it rejects', () => {
     expect(parseTopQuery(new URLSearchParams('by=x'))).toMatch(/^by:/);
     for (const limit of ['0', '-1', '1.5', '1001', ' 2', '']) expect(parseTopQuery(new URLSearchParams(`limit=${limit}`))).toMatch(/^limit:/);
+  });
+});
+
+describe('TopSketch under callers that name their own rules', () => {
+  it("counts every request limit override under one rule, whatever keys the caller named it by, and keeps the config's rules in view", () => {
+    const s = sketch(TOP_T0, 16, 3);
+    for (let i = 0; i < 100; i++) {
+      const rule = { ...API_KEY_RULE, statKey: `k${i}.${'x'.repeat(300)}`, override: true };
+      s.record(outcome(`v${i}`, false, rule));
+    }
+    for (let i = 0; i < 20; i++) s.record(outcome('mallory', false));
+    const rules = s.view().rules;
+    expect(rules.map((r) => r.rule).sort()).toEqual([OVERRIDE_RULE, 'api_key'].sort());
+    expect(rules.find((r) => r.rule === OVERRIDE_RULE)!.denied).toBe(100);
+    expect(s.view().untracked).toBe(0);
+  });
+
+  it('cuts rule names, and frees the place of a rule silent for a whole window', () => {
+    const s = sketch(TOP_T0, 16, 1);
+    s.record(outcome('a', false, { ...API_KEY_RULE, statKey: 'r'.repeat(1_000) }));
+    expect(s.view().rules[0].rule).toHaveLength(RULE_NAME_MAX_CHARS);
+    s.record(outcome('b', false));
+    expect(s.view().untracked).toBe(1);
+    s.advance(TOP_T0 + 61_000);
+    s.record(outcome('c', false));
+    expect(s.view().rules.map((r) => r.rule)).toEqual(['api_key']);
+  });
+
+  it('keeps /top/rules within its byte budget, the rules with the most denials first', () => {
+    const s = sketch(TOP_T0, 1_000, 100);
+    for (let r = 0; r < 100; r++) {
+      const rule = { ...API_KEY_RULE, statKey: `rule${r}` };
+      for (let v = 0; v < 200; v++) s.record(outcome(`${'v'.repeat(150)}${v}`, r !== 7, rule));
+    }
+    const report = rulesReport(s.view(), 1) as { rules: { rule: string }[]; more_rules: number };
+    expect(JSON.stringify(report).length).toBeLessThan(600 * 1024);
+    expect(report.rules[0].rule).toBe('rule7');
+    expect(report.more_rules).toBeGreaterThan(0);
   });
 });
