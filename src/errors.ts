@@ -4,7 +4,7 @@ import { StoreUnavailableError } from './limiter/store';
 /**
  * The error catalogue: every way a ShouldRateLimit call can fail, and what each one answers on
  * every edge. `classify` is the only place an error is recognised; the gRPC transports, HTTP /json
- * and the metrics all ask it, so a new failure or a different status is one entry here.
+ * and the metrics all ask it, so a new failure is its class (with its `code`) and one entry here.
  *
  * Statuses follow the service's contract: a bad request is INVALID_ARGUMENT; a service that cannot
  * decide (store down, no config yet) is UNAVAILABLE, so that Envoy's failure_mode_deny decides;
@@ -53,32 +53,55 @@ export interface ErrorKind {
   readonly logLevel: 'silent' | 'warn' | 'error';
   /** The message sent to the client: the error's own (it names the bad field), or this fixed text. */
   readonly publicMessage?: string;
+  /** The class of the errors of this kind (classify); none for `internal`, the kind of everything else. */
+  readonly type?: abstract new (...args: never[]) => Error;
 }
 
 /** Every failure, by code. */
 export const ERROR_CATALOGUE: Readonly<Record<ErrorCode, ErrorKind>> = Object.freeze({
-  invalid_request: { code: 'invalid_request', grpcStatus: GrpcStatus.INVALID_ARGUMENT, httpStatus: 400, metric: 'service', logLevel: 'silent' },
+  invalid_request: {
+    code: 'invalid_request',
+    type: InvalidRequestError,
+    grpcStatus: GrpcStatus.INVALID_ARGUMENT,
+    httpStatus: 400,
+    metric: 'service',
+    logLevel: 'silent',
+  },
   malformed_message: {
     code: 'malformed_message',
+    type: MalformedMessageError,
     grpcStatus: GrpcStatus.INTERNAL,
     httpStatus: 400,
     metric: 'service',
     logLevel: 'silent',
     publicMessage: 'cannot decode RateLimitRequest',
   },
-  over_capacity: { code: 'over_capacity', grpcStatus: GrpcStatus.RESOURCE_EXHAUSTED, httpStatus: 429, metric: 'service', logLevel: 'silent' },
-  not_ready: { code: 'not_ready', grpcStatus: GrpcStatus.UNAVAILABLE, httpStatus: 503, metric: 'service', logLevel: 'silent' },
-  store_unavailable: { code: 'store_unavailable', grpcStatus: GrpcStatus.UNAVAILABLE, httpStatus: 503, metric: 'store', logLevel: 'silent' },
+  over_capacity: {
+    code: 'over_capacity',
+    type: OverCapacityError,
+    grpcStatus: GrpcStatus.RESOURCE_EXHAUSTED,
+    httpStatus: 429,
+    metric: 'service',
+    logLevel: 'silent',
+  },
+  not_ready: { code: 'not_ready', type: NotReadyError, grpcStatus: GrpcStatus.UNAVAILABLE, httpStatus: 503, metric: 'service', logLevel: 'silent' },
+  store_unavailable: {
+    code: 'store_unavailable',
+    type: StoreUnavailableError,
+    grpcStatus: GrpcStatus.UNAVAILABLE,
+    httpStatus: 503,
+    metric: 'store',
+    logLevel: 'silent',
+  },
   internal: { code: 'internal', grpcStatus: GrpcStatus.INTERNAL, httpStatus: 500, metric: 'service', logLevel: 'error', publicMessage: 'internal error' },
 });
 
-/** The catalogue entry of any thrown value; `internal` for everything not recognised. */
+/** The catalogue's kinds that have a class (their classes are unrelated: the order does not matter). */
+const CLASSIFIED: readonly ErrorKind[] = Object.values(ERROR_CATALOGUE).filter((kind) => kind.type !== undefined);
+
+/** The catalogue entry of any thrown value, by its class; `internal` for everything not recognised. */
 export function classify(err: unknown): ErrorKind {
-  if (err instanceof InvalidRequestError) return ERROR_CATALOGUE.invalid_request;
-  if (err instanceof StoreUnavailableError) return ERROR_CATALOGUE.store_unavailable;
-  if (err instanceof NotReadyError) return ERROR_CATALOGUE.not_ready;
-  if (err instanceof OverCapacityError) return ERROR_CATALOGUE.over_capacity;
-  if (err instanceof MalformedMessageError) return ERROR_CATALOGUE.malformed_message;
+  for (let i = 0; i < CLASSIFIED.length; i++) if (err instanceof CLASSIFIED[i].type!) return CLASSIFIED[i];
   return ERROR_CATALOGUE.internal;
 }
 

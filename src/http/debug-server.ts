@@ -9,20 +9,10 @@ import { TOP_PAGE, TOP_PAGE_CSP } from './top-page';
 import type { RlqsView } from '../service/rlqs-service';
 
 /**
- * The debug endpoints on DEBUG_HOST:DEBUG_PORT (6070), as the reference server's debug port:
- * - GET /rlconfig: the loaded rules, one line per rule (src/config/describe.ts);
- * - GET /rlmatch?domain=D&entry=k=v[&entry=k2=v2...]: which rule one descriptor matches, in JSON,
- *   with its whole window (the wire's current_limit carries the unit but not unit_multiplier), and
- *   whether the domain is loaded at all (`slidegate client` asks it);
- * - GET /rlqs: the quota streams (RLQS) of this process and the shares of every rule they use, in
- *   JSON: each proxy's demand, admitted rate and share on every replica, the counter's usage;
- * - GET /metrics: the Prometheus exposition (when metrics are given);
- * - GET /top?domain=D&by=denied|allowed|near_limit&limit=N: who is being limited, the heaviest
- *   descriptors of every rule over the recent window, merged across workers and replicas (JSON);
- * - GET /top/rules: the same per rule, with each rule's limit, totals and steps (the page's data);
- * - GET /: the live page of /top/rules when the live view is on, else the list of endpoints.
- * Operators expose this port only inside the cluster; it reveals the config and the descriptors
- * callers send (their values cut to a bounded length), nothing else.
+ * The debug endpoints on DEBUG_HOST:DEBUG_PORT (6070), as the reference server's debug port; each
+ * one is an entry of DebugServer.endpoints (its path, its line in the index, its handler). Operators
+ * expose this port only inside the cluster; it reveals the config and the descriptors callers send
+ * (their values cut to a bounded length), nothing else.
  */
 
 export interface DebugServerOptions extends HttpListenerOptions {
@@ -39,79 +29,91 @@ export interface DebugServerOptions extends HttpListenerOptions {
   readonly quota?: () => RlqsView;
 }
 
-const ENDPOINTS: readonly (readonly [path: string, what: string])[] = [
-  ['/rlconfig', 'the rate-limit rules in force, one line per rule'],
-  ['/rlmatch?domain=D&entry=k=v', 'the rule one descriptor matches, with its window (JSON)'],
-  ['/rlqs', 'quota streams (RLQS) and the shares of every rule they use (JSON)'],
-  ['/metrics', 'Prometheus metrics'],
-];
+type Handler = (req: http.IncomingMessage, res: http.ServerResponse, path: string) => void;
+
+/** One debug endpoint. */
+interface Endpoint {
+  readonly path: string;
+  /** Its line in the index of `/`: what follows the path there; unlisted when undefined. */
+  readonly index?: string;
+  /** The methods it takes (others answer 405); undefined: the handler checks them. */
+  readonly methods?: string;
+  /** Undefined when this server does not serve it (the option it reads was not given): 404. */
+  readonly handler: Handler | undefined;
+}
 
 export class DebugServer extends RoutedHttpServer {
+  private readonly endpoints: ReadonlyMap<string, Endpoint>;
+
   constructor(private readonly options: DebugServerOptions) {
     super(options);
+    const { match, quota, metrics, top } = options;
+    const list: Endpoint[] = [
+      // The live page of /top/rules when the live view is on, else the index of the endpoints.
+      { path: '/', methods: 'GET, HEAD', handler: (_req, res) => this.root(res) },
+      // ?domain=D&by=denied|allowed|near_limit&limit=N: who is being limited, the heaviest descriptors
+      // of every rule over the recent window, merged across workers and replicas (JSON).
+      { path: '/top', methods: 'GET, HEAD', handler: top && ((req, res, path) => this.top(req, res, path, top)) },
+      // The same per rule, with each rule's limit, totals and steps (the page's data).
+      { path: '/top/rules', methods: 'GET, HEAD', handler: top && ((_req, res) => this.topRules(res, top)) },
+      // The loaded rules, one line per rule (src/config/describe.ts).
+      {
+        path: '/rlconfig',
+        index: ': the rate-limit rules in force, one line per rule',
+        methods: 'GET, HEAD',
+        handler: (_req, res) => {
+          const lines = this.options.rlconfig();
+          send(res, 200, lines.length === 0 ? '' : lines.join('\n') + '\n');
+        },
+      },
+      // ?domain=D&entry=k=v[&entry=k2=v2...]: which rule one descriptor matches, in JSON, with its whole
+      // window (the wire's current_limit carries the unit but not unit_multiplier), and whether the
+      // domain is loaded at all (`slidegate client` asks it).
+      {
+        path: '/rlmatch',
+        index: '?domain=D&entry=k=v: the rule one descriptor matches, with its window (JSON)',
+        methods: 'GET, HEAD',
+        handler: match && ((req, res, path) => rlmatch(req, res, path, match)),
+      },
+      // The quota streams (RLQS) of this process and the shares of every rule they use, in JSON: each
+      // proxy's demand, admitted rate and share on every replica, the counter's usage.
+      {
+        path: '/rlqs',
+        index: ': quota streams (RLQS) and the shares of every rule they use (JSON)',
+        methods: 'GET, HEAD',
+        handler: quota && ((_req, res) => send(res, 200, JSON.stringify(quota(), null, 2) + '\n', 'application/json')),
+      },
+      // The Prometheus exposition (when metrics are given).
+      { path: '/metrics', index: ': Prometheus metrics', handler: metrics && ((req, res) => sendMetrics(req, res, metrics, this.options.logger)) },
+    ];
+    this.endpoints = new Map(list.map((e) => [e.path, e]));
   }
 
   protected route(req: http.IncomingMessage, res: http.ServerResponse): void {
-    const metrics = this.options.metrics;
-    switch (pathOf(req.url)) {
-      case '/':
-        if (!allow(req, res, 'GET, HEAD')) return;
-        if (this.options.top === undefined) send(res, 200, this.index());
-        else {
-          res.setHeader('Content-Security-Policy', TOP_PAGE_CSP);
-          res.setHeader('Cache-Control', 'no-store');
-          send(res, 200, TOP_PAGE, 'text/html; charset=utf-8');
-        }
-        return;
-      case '/top':
-        if (this.options.top === undefined) break;
-        if (!allow(req, res, 'GET, HEAD')) return;
-        this.top(req, res, this.options.top);
-        return;
-      case '/top/rules':
-        if (this.options.top === undefined) break;
-        if (!allow(req, res, 'GET, HEAD')) return;
-        this.topRules(res, this.options.top);
-        return;
-      case '/rlconfig': {
-        if (!allow(req, res, 'GET, HEAD')) return;
-        const lines = this.options.rlconfig();
-        send(res, 200, lines.length === 0 ? '' : lines.join('\n') + '\n');
-        return;
-      }
-      case '/rlmatch':
-        if (this.options.match === undefined) break;
-        if (!allow(req, res, 'GET, HEAD')) return;
-        this.rlmatch(req, res, this.options.match);
-        return;
-      case '/rlqs':
-        if (this.options.quota === undefined) break;
-        if (!allow(req, res, 'GET, HEAD')) return;
-        send(res, 200, JSON.stringify(this.options.quota(), null, 2) + '\n', 'application/json');
-        return;
-      case '/metrics':
-        if (metrics === undefined) break;
-        sendMetrics(req, res, metrics, this.options.logger);
-        return;
-    }
-    send(res, 404, 'not found\n');
-  }
-
-  private rlmatch(req: http.IncomingMessage, res: http.ServerResponse, match: NonNullable<DebugServerOptions['match']>): void {
-    const query = new URLSearchParams((req.url ?? '').slice(pathOf(req.url).length + 1));
-    const domain = query.get('domain');
-    const entries = query.getAll('entry').map((e) => ({ key: e.slice(0, e.indexOf('=')), value: e.slice(e.indexOf('=') + 1) }));
-    if (!domain || entries.length === 0 || entries.some((e) => e.key === '')) {
-      send(res, 400, 'usage: /rlmatch?domain=D&entry=key=value[&entry=key=value...]\n');
+    const path = pathOf(req.url);
+    const endpoint = this.endpoints.get(path);
+    if (endpoint?.handler === undefined) {
+      send(res, 404, 'not found\n');
       return;
     }
-    send(res, 200, JSON.stringify(match(domain, entries)) + '\n', 'application/json');
+    if (endpoint.methods !== undefined && !allow(req, res, endpoint.methods)) return;
+    endpoint.handler(req, res, path);
   }
 
-  private top(req: http.IncomingMessage, res: http.ServerResponse, top: () => Promise<MergedTop>): void {
-    const query = parseTopQuery(new URLSearchParams((req.url ?? '').slice(pathOf(req.url).length + 1)));
+  private root(res: http.ServerResponse): void {
+    if (this.options.top === undefined) {
+      send(res, 200, this.index());
+      return;
+    }
+    res.setHeader('Content-Security-Policy', TOP_PAGE_CSP);
+    res.setHeader('Cache-Control', 'no-store');
+    send(res, 200, TOP_PAGE, 'text/html; charset=utf-8');
+  }
+
+  private top(req: http.IncomingMessage, res: http.ServerResponse, path: string, top: () => Promise<MergedTop>): void {
+    const query = parseTopQuery(queryOf(req, path));
     if (typeof query === 'string') {
-      send(res, 400, `${query}\nusage: /top?domain=D&by=denied|allowed|near_limit&limit=N\n`);
+      send(res, 400, `${query}\nusage: ${path}?domain=D&by=denied|allowed|near_limit&limit=N\n`);
       return;
     }
     this.answerTop(res, top, (merged) => ({ ...topReport(merged.view, merged.replicas, query), ...completeness(merged) }));
@@ -132,12 +134,28 @@ export class DebugServer extends RoutedHttpServer {
     );
   }
 
+  /** The served endpoints that have a line in the index, one line each. */
   private index(): string {
-    const available = ENDPOINTS.filter(
-      ([path]) => (path !== '/metrics' || this.options.metrics !== undefined) && (!path.startsWith('/rlmatch') || this.options.match !== undefined),
-    );
-    return available.map(([path, what]) => `${path}: ${what}`).join('\n') + '\n';
+    const lines: string[] = [];
+    for (const { path, index, handler } of this.endpoints.values()) if (index !== undefined && handler !== undefined) lines.push(path + index);
+    return lines.join('\n') + '\n';
   }
+}
+
+function rlmatch(req: http.IncomingMessage, res: http.ServerResponse, path: string, match: NonNullable<DebugServerOptions['match']>): void {
+  const query = queryOf(req, path);
+  const domain = query.get('domain');
+  const entries = query.getAll('entry').map((e) => ({ key: e.slice(0, e.indexOf('=')), value: e.slice(e.indexOf('=') + 1) }));
+  if (!domain || entries.length === 0 || entries.some((e) => e.key === '')) {
+    send(res, 400, `usage: ${path}?domain=D&entry=key=value[&entry=key=value...]\n`);
+    return;
+  }
+  send(res, 200, JSON.stringify(match(domain, entries)) + '\n', 'application/json');
+}
+
+/** The query of a request to `path`. */
+function queryOf(req: http.IncomingMessage, path: string): URLSearchParams {
+  return new URLSearchParams((req.url ?? '').slice(path.length + 1));
 }
 
 /** Marks a view that misses the other replicas (the shared store could not be read). */

@@ -9,7 +9,9 @@
  * by a rounding step.
  */
 
-import { MAX_WINDOW_MS } from './types';
+import { calendarPeriod } from './calendar';
+import type { CounterRequest } from './store';
+import { MAX_WINDOW_MS, type Algorithm } from './types';
 
 export interface Verdict {
   readonly allowed: boolean;
@@ -295,4 +297,216 @@ export function chargeBucket(state: BucketState, nowMs: number, windowMs: number
 /** Ms from nowMs until the bucket has drained: how long its state must be kept. */
 export function bucketDrainMs(state: BucketState, nowMs: number, limit: number): number {
   return limit === 0 ? 0 : Math.ceil(bucketExcess(state, nowMs, limit) / limit);
+}
+
+/** One entry of a sliding log: admitted hits at one millisecond. */
+export interface LogRecordEntry {
+  atMs: number;
+  hits: number;
+}
+
+/**
+ * One counter's state kept in process (the memory store's records). `index` is the fixed window
+ * (floor(now / W)) that `current` counts (a calendar window's: the start of its period, ms);
+ * `previous` counts window index - 1 (sliding window only). With k > 1 sub-windows, `index` is the
+ * newest sub-window (floor(now / (W / k))) and `counts` holds sub-windows index - k .. index, oldest
+ * first. The log keeps admitted hits oldest first. A bucket keeps its TAT, tatMs + tatRem / L.
+ * Every state has every field (one object shape), made by newCounterState.
+ */
+export interface CounterState {
+  readonly algorithm: Algorithm;
+  readonly windowMs: number;
+  readonly subWindows: number;
+  index: number;
+  current: number;
+  previous: number;
+  counts: number[] | undefined;
+  log: LogRecordEntry[] | undefined;
+  tatMs: number;
+  tatRem: number;
+  /** From this instant on the state cannot change any decision and may be dropped. */
+  expiresAtMs: number;
+  /** Its keeper's estimate of its size in bytes (the memory store's bound); 0 until it sets it. */
+  bytes: number;
+}
+
+/** The state of counter `c` before its first charge at `now`. */
+export function newCounterState(c: CounterRequest, now: number): CounterState {
+  return {
+    algorithm: c.algorithm,
+    windowMs: c.windowMs,
+    subWindows: c.subWindows ?? 1,
+    index: Math.floor(now / c.windowMs),
+    current: 0,
+    previous: 0,
+    counts: undefined,
+    log: undefined,
+    tatMs: 0,
+    tatRem: 0,
+    expiresAtMs: 0,
+    bytes: 0,
+  };
+}
+
+/** How one algorithm decides on and charges a counter whose state is kept in process. */
+export interface InProcessCounter {
+  /**
+   * The verdict on `c`'s hits at `now` from its state (undefined: none yet), with `pending` hits
+   * that earlier counters of the same call add to it first.
+   */
+  decide(c: CounterRequest, state: CounterState | undefined, now: number, pending: number): Verdict;
+  /** Adds `c`'s hits to `state` at `now`, and sets until when the state matters (expiresAtMs). */
+  charge(c: CounterRequest, state: CounterState, now: number): void;
+}
+
+const BUCKET: InProcessCounter = {
+  decide(c, state, now, pending) {
+    let s: BucketState = state ?? EMPTY_BUCKET;
+    // Earlier counters of this call on the same bucket took their hits at this same instant.
+    if (pending > 0) s = chargeBucket(s, now, c.windowMs, c.limit, pending);
+    return bucket({ state: s, nowMs: now, windowMs: c.windowMs, limit: c.limit, burst: c.burst ?? c.limit, hits: c.hits });
+  },
+  charge(c, state, now) {
+    if (c.limit === 0) return; // a rate of 0 admits nothing and keeps no state
+    const next = chargeBucket(state, now, c.windowMs, c.limit, c.hits);
+    state.tatMs = next.tatMs;
+    state.tatRem = next.tatRem;
+    // Once drained, the state says no more than an absent one.
+    state.expiresAtMs = now + bucketDrainMs(next, now, c.limit);
+  },
+};
+
+/**
+ * Every algorithm's decision and charge on a state kept in process, by the arithmetic above: what
+ * the memory store runs (src/store/redis/script.ts is the same in Lua). The compiler asks for an
+ * entry per algorithm.
+ */
+export const IN_PROCESS_STATE: Readonly<Record<Algorithm, InProcessCounter>> = {
+  sliding_window: {
+    decide(c, state, now, pending) {
+      const w = c.windowMs;
+      const k = c.subWindows ?? 1;
+      if (k > 1 || c.strict === true) {
+        const counts = subWindowCounts(state, Math.floor(now / (w / k)), k);
+        counts[k] += pending;
+        return subWindowCounter({ counts, strict: c.strict === true, nowMs: now, windowMs: w, limit: c.limit, hits: c.hits });
+      }
+      let current = 0;
+      let previous = 0;
+      if (state !== undefined) {
+        const index = Math.floor(now / w);
+        if (state.index >= index) {
+          // (A clock that stepped back keeps reading the newest window: never admits more.)
+          current = state.current;
+          previous = state.previous;
+        } else if (state.index === index - 1) {
+          previous = state.current;
+        }
+      }
+      return slidingWindow({ current: current + pending, previous, nowMs: now, windowMs: w, limit: c.limit, hits: c.hits });
+    },
+    charge(c, state, now) {
+      if (state.subWindows > 1) {
+        chargeSubWindows(state, now, c.hits);
+        return;
+      }
+      const w = c.windowMs;
+      const index = Math.floor(now / w);
+      if (state.index !== index) {
+        state.previous = state.index === index - 1 ? state.current : 0;
+        state.current = 0;
+        state.index = index;
+      }
+      state.current += c.hits;
+      // The current window's hits weigh on the estimate until the end of the next window.
+      state.expiresAtMs = (index + 2) * w;
+    },
+  },
+  fixed_window: {
+    decide(c, state, now, pending) {
+      let count = 0;
+      if (c.calendar !== undefined) {
+        const { startMs, endMs } = calendarPeriod(now, c.calendar.unit, c.calendar.offsetMs);
+        // Another period (or, after CALENDAR_TIMEZONE changed, another calendar's) counts nothing here.
+        if (state !== undefined && state.index === startMs) count = state.current;
+        return fixedPeriod({ count: count + pending, nowMs: now, startMs, endMs, limit: c.limit, hits: c.hits });
+      }
+      if (state !== undefined && state.index >= Math.floor(now / c.windowMs)) count = state.current;
+      return fixedWindow({ count: count + pending, nowMs: now, windowMs: c.windowMs, limit: c.limit, hits: c.hits });
+    },
+    charge(c, state, now) {
+      const index = Math.floor(now / c.windowMs);
+      const period = c.calendar === undefined ? undefined : calendarPeriod(now, c.calendar.unit, c.calendar.offsetMs);
+      const at = period === undefined ? index : period.startMs;
+      if (state.index !== at) {
+        state.current = 0;
+        state.index = at;
+      }
+      state.current += c.hits;
+      state.expiresAtMs = period === undefined ? (index + 1) * c.windowMs : period.endMs;
+    },
+  },
+  sliding_log: {
+    decide(c, state, now, pending) {
+      const w = c.windowMs;
+      let entries: readonly LogRecordEntry[] = state?.log ?? EMPTY_LOG;
+      if (state?.log !== undefined) pruneLog(state.log, now - w);
+      if (pending > 0) entries = [...entries, { atMs: now, hits: pending }];
+      return slidingLog({ entries, nowMs: now, windowMs: w, limit: c.limit, hits: c.hits });
+    },
+    charge(c, state, now) {
+      const w = c.windowMs;
+      const log = (state.log ??= []);
+      pruneLog(log, now - w);
+      const last = log.length > 0 ? log[log.length - 1] : undefined;
+      // Hits in the same millisecond share one entry, which bounds the log by W as well as by L.
+      if (last !== undefined && last.atMs === now) last.hits += c.hits;
+      else log.push({ atMs: now, hits: c.hits });
+      state.expiresAtMs = now + w;
+    },
+  },
+  token_bucket: BUCKET,
+  leaky_bucket: BUCKET,
+};
+
+/** Adds hits to the newest sub-window, sliding the counts forward to the one containing now. */
+function chargeSubWindows(state: CounterState, now: number, hits: number): void {
+  const k = state.subWindows;
+  const s = state.windowMs / k;
+  const n = Math.floor(now / s);
+  const counts = (state.counts = subWindowCounts(state, n, k));
+  // (A clock that stepped back charges the newest sub-window it has seen.)
+  state.index = Math.max(state.index, n);
+  counts[k] += hits;
+  // Sub-window n is read until the end of sub-window n + k.
+  state.expiresAtMs = (state.index + k + 1) * s;
+}
+
+/** The k + 1 counts of sub-windows n - k .. n (oldest first) held by a state, zeros for any it has not seen. */
+function subWindowCounts(state: CounterState | undefined, n: number, k: number): number[] {
+  const out = new Array<number>(k + 1).fill(0);
+  if (state === undefined) return out;
+  if (state.subWindows === 1) {
+    // The two-counter layout: current is window `index`, previous is `index - 1`.
+    if (state.index >= n) {
+      out[1] = state.current;
+      out[0] = state.previous;
+    } else if (state.index === n - 1) out[0] = state.current;
+    return out;
+  }
+  const held = state.counts;
+  if (held === undefined) return out;
+  // (A clock that stepped back keeps reading the newest sub-windows: never admits more.)
+  const shift = Math.max(0, n - state.index);
+  for (let i = 0; i + shift <= k; i++) out[i] = held[i + shift];
+  return out;
+}
+
+const EMPTY_LOG: readonly LogRecordEntry[] = Object.freeze([]);
+
+/** Removes entries at or before `from` (they have left the window), oldest first. */
+function pruneLog(log: LogRecordEntry[], from: number): void {
+  let k = 0;
+  while (k < log.length && log[k].atMs <= from) k++;
+  if (k > 0) log.splice(0, k);
 }

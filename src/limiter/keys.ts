@@ -1,4 +1,4 @@
-import type { Algorithm, Entry, Unit } from './types';
+import { algorithmCode, type Algorithm, type Entry, type Unit } from './types';
 
 /**
  * Counter identities. The encoding is injective: every component is escaped so that the
@@ -24,14 +24,6 @@ export function escapeComponent(s: string): string {
   return HAS_SPECIAL.test(s) ? s.replace(SPECIAL, escapeChar) : s;
 }
 
-const ALGORITHM_TAG: Readonly<Record<Algorithm, string>> = {
-  sliding_window: 'sw',
-  sliding_log: 'sl',
-  fixed_window: 'fw',
-  token_bucket: 'tb',
-  leaky_bucket: 'lb',
-};
-
 /**
  * The prefix shared by all counters of one (domain, algorithm, window, sub-windows): computed once
  * per rule at config load, so a request only appends its entries. Sub-windows other than 1 change
@@ -40,7 +32,7 @@ const ALGORITHM_TAG: Readonly<Record<Algorithm, string>> = {
  */
 export function counterKeyPrefix(domain: string, algorithm: Algorithm, windowMs: number, subWindows = 1): string {
   const layout = subWindows === 1 ? '' : `/${subWindows}`;
-  return `${escapeComponent(domain)}|${ALGORITHM_TAG[algorithm]}${windowMs}${layout}`;
+  return `${escapeComponent(domain)}|${algorithmCode(algorithm)}${windowMs}${layout}`;
 }
 
 /**

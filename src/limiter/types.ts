@@ -26,13 +26,33 @@ export const UNIT_MS: Readonly<Record<Unit, number>> = Object.freeze({
  */
 export const MAX_WINDOW_MS = 100 * UNIT_MS.year;
 
-export type Algorithm = 'sliding_window' | 'sliding_log' | 'fixed_window' | 'token_bucket' | 'leaky_bucket';
+/**
+ * Every counting algorithm by its config name, and the facts other modules read about it: `code`,
+ * its name in counter keys (./keys.ts) and in the Redis script's arguments; `bucket`, whether its
+ * state is one GCRA timestamp and its capacity `burst`. An algorithm is an entry here, its arithmetic
+ * and in-process state in ./algorithms.ts, and its Lua twin in src/store/redis/script.ts.
+ */
+const ALGORITHM_FACTS = {
+  sliding_window: { code: 'sw', bucket: false },
+  sliding_log: { code: 'sl', bucket: false },
+  fixed_window: { code: 'fw', bucket: false },
+  token_bucket: { code: 'tb', bucket: true },
+  leaky_bucket: { code: 'lb', bucket: true },
+} as const satisfies Record<string, { readonly code: string; readonly bucket: boolean }>;
 
-export const ALGORITHMS: readonly Algorithm[] = ['sliding_window', 'sliding_log', 'fixed_window', 'token_bucket', 'leaky_bucket'];
+export type Algorithm = keyof typeof ALGORITHM_FACTS;
+
+/** Every algorithm's name, in the order of the table. */
+export const ALGORITHMS: readonly Algorithm[] = Object.freeze(Object.keys(ALGORITHM_FACTS) as Algorithm[]);
+
+/** An algorithm's code: its name in counter keys and in the Redis script's arguments (two letters). */
+export function algorithmCode(algorithm: Algorithm): string {
+  return ALGORITHM_FACTS[algorithm].code;
+}
 
 /** Algorithms whose state is one GCRA timestamp and whose capacity is `burst`. */
 export function isBucket(algorithm: Algorithm): boolean {
-  return algorithm === 'token_bucket' || algorithm === 'leaky_bucket';
+  return ALGORITHM_FACTS[algorithm].bucket;
 }
 
 /** A resolved limit: what a counter enforces. Frozen at config load. */

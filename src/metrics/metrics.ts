@@ -109,6 +109,28 @@ const RULE_LABELS = ['domain', 'descriptor'] as const;
 type RuleLabel = (typeof RULE_LABELS)[number];
 const METHOD = 'ShouldRateLimit';
 
+/**
+ * Every statsd name the service sends (USE_STATSD, USE_DOG_STATSD, and USE_PROMETHEUS through its
+ * mapping), the reference's where it has one: a new metric's statsd name is an entry here. A name
+ * ending in `.` is completed per call (a kind, a policy, a rule's domain and descriptor).
+ */
+const STATSD_NAMES = {
+  totalRequests: `ratelimit_server.${METHOD}.total_requests`,
+  responseTime: `ratelimit_server.${METHOD}.response_time`,
+  /** + `<store>_error` or `service_error`. */
+  callError: 'ratelimit.service.call.should_rate_limit.',
+  configLoadSuccess: 'ratelimit.service.config_load_success',
+  configLoadError: 'ratelimit.service.config_load_error',
+  localCacheHits: 'ratelimit.service.local_cache_hits',
+  /** + the failure's kind. */
+  storeError: 'ratelimit.service.store_error.',
+  /** + the failure policy. */
+  storeFallback: 'ratelimit.service.store_fallback.',
+  globalShadowMode: 'ratelimit.service.global_shadow_mode',
+  /** + `<domain>.<descriptor>.` and a rule counter's name (total_hits, over_limit, ...). */
+  rule: 'ratelimit.service.rate_limit.',
+} as const;
+
 // statsd's line format reserves ':', '|', '@' and '#'; names with them (or whitespace) would be misparsed.
 const STATSD_UNSAFE = /[:|@#\s]/g;
 
@@ -134,7 +156,7 @@ export class Metrics {
   private readonly statsd?: StatsdSink;
   private readonly storeErrorType: string;
 
-  // The counters a call touches are tallied (./metric-tallies): the request path only adds numbers.
+  // The counters a call touches are tallied (./tallies): the request path only adds numbers.
   private readonly totalHits: TalliedCounter<RuleLabel>;
   private readonly overLimit: TalliedCounter<RuleLabel>;
   private readonly nearLimit: TalliedCounter<RuleLabel>;
@@ -354,8 +376,8 @@ export class Metrics {
     this.latency.record(durationMs / 1000);
     this.requests.inc(1);
     if (this.statsd !== undefined) {
-      this.statsd.increment('ratelimit_server.ShouldRateLimit.total_requests', 1);
-      this.statsd.timing('ratelimit_server.ShouldRateLimit.response_time', durationMs);
+      this.statsd.increment(STATSD_NAMES.totalRequests, 1);
+      this.statsd.timing(STATSD_NAMES.responseTime, durationMs);
     }
   }
 
@@ -363,31 +385,31 @@ export class Metrics {
   recordError(kind: CallErrorKind): void {
     const type = kind === 'store' ? this.storeErrorType : 'service_error';
     (kind === 'store' ? this.storeErrors : this.serviceErrors).inc(1);
-    this.statsd?.increment(`ratelimit.service.call.should_rate_limit.${type}`, 1);
+    this.statsd?.increment(STATSD_NAMES.callError + type, 1);
   }
 
   /** One config load (initial or reload). */
   recordConfigLoad(ok: boolean): void {
     (ok ? this.configLoadSuccess : this.configLoadError).inc(1);
-    this.statsd?.increment(ok ? 'ratelimit.service.config_load_success' : 'ratelimit.service.config_load_error', 1);
+    this.statsd?.increment(ok ? STATSD_NAMES.configLoadSuccess : STATSD_NAMES.configLoadError, 1);
   }
 
   /** One request denied from the local denial cache. */
   recordLocalCacheHit(): void {
     this.localCacheHits.inc(1);
-    this.statsd?.increment('ratelimit.service.local_cache_hits', 1);
+    this.statsd?.increment(STATSD_NAMES.localCacheHits, 1);
   }
 
   /** One failed store call of the given kind (the store's own view; a failure policy may still have answered). */
   recordStoreError(kind: string): void {
     labelled(this.storeErrorChildren, kind, () => this.storeErrorsByKind.labels({ kind })).inc(1);
-    this.statsd?.increment(`ratelimit.service.store_error.${statsdSafe(kind)}`, 1);
+    this.statsd?.increment(STATSD_NAMES.storeError + statsdSafe(kind), 1);
   }
 
   /** One call answered by the store failure policy instead of the store. */
   recordStoreFallback(policy: string): void {
     labelled(this.storeFallbackChildren, policy, () => this.storeFallbacks.labels({ policy })).inc(1);
-    this.statsd?.increment(`ratelimit.service.store_fallback.${statsdSafe(policy)}`, 1);
+    this.statsd?.increment(STATSD_NAMES.storeFallback + statsdSafe(policy), 1);
   }
 
   /** The store's event hooks (createStore's third argument), bound to these metrics; nothing is recorded while `muted()`. */
@@ -438,7 +460,7 @@ export class Metrics {
   /** One request that was OVER_LIMIT but answered OK because of the global SHADOW_MODE (limiter observer). */
   onGlobalShadowMode(_domain?: string): void {
     this.globalShadowModeCount.inc(1);
-    this.statsd?.increment('ratelimit.service.global_shadow_mode', 1);
+    this.statsd?.increment(STATSD_NAMES.globalShadowMode, 1);
   }
 
   /** Distinct (domain, descriptor) label sets currently kept (overflow excluded). */
@@ -503,7 +525,7 @@ export class Metrics {
     const labels = { domain, descriptor };
     let stat: Series['stat'];
     if (this.statsd !== undefined) {
-      const base = `ratelimit.service.rate_limit.${statsdSafe(domain)}.${statsdSafe(descriptor)}.`;
+      const base = `${STATSD_NAMES.rule}${statsdSafe(domain)}.${statsdSafe(descriptor)}.`;
       stat = {
         totalHits: base + 'total_hits',
         overLimit: base + 'over_limit',

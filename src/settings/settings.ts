@@ -124,11 +124,18 @@ function calendarOffset(env: Env, name: string): number {
 }
 
 export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal';
-export type BackendType = 'memory' | 'redis';
-export type RedisType = 'single' | 'sentinel' | 'cluster';
-export type FailurePolicy = 'error' | 'allow' | 'deny' | 'local';
-export type Transport = 'http2' | 'grpc-js';
-export type ConfigType = 'FILE' | 'GRPC_XDS_SOTW';
+// The values of each choice, one list each: the type is read from it.
+/** BACKEND_TYPE: the counter stores (src/store/create-store.ts builds the one named). */
+const BACKEND_TYPES = ['memory', 'redis'] as const;
+export type BackendType = (typeof BACKEND_TYPES)[number];
+const REDIS_TYPES = ['single', 'sentinel', 'cluster'] as const;
+export type RedisType = (typeof REDIS_TYPES)[number];
+const FAILURE_POLICIES = ['error', 'allow', 'deny', 'local'] as const;
+export type FailurePolicy = (typeof FAILURE_POLICIES)[number];
+const TRANSPORTS = ['http2', 'grpc-js'] as const;
+export type Transport = (typeof TRANSPORTS)[number];
+const CONFIG_TYPES = ['FILE', 'GRPC_XDS_SOTW'] as const;
+export type ConfigType = (typeof CONFIG_TYPES)[number];
 
 export interface Settings {
   /** Start-up warnings: reference variables set but not supported here, and choices worth knowing. */
@@ -397,7 +404,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
   if (optional(env, 'BACKEND_TYPE')?.trim().toLowerCase() === 'memcache') {
     throw new SettingsError('BACKEND_TYPE', 'memcache is not supported; the stores are redis (shared counters) and memory (one process)');
   }
-  const backendType = oneOf<BackendType>(env, 'BACKEND_TYPE', redisUrl ? 'redis' : 'memory', ['memory', 'redis']);
+  const backendType = oneOf<BackendType>(env, 'BACKEND_TYPE', redisUrl ? 'redis' : 'memory', BACKEND_TYPES);
   if (optional(env, 'BACKEND_TYPE') === undefined && !redisUrl) {
     warnings.push(
       'neither BACKEND_TYPE nor REDIS_URL is set: using the embedded memory store, whose counters are per process (set REDIS_URL to share limits between replicas)',
@@ -414,7 +421,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
   if (clientCaPath !== undefined && !grpcTlsEnabled) {
     throw new SettingsError('GRPC_CLIENT_TLS_CACERT', 'requires GRPC_SERVER_USE_TLS=true (client certificates are checked in the TLS handshake)');
   }
-  const transport = oneOf<Transport>(env, 'GRPC_TRANSPORT', 'http2', ['http2', 'grpc-js']);
+  const transport = oneOf<Transport>(env, 'GRPC_TRANSPORT', 'http2', TRANSPORTS);
   const clientSan = optional(env, 'GRPC_CLIENT_TLS_SAN');
   if (clientSan !== undefined && transport === 'grpc-js') throw new SettingsError('GRPC_CLIENT_TLS_SAN', 'requires GRPC_TRANSPORT=http2 (the default)');
   if (clientSan !== undefined && clientCaPath === undefined) {
@@ -489,7 +496,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
 
     backendType,
     redis: Object.freeze({
-      type: oneOf<RedisType>(env, 'REDIS_TYPE', 'single', ['single', 'sentinel', 'cluster']),
+      type: oneOf<RedisType>(env, 'REDIS_TYPE', 'single', REDIS_TYPES),
       socketType: oneOf(env, 'REDIS_SOCKET_TYPE', 'tcp', ['tcp', 'unix'] as const),
       url: redisUrl,
       auth: optional(env, 'REDIS_AUTH'),
@@ -503,7 +510,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     }),
     cacheKeyPrefix: str(env, 'CACHE_KEY_PREFIX', ''),
     storeTimeoutMs: int(env, 'STORE_TIMEOUT_MS', 10, 1, 60_000),
-    storeFailurePolicy: oneOf<FailurePolicy>(env, 'STORE_FAILURE_POLICY', 'error', ['error', 'allow', 'deny', 'local']),
+    storeFailurePolicy: oneOf<FailurePolicy>(env, 'STORE_FAILURE_POLICY', 'error', FAILURE_POLICIES),
     memoryMaxKeys: int(env, 'MEMORY_MAX_KEYS', 1_000_000, 1, 1e9),
     memoryMaxBytes: int(env, 'MEMORY_MAX_BYTES', 256 * MIB, MIB, 2 ** 40),
     // The reference's LOCAL_CACHE_SIZE_IN_BYTES, in bytes as there (0 turns the cache off, as there);
@@ -563,7 +570,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     workers,
     warmUpCalls: int(env, 'WARM_UP_CALLS', 10_000, 0, 10_000_000),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 5_000, 0, 600_000),
-    configType: oneOf<ConfigType>(env, 'CONFIG_TYPE', 'FILE', ['FILE', 'GRPC_XDS_SOTW'], false),
+    configType: oneOf<ConfigType>(env, 'CONFIG_TYPE', 'FILE', CONFIG_TYPES, false),
     forceStartWithoutInitialConfig: bool(env, 'FORCE_START_WITHOUT_INITIAL_CONFIG', false),
     xds: xdsSettings(env),
     tracing: tracingSettings(env),

@@ -1,25 +1,13 @@
-import {
-  bucket,
-  bucketDrainMs,
-  chargeBucket,
-  EMPTY_BUCKET,
-  fixedPeriod,
-  fixedWindow,
-  slidingLog,
-  slidingWindow,
-  subWindowCounter,
-  type Verdict,
-} from '../limiter/algorithms';
-import { monotonicClock, type Algorithm, type Clock } from '../limiter/types';
+import { IN_PROCESS_STATE, newCounterState, type CounterState } from '../limiter/algorithms';
+import { monotonicClock, type Clock } from '../limiter/types';
 import { counterIdentity, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../limiter/store';
 import { BoundedCache, entryBytes } from '../limiter/bounded-cache';
-import { calendarPeriod } from '../limiter/calendar';
 
 /**
  * The embedded store: counters in one process, bounded in memory.
  *
- * Every decision is computed by src/limiter/algorithms.ts; this file only keeps the state those
- * functions read. The work is synchronous, so a call is atomic with respect to every other call
+ * Every decision and charge is computed by src/limiter/algorithms.ts (IN_PROCESS_STATE, per
+ * algorithm); this file only keeps the states, bounded. The work is synchronous, so a call is atomic with respect to every other call
  * without any locking; the Promise is there to honour the Store port.
  *
  * Memory is bounded: a record is dropped once it can no longer influence a decision (its expiry,
@@ -45,35 +33,6 @@ export interface MemoryStoreOptions {
   readonly sweepBatch?: number;
 }
 
-interface LogRecordEntry {
-  atMs: number;
-  hits: number;
-}
-
-/**
- * One counter's state. `index` is the fixed window (floor(now / W)) that `current` counts (a
- * calendar window's: the start of its period, ms);
- * `previous` counts window index - 1 (sliding window only). With k > 1 sub-windows, `index` is the
- * newest sub-window (floor(now / (W / k))) and `counts` holds sub-windows index - k .. index, oldest
- * first. The log keeps admitted hits oldest first. A bucket keeps its TAT, tatMs + tatRem / L.
- */
-interface CounterRecord {
-  readonly algorithm: Algorithm;
-  readonly windowMs: number;
-  readonly subWindows: number;
-  index: number;
-  current: number;
-  previous: number;
-  counts: number[] | undefined;
-  log: LogRecordEntry[] | undefined;
-  tatMs: number;
-  tatRem: number;
-  /** From this instant on the record cannot change any decision and may be dropped. */
-  expiresAtMs: number;
-  /** Estimated size, key included (recordBytes). */
-  bytes: number;
-}
-
 /** A record's own fields, estimated; sub-window counts and log entries are added per element. */
 const RECORD_BYTES = 120;
 const ARRAY_BYTES = 16;
@@ -82,7 +41,7 @@ const LOG_ENTRY_BYTES = 32;
 
 export const DEFAULT_MEMORY_MAX_BYTES = 256 * 1024 * 1024;
 
-function recordBytes(key: string, record: CounterRecord): number {
+function recordBytes(key: string, record: CounterState): number {
   let own = RECORD_BYTES;
   if (record.counts !== undefined) own += ARRAY_BYTES + COUNT_BYTES * record.counts.length;
   if (record.log !== undefined) own += ARRAY_BYTES + LOG_ENTRY_BYTES * record.log.length;
@@ -98,7 +57,7 @@ const PENDING_SCAN_MAX = 8;
 /** In-process Store: exact algorithms, LRU-bounded, expired windows evicted. */
 export class MemoryStore implements Store {
   readonly name = 'memory';
-  private readonly records: BoundedCache<CounterRecord>;
+  private readonly records: BoundedCache<CounterState>;
   private readonly clock: Clock;
   private readonly sweepBatch: number;
   private readonly timer: NodeJS.Timeout | undefined;
@@ -163,7 +122,7 @@ export class MemoryStore implements Store {
     const n = counters.length;
     const decisions: CounterDecision[] = new Array<CounterDecision>(n);
     // Each counter's record as read here, so that charging it takes no second lookup.
-    const records: (CounterRecord | undefined)[] = new Array<CounterRecord | undefined>(n);
+    const records: (CounterState | undefined)[] = new Array<CounterState | undefined>(n);
     let allAllowed = true;
     // The same counter twice in one call: the later one sees the earlier one's hits, as it would
     // had the two arrived one after the other.
@@ -174,7 +133,7 @@ export class MemoryStore implements Store {
       records[i] = record;
       const id = pending !== undefined ? counterIdentity(c) : '';
       const before = pending !== undefined ? (pending.get(id) ?? 0) : i > 0 ? pendingHits(counters, decisions, i, countDenied) : 0;
-      const verdict = decideOne(c, record, now, before);
+      const verdict = IN_PROCESS_STATE[c.algorithm].decide(c, record, now, before);
       decisions[i] = verdict;
       if (!verdict.allowed) allAllowed = false;
       if (pending !== undefined && (verdict.allowed || countDenied || c.countDenied === true) && c.hits > 0) pending.set(id, before + c.hits);
@@ -190,7 +149,7 @@ export class MemoryStore implements Store {
   }
 
   /** The record of a counter if it still matters at `now`; forgets it otherwise. */
-  private live(c: CounterRequest, now: number): CounterRecord | undefined {
+  private live(c: CounterRequest, now: number): CounterState | undefined {
     const record = this.records.peek(c.key, now);
     if (record === undefined) return undefined;
     // A key reused with another algorithm or window cannot reinterpret the old state.
@@ -208,172 +167,17 @@ export class MemoryStore implements Store {
   }
 
   /** Adds c's hits to `record`, its live record (undefined: none yet, one is created). */
-  private charge(c: CounterRequest, now: number, existing: CounterRecord | undefined): void {
-    const w = c.windowMs;
-    const index = Math.floor(now / w);
+  private charge(c: CounterRequest, now: number, existing: CounterState | undefined): void {
     let record = existing;
     if (record === undefined) {
-      const subWindows = c.subWindows ?? 1;
-      record = {
-        algorithm: c.algorithm,
-        windowMs: w,
-        subWindows,
-        index,
-        current: 0,
-        previous: 0,
-        counts: undefined,
-        log: undefined,
-        tatMs: 0,
-        tatRem: 0,
-        expiresAtMs: 0,
-        bytes: 0,
-      };
+      record = newCounterState(c, now);
       record.bytes = recordBytes(c.key, record);
       this.records.set(c.key, record);
     }
-    switch (c.algorithm) {
-      case 'sliding_window':
-        if (record.subWindows > 1) {
-          chargeSubWindows(record, now, c.hits);
-          break;
-        }
-        if (record.index !== index) {
-          record.previous = record.index === index - 1 ? record.current : 0;
-          record.current = 0;
-          record.index = index;
-        }
-        record.current += c.hits;
-        // The current window's hits weigh on the estimate until the end of the next window.
-        record.expiresAtMs = (index + 2) * w;
-        break;
-      case 'fixed_window': {
-        const period = c.calendar === undefined ? undefined : calendarPeriod(now, c.calendar.unit, c.calendar.offsetMs);
-        const at = period === undefined ? index : period.startMs;
-        if (record.index !== at) {
-          record.current = 0;
-          record.index = at;
-        }
-        record.current += c.hits;
-        record.expiresAtMs = period === undefined ? (index + 1) * w : period.endMs;
-        break;
-      }
-      case 'sliding_log': {
-        const log = (record.log ??= []);
-        pruneLog(log, now - w);
-        const last = log.length > 0 ? log[log.length - 1] : undefined;
-        // Hits in the same millisecond share one entry, which bounds the log by W as well as by L.
-        if (last !== undefined && last.atMs === now) last.hits += c.hits;
-        else log.push({ atMs: now, hits: c.hits });
-        record.expiresAtMs = now + w;
-        break;
-      }
-      case 'token_bucket':
-      case 'leaky_bucket': {
-        if (c.limit === 0) break; // a rate of 0 admits nothing and keeps no state
-        const next = chargeBucket(record, now, w, c.limit, c.hits);
-        record.tatMs = next.tatMs;
-        record.tatRem = next.tatRem;
-        // Once drained, the state says no more than an absent one.
-        record.expiresAtMs = now + bucketDrainMs(next, now, c.limit);
-        break;
-      }
-    }
+    IN_PROCESS_STATE[c.algorithm].charge(c, record, now);
     // Sub-window counts and log entries are what make a record grow after it was made.
     if (record.counts !== undefined || record.log !== undefined) this.records.resize(record, recordBytes(c.key, record));
   }
-}
-
-/** Adds hits to the newest sub-window, sliding the counts forward to the one containing now. */
-function chargeSubWindows(record: CounterRecord, now: number, hits: number): void {
-  const k = record.subWindows;
-  const s = record.windowMs / k;
-  const n = Math.floor(now / s);
-  const counts = (record.counts = subWindowCounts(record, n, k));
-  // (A clock that stepped back charges the newest sub-window it has seen.)
-  record.index = Math.max(record.index, n);
-  counts[k] += hits;
-  // Sub-window n is read until the end of sub-window n + k.
-  record.expiresAtMs = (record.index + k + 1) * s;
-}
-
-/** The k + 1 counts of sub-windows n - k .. n (oldest first) held by a record, zeros for any it has not seen. */
-function subWindowCounts(record: CounterRecord | undefined, n: number, k: number): number[] {
-  const out = new Array<number>(k + 1).fill(0);
-  if (record === undefined) return out;
-  if (record.subWindows === 1) {
-    // The two-counter layout: current is window `index`, previous is `index - 1`.
-    if (record.index >= n) {
-      out[1] = record.current;
-      out[0] = record.previous;
-    } else if (record.index === n - 1) out[0] = record.current;
-    return out;
-  }
-  const held = record.counts;
-  if (held === undefined) return out;
-  // (A clock that stepped back keeps reading the newest sub-windows: never admits more.)
-  const shift = Math.max(0, n - record.index);
-  for (let i = 0; i + shift <= k; i++) out[i] = held[i + shift];
-  return out;
-}
-
-function decideOne(c: CounterRequest, record: CounterRecord | undefined, now: number, pending: number): Verdict {
-  const w = c.windowMs;
-  switch (c.algorithm) {
-    case 'sliding_window': {
-      const k = c.subWindows ?? 1;
-      if (k > 1 || c.strict === true) {
-        const counts = subWindowCounts(record, Math.floor(now / (w / k)), k);
-        counts[k] += pending;
-        return subWindowCounter({ counts, strict: c.strict === true, nowMs: now, windowMs: w, limit: c.limit, hits: c.hits });
-      }
-      let current = 0;
-      let previous = 0;
-      if (record !== undefined) {
-        const index = Math.floor(now / w);
-        if (record.index >= index) {
-          // (A clock that stepped back keeps reading the newest window: never admits more.)
-          current = record.current;
-          previous = record.previous;
-        } else if (record.index === index - 1) {
-          previous = record.current;
-        }
-      }
-      return slidingWindow({ current: current + pending, previous, nowMs: now, windowMs: w, limit: c.limit, hits: c.hits });
-    }
-    case 'fixed_window': {
-      let count = 0;
-      if (c.calendar !== undefined) {
-        const { startMs, endMs } = calendarPeriod(now, c.calendar.unit, c.calendar.offsetMs);
-        // Another period (or, after CALENDAR_TIMEZONE changed, another calendar's) counts nothing here.
-        if (record !== undefined && record.index === startMs) count = record.current;
-        return fixedPeriod({ count: count + pending, nowMs: now, startMs, endMs, limit: c.limit, hits: c.hits });
-      }
-      if (record !== undefined && record.index >= Math.floor(now / w)) count = record.current;
-      return fixedWindow({ count: count + pending, nowMs: now, windowMs: w, limit: c.limit, hits: c.hits });
-    }
-    case 'sliding_log': {
-      let entries: readonly LogRecordEntry[] = record?.log ?? EMPTY_LOG;
-      if (record?.log !== undefined) pruneLog(record.log, now - w);
-      if (pending > 0) entries = [...entries, { atMs: now, hits: pending }];
-      return slidingLog({ entries, nowMs: now, windowMs: w, limit: c.limit, hits: c.hits });
-    }
-    case 'token_bucket':
-    case 'leaky_bucket': {
-      let state = record ?? EMPTY_BUCKET;
-      // Earlier counters of this call on the same bucket took their hits at this same instant.
-      if (pending > 0) state = chargeBucket(state, now, w, c.limit, pending);
-      return bucket({ state, nowMs: now, windowMs: w, limit: c.limit, burst: c.burst ?? c.limit, hits: c.hits });
-    }
-  }
-}
-
-const EMPTY_LOG: readonly LogRecordEntry[] = Object.freeze([]);
-
-/** Removes records at or before `from` (they have left the window), oldest first. */
-function pruneLog(log: LogRecordEntry[], from: number): void {
-  let k = 0;
-  while (k < log.length && log[k].atMs <= from) k++;
-  if (k > 0) log.splice(0, k);
 }
 
 /** Hits that earlier counters of this call will add to the same counter (calls of at most PENDING_SCAN_MAX counters). */

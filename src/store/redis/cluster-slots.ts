@@ -1,5 +1,5 @@
 import { keySlot } from './key-slot';
-import { ALGORITHM_CODE } from './script';
+import { algorithmCode } from '../../limiter/types';
 import type { CounterDecision, CounterRequest } from '../../limiter/store';
 
 /**
@@ -91,7 +91,7 @@ export function refundArgs(
   for (let i = 0; i < counters.length; i++) {
     if (tokens[i] === '') continue;
     keys.push(keyOf(counters[i]));
-    argv.push(ALGORITHM_CODE[counters[i].algorithm], counters[i].hits, tokens[i]);
+    argv.push(algorithmCode(counters[i].algorithm), counters[i].hits, tokens[i]);
   }
   if (keys.length === 0) return undefined;
   return [keys.length, ...keys, ...argv];

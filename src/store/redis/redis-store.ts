@@ -16,7 +16,15 @@ import {
   REFUND_COMMAND,
   REFUND_SCRIPT,
 } from './script';
-import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../../limiter/store';
+import {
+  isPlannedCounters,
+  StoreUnavailableError,
+  type CounterDecision,
+  type CounterRequest,
+  type DecideOptions,
+  type PlannedCounters,
+  type Store,
+} from '../../limiter/store';
 
 /**
  * The Redis adapter, a composition: time from Redis; decide() calls coalesced into batches by a
@@ -132,12 +140,12 @@ export class RedisStore implements Store {
   private readonly isCluster: boolean;
   private readonly batcher: CallBatcher<RedisCall, CounterDecision[] | SlotShare>;
   private readonly probe: HealthProbe;
-  // The limiter hands out one CounterRequest per distinct descriptor (src/limiter/rate-limiter.ts):
-  // its arguments are encoded once, and joined into the blocks of each request it is part of.
+  // The limiter hands out one CounterRequest per distinct descriptor (src/limiter/plan.ts): its
+  // arguments are encoded once, and joined into the blocks of each request it is part of.
   private readonly counterArgs = new WeakMap<CounterRequest, CounterArgs>();
-  // A frozen counters array is the same object on every call of one request (Store.decide): its
-  // blocks are made once; other arrays (unkept requests, shares) are encoded per call.
-  private readonly requestArgs = new WeakMap<readonly CounterRequest[], RequestArgs>();
+  // PlannedCounters are the same array on every call of one request (Store.decide): their blocks
+  // are made once; other arrays (unkept requests, shares) are encoded per call.
+  private readonly requestArgs = new WeakMap<PlannedCounters, RequestArgs>();
   private readonly gate: ShareGate;
   private closed = false;
 
@@ -322,10 +330,10 @@ export class RedisStore implements Store {
     return this.batcher.enqueue({ counters, args: this.argsOfRequest(counters), countDenied, share }, slot);
   }
 
-  /** The RESP of a request's arguments, made once per frozen counters array (else per call). */
+  /** The RESP of a request's arguments, made once per PlannedCounters (else per call). */
   private argsOfRequest(counters: readonly CounterRequest[]): RequestArgs {
-    const frozen = Object.isFrozen(counters);
-    let a = frozen ? this.requestArgs.get(counters) : undefined;
+    const planned = isPlannedCounters(counters);
+    let a = planned ? this.requestArgs.get(counters) : undefined;
     if (a !== undefined) return a;
     let keys = '';
     let argv = countArgument(counters.length);
@@ -335,7 +343,7 @@ export class RedisStore implements Store {
       argv += c.specArgument;
     }
     a = { keys: Buffer.from(keys), argv: Buffer.from(argv), firstKey: this.argsOf(counters[0]).key, problem: this.problemOf(counters) };
-    if (frozen) this.requestArgs.set(counters, a);
+    if (planned) this.requestArgs.set(counters, a);
     return a;
   }
 

@@ -1,5 +1,5 @@
 import { MAX_BUCKET_AHEAD_MS } from '../../limiter/algorithms';
-import { isBucket, MAX_WINDOW_MS, UNIT_MS, type Algorithm } from '../../limiter/types';
+import { algorithmCode, isBucket, MAX_WINDOW_MS, UNIT_MS } from '../../limiter/types';
 import type { CounterRequest } from '../../limiter/store';
 import { MAX_CALENDAR_OFFSET_MS } from '../../limiter/calendar';
 
@@ -9,15 +9,6 @@ import { MAX_CALENDAR_OFFSET_MS } from '../../limiter/calendar';
  * at the same instant. Time is Redis `TIME`, read once per call (every request of a batch is decided
  * at that one instant): every replica of the service shares Redis's clock, whatever its own clock says.
  */
-
-/** Algorithm codes passed in ARGV (a strict sliding window is 'ss', see counterSpec). */
-export const ALGORITHM_CODE: Readonly<Record<Algorithm, string>> = {
-  sliding_window: 'sw',
-  fixed_window: 'fw',
-  sliding_log: 'sl',
-  token_bucket: 'tb',
-  leaky_bucket: 'lb',
-};
 
 /**
  * A counter's limit and hits as DECIDE reads them, `<algorithm code>:<W>:<L>:<shape>:<hits>`
@@ -31,8 +22,8 @@ export function counterSpec(c: CounterRequest): string {
   const charged = c.countDenied === true ? ':d' : '';
   if (c.calendar !== undefined) return `fc:${UNIT_MS[c.calendar.unit]}:${c.limit}:${c.calendar.offsetMs}:${c.hits}${charged}`;
   if (c.algorithm === 'sliding_window') return `${c.strict === true ? 'ss' : 'sw'}:${c.windowMs}:${c.limit}:${c.subWindows ?? 1}:${c.hits}${charged}`;
-  const shape = c.algorithm === 'token_bucket' || c.algorithm === 'leaky_bucket' ? (c.burst ?? c.limit) : 0;
-  return `${ALGORITHM_CODE[c.algorithm]}:${c.windowMs}:${c.limit}:${shape}:${c.hits}${charged}`;
+  const shape = isBucket(c.algorithm) ? (c.burst ?? c.limit) : 0;
+  return `${algorithmCode(c.algorithm)}:${c.windowMs}:${c.limit}:${shape}:${c.hits}${charged}`;
 }
 
 /**

@@ -1,6 +1,6 @@
 import { decideAcrossSlots, mergeSlotShares, refundArgs, splitBySlot, type SlotPart, type SlotShare } from '../../../../src/store/redis/cluster-slots';
 import { keySlot } from '../../../../src/store/redis/key-slot';
-import { ALGORITHM_CODE } from '../../../../src/store/redis/script';
+import { algorithmCode } from '../../../../src/limiter/types';
 import type { CounterDecision, CounterRequest } from '../../../../src/limiter/store';
 
 const counter = (key: string, hits = 1): CounterRequest => ({ key, limit: 10, windowMs: 1000, algorithm: 'sliding_window', hits });
@@ -54,10 +54,10 @@ describe('refundArgs', () => {
       2,
       'p{a}',
       'p{c}',
-      ALGORITHM_CODE.sliding_window,
+      algorithmCode('sliding_window'),
       2,
       'ta',
-      ALGORITHM_CODE.sliding_window,
+      algorithmCode('sliding_window'),
       3,
       'tc',
     ]);
