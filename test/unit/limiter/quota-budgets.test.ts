@@ -3,10 +3,11 @@ import { OverCapacityError } from '../../../src/limiter/errors';
 import { chargeCap, QuotaBudgets, type QuotaAction, type QuotaLimits, type QuotaSubscriber, type QuotaUsage } from '../../../src/limiter/quota-budgets';
 import type { QuotaStrategy } from '../../../src/limiter/quota-share';
 import type { ReplicaExchange } from '../../../src/limiter/replica-exchange';
-import { StoreUnavailableError, type CounterRequest, type Store } from '../../../src/limiter/store';
+import type { CounterRequest, Store } from '../../../src/limiter/store';
 import { MemoryExchange } from '../../../src/store/memory-exchange';
 import { MemoryStore } from '../../../src/store/memory-store';
 import { FakeClock } from '../../helpers/fake-clock';
+import { SwitchableStore } from '../../helpers/switchable-store';
 
 /** The quota budgets on a fake clock: reports in, answers and pushes out, charges through a memory store. */
 
@@ -155,24 +156,18 @@ describe('charges', () => {
   test('while the store fails, charges wait (at most twice what the counter takes at once), then reach it: nothing is poisoned', async () => {
     const clock = new FakeClock(1_000_000);
     const memory = new MemoryStore({ clock, maxKeys: 1_000, sweepIntervalMs: 0 });
-    let down = false;
-    const store: Store = {
-      name: 'flaky',
-      decide: (c, o) => (down ? Promise.reject(new StoreUnavailableError('down')) : memory.decide(c, o)),
-      isHealthy: () => !down,
-      close: () => memory.close(),
-    };
+    const store = new SwitchableStore(memory);
     const { replica } = setup({ store, clock });
     const r = replica();
     const s = r.budgets.open();
     await report(r, s, [usage({ k: 'p' }, 1)]);
-    down = true;
+    store.down = true;
     for (let i = 0; i < 10; i++) {
       clock.advance(1_000);
       await report(r, s, [usage({ k: 'p' }, 2 ** 40)]);
       await r.budgets.tick();
     }
-    down = false;
+    store.down = false;
     clock.advance(250);
     await r.budgets.tick();
     const key = r.budgets.view(10, 10).budgets[0].counter;

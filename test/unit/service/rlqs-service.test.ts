@@ -1,13 +1,13 @@
 import { configFromTexts } from '../../../src/config/files';
 import { silentLogger } from '../../../src/log';
 import type { RlqsLimits } from '../../../src/limiter/quota-budgets';
-import { StoreUnavailableError, type Store } from '../../../src/limiter/store';
 import { RlqsService, type QuotaStreamSink } from '../../../src/service/rlqs-service';
 import { MemoryExchange } from '../../../src/store/memory-exchange';
 import { MemoryStore } from '../../../src/store/memory-store';
 import { loadProtoFiles } from '../../../src/wire/proto';
 import { RLQS_PROTO } from '../../../src/wire/rlqs-codec';
 import { FakeClock } from '../../helpers/fake-clock';
+import { SwitchableStore } from '../../helpers/switchable-store';
 
 /** The quota stream service without a transport: messages in, frames out, on a fake clock. */
 
@@ -124,25 +124,19 @@ test('a bucket idle for three full reports is abandoned, and a stream over RLQS_
 test('while the store fails, the last shares stay in force and the charges wait for it', async () => {
   const clock = new FakeClock(1_000_000);
   const memory = new MemoryStore({ clock, maxKeys: 1_000, sweepIntervalMs: 0 });
-  let down = false;
-  const flaky: Store = {
-    name: 'flaky',
-    decide: (c, o) => (down ? Promise.reject(new StoreUnavailableError('down')) : memory.decide(c, o)),
-    isHealthy: () => !down,
-    close: () => memory.close(),
-  };
+  const flaky = new SwitchableStore(memory);
   const service = new RlqsService({ store: flaky, config: () => CONFIG, logger: silentLogger(), limits: LIMITS, clock, timers: false });
   const sink = new Sink();
   const s = service.open(sink);
   await s.message(message([[{ k: 'f' }, 1, 0]]));
   const before = sink.last().quotaAssignmentAction.rateLimitStrategy;
-  down = true;
+  flaky.down = true;
   clock.advance(200);
   await s.message(message([[{ k: 'f' }, 10, 0]]));
   await service.tick();
   expect(sink.last().quotaAssignmentAction.rateLimitStrategy).toEqual(before);
   expect(sink.ended).toBeUndefined();
-  down = false;
+  flaky.down = false;
   clock.advance(300);
   await service.tick();
   // The ten reported while the store was down reached the counter once it was back.
