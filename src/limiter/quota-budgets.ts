@@ -65,7 +65,7 @@ export interface RlqsLimits extends QuotaLimits {
   readonly maxStreamsPerConnection: number;
   /** A stream that sends no report this long after it opened is ended, ms. */
   readonly firstReportTimeoutMs: number;
-  /** A stream that sends nothing this long is ended (Envoy reports every interval, idle or not), ms. */
+  /** A stream that sends nothing this long (or three of its observed report intervals, at most ten times this) is ended (Envoy reports every interval, idle or not), ms. */
   readonly idleTimeoutMs: number;
   /** Reports one stream may send per second (and at once); past it its next report waits (flow control). */
   readonly maxReportsPerSecond: number;

@@ -339,8 +339,11 @@ export class RlqsService {
     for (const s of [...this.streams.values()]) {
       if (s.lastMessageAtMs === undefined && now - s.openedAtMs > firstReportTimeoutMs) {
         this.finish(s, { code: GrpcStatus.DEADLINE_EXCEEDED, details: `no usage report within ${firstReportTimeoutMs} ms of opening the stream` });
-      } else if (s.lastMessageAtMs !== undefined && now - s.lastMessageAtMs > idleTimeoutMs) {
-        this.finish(s, { code: GrpcStatus.DEADLINE_EXCEEDED, details: `no usage report for ${idleTimeoutMs} ms` });
+      } else if (s.lastMessageAtMs !== undefined) {
+        // A stream whose own report interval is long (Envoy's reporting_interval) gets three of them, up to ten timeouts.
+        const interval = this.budgets.intervalOf(s.subscriber) ?? 0;
+        const limit = Math.min(10 * idleTimeoutMs, Math.max(idleTimeoutMs, 3 * interval));
+        if (now - s.lastMessageAtMs > limit) this.finish(s, { code: GrpcStatus.DEADLINE_EXCEEDED, details: `no usage report for ${limit} ms` });
       }
     }
   }
