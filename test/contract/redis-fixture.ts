@@ -1,6 +1,7 @@
 import type { RedisType } from '../../src/settings/settings';
 import type { Store } from '../../src/limiter/store';
 import { connectStore, sleep } from '../helpers/redis';
+import { CONTRACT_RESERVATION_TTL_MS, CONTRACT_RESERVATIONS_PER_KEY } from './reservation-contract';
 
 /**
  * The contract suite's fixture for a Redis deployment: start it, connect a RedisStore, and let real
@@ -9,21 +10,28 @@ import { connectStore, sleep } from '../helpers/redis';
 export function redisFixture(
   type: RedisType,
   start: () => Promise<{ readonly url: string; stop(): Promise<void> }>,
-): () => Promise<{ store: Store; advance(ms: number): Promise<void>; close(): Promise<void> }> {
+): () => Promise<{ store: Store; peer: Store; advance(ms: number): Promise<void>; close(): Promise<void> }> {
   return async () => {
     const deployment = await start();
-    let store: Store;
+    const stores: Store[] = [];
     try {
-      store = await connectStore({ type, url: deployment.url });
+      // Two replicas of the service: each its own client on the same deployment.
+      for (let i = 0; i < 2; i++) {
+        stores.push(
+          await connectStore({ type, url: deployment.url, reservationTtlMs: CONTRACT_RESERVATION_TTL_MS, reservationsPerKey: CONTRACT_RESERVATIONS_PER_KEY }),
+        );
+      }
     } catch (err) {
+      await Promise.all(stores.map((s) => s.close()));
       await deployment.stop();
       throw err;
     }
     return {
-      store,
+      store: stores[0],
+      peer: stores[1],
       advance: (ms: number) => sleep(ms),
       close: async () => {
-        await store.close();
+        await Promise.all(stores.map((s) => s.close()));
         await deployment.stop();
       },
     };

@@ -4,6 +4,7 @@ import { ALGORITHMS, isBucket, UNIT_MS } from '../../src/limiter/types';
 import type { CounterDecision, CounterRequest, ProxyDemand, Store } from '../../src/limiter/store';
 import { describeBudgetContract } from './budget-contract';
 import { describeCalendarContract } from './calendar-contract';
+import { describeReservationContract } from './reservation-contract';
 
 /**
  * The behaviour every Store adapter shares, run once per adapter (see *.test.ts next to this file).
@@ -23,6 +24,8 @@ export interface StoreHarness {
   close(): Promise<void>;
   /** The store's clock now, ms; default Date.now() (a Redis server on this machine keeps its time). */
   nowMs?(): number;
+  /** Another replica's store on the same data (a second connection to the same Redis); default the store itself. */
+  readonly peer?: Store;
 }
 
 /** Long enough that no test straddles a window boundary (epoch-aligned days). */
@@ -343,6 +346,8 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
     });
 
     describeBudgetContract(() => h, lineUp);
+
+    describeReservationContract(() => ({ store: h.store, peer: h.peer ?? h.store, advance: (ms) => h.advance(ms) }));
 
     describe('quota demand exchange (RLQS)', () => {
       const sorted = (entries: ProxyDemand[]): ProxyDemand[] => [...entries].sort((a, b) => (a.member < b.member ? -1 : 1));

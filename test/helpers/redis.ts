@@ -342,6 +342,10 @@ export interface TestStoreOptions {
   readonly timeoutMs?: number;
   readonly keyPrefix?: string;
   readonly onError?: (kind: RedisErrorKind) => void;
+  /** RESERVATION_TTL, ms (the store's default when omitted). */
+  readonly reservationTtlMs?: number;
+  /** RESERVATIONS_MAX_PER_KEY (the store's default when omitted). */
+  readonly reservationsPerKey?: number;
 }
 
 /** A RedisStore on its own client, resolved once the client is ready. */
@@ -353,6 +357,8 @@ export async function connectStore(options: TestStoreOptions): Promise<RedisStor
     timeoutMs: options.timeoutMs ?? 2_000,
     keyPrefix: options.keyPrefix ?? 'test:',
     onError: options.onError,
+    reservationTtlMs: options.reservationTtlMs,
+    reservationsPerKey: options.reservationsPerKey,
   });
   await waitFor('the store to connect', async () => store.isHealthy(), 10_000, 20);
   return store;
