@@ -48,7 +48,7 @@ export type RuleSetting = BooleanRuleSetting | IntegerRuleSetting;
  * RuleNode and MatchedRule. This table is their one declaration: the loader (src/config/load.ts)
  * reads, validates and inherits each one from it, the xDS translation copies each from its proto
  * field, and the two types below get one field each. A new key is an entry here and its use in the
- * decision (./rate-limiter.ts, where the rule of a request's own limit, overrideRule, gets the field
+ * request's planning (./plan.ts, where the rule of a request's own limit, overrideRule, gets the field
  * too: the compiler points there). Keys with a structure or rules of their own (rate_limit,
  * descriptors, metadata, value_to_metric, share_threshold) are read by the loader by name.
  */

@@ -22,10 +22,10 @@ export interface Store {
   /** Human-readable adapter name for logs and metrics ("memory", "redis"). */
   readonly name: string;
   /**
-   * Decides and charges `counters` all-or-nothing. A frozen array is the same object on every call
-   * of one request (the limiter keeps it with the request's plan): a store may key work on it.
+   * Decides and charges `counters` all-or-nothing. A frozen array is PlannedCounters, the same
+   * object on every call of one request: a store may key work on it (isPlannedCounters).
    */
-  decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]>;
+  decide(counters: readonly CounterRequest[] | PlannedCounters, options?: DecideOptions): Promise<CounterDecision[]>;
   /**
    * Optional: the answer to this call from local knowledge alone (no round trip, nothing charged),
    * or undefined when there is none; then call decide(). Callers ask this first, on every call.
@@ -176,6 +176,25 @@ export interface CounterRequest {
    * (./calendar.ts calendarPeriod), not an epoch-aligned windowMs (then the unit's nominal length).
    */
   readonly calendar?: CalendarWindow;
+}
+
+declare const planned: unique symbol;
+
+/**
+ * The counters of a request the limiter keeps a plan for (./plan.ts): frozen, and the same array on
+ * every call of that request, so that a store may key work per request on it (the Redis store keeps
+ * each one's arguments as RESP bytes). Made by plannedCounters alone; recognised by isPlannedCounters.
+ */
+export type PlannedCounters = readonly CounterRequest[] & { readonly [planned]: true };
+
+/** `counters`, frozen, as a kept plan's: the caller hands the store this same array on every call of its request. */
+export function plannedCounters(counters: readonly CounterRequest[]): PlannedCounters {
+  return Object.freeze(counters) as PlannedCounters;
+}
+
+/** Whether `counters` is a kept plan's (a frozen array: nothing else hands a store one). */
+export function isPlannedCounters(counters: readonly CounterRequest[]): counters is PlannedCounters {
+  return Object.isFrozen(counters);
 }
 
 /** One string per distinct counter of a call: a key named with another algorithm or window is another counter. */

@@ -240,7 +240,7 @@ export interface DescriptorCacheOptions {
  * (one per rate-limit action: the client, the path, the tenant ...): a descriptor seen before is
  * neither decoded nor allocated again, and it comes back as the same frozen object, so that what
  * the limiter derives from it alone (its rule, its counter key) is kept per object too
- * (src/limiter/rate-limiter.ts). A descriptor is kept from its second sighting on. Bounded in
+ * (KeptDescriptor, src/limiter/plan.ts). A descriptor is kept from its second sighting on. Bounded in
  * entries and in bytes: only descriptors of at most `maxDescriptorBytes` are kept, at most
  * `maxEntries` of them (and as many seen once).
  */
@@ -299,7 +299,7 @@ export function requestKey(message: Buffer): string | undefined {
  * descriptors): a proxy sends the same request (these descriptors, this domain) for every call of
  * one client on one route, and a request seen before costs one lookup, not one per descriptor. A
  * kept request is frozen, its descriptors too, so that the limiter may keep what it derives from
- * them. Requests not kept are decoded with the descriptor cache.
+ * them (KeptRequest, src/limiter/plan.ts). Requests not kept are decoded with the descriptor cache.
  */
 export class RequestCache {
   private readonly byBytes: KeptFromSecondSighting<RateLimitRequest>;

@@ -21,11 +21,13 @@ import {
   REFUND_SCRIPT,
 } from './script';
 import {
+  isPlannedCounters,
   StoreUnavailableError,
   type CounterDecision,
   type CounterRequest,
   type DecideOptions,
   type DemandExchange,
+  type PlannedCounters,
   type ProxyDemand,
   type Store,
 } from '../../limiter/store';
@@ -159,12 +161,12 @@ export class RedisStore implements Store {
   private readonly isCluster: boolean;
   private readonly batcher: CallBatcher<RedisCall, CounterDecision[] | SlotShare>;
   private readonly probe: HealthProbe;
-  // The limiter hands out one CounterRequest per distinct descriptor (src/limiter/rate-limiter.ts):
-  // its arguments are encoded once, and joined into the blocks of each request it is part of.
+  // The limiter hands out one CounterRequest per distinct descriptor (src/limiter/plan.ts): its
+  // arguments are encoded once, and joined into the blocks of each request it is part of.
   private readonly counterArgs = new WeakMap<CounterRequest, CounterArgs>();
-  // A frozen counters array is the same object on every call of one request (Store.decide): its
-  // blocks are made once; other arrays (unkept requests, shares) are encoded per call.
-  private readonly requestArgs = new WeakMap<readonly CounterRequest[], RequestArgs>();
+  // PlannedCounters are the same array on every call of one request (Store.decide): their blocks
+  // are made once; other arrays (unkept requests, shares) are encoded per call.
+  private readonly requestArgs = new WeakMap<PlannedCounters, RequestArgs>();
   private readonly gate: ShareGate;
   private closed = false;
 
@@ -401,10 +403,10 @@ export class RedisStore implements Store {
     return this.batcher.enqueue({ counters, args: this.argsOfRequest(counters), countDenied, share }, slot);
   }
 
-  /** The RESP of a request's arguments, made once per frozen counters array (else per call). */
+  /** The RESP of a request's arguments, made once per PlannedCounters (else per call). */
   private argsOfRequest(counters: readonly CounterRequest[]): RequestArgs {
-    const frozen = Object.isFrozen(counters);
-    let a = frozen ? this.requestArgs.get(counters) : undefined;
+    const planned = isPlannedCounters(counters);
+    let a = planned ? this.requestArgs.get(counters) : undefined;
     if (a !== undefined) return a;
     let keys = '';
     let argv = countArgument(counters.length);
@@ -414,7 +416,7 @@ export class RedisStore implements Store {
       argv += c.specArgument;
     }
     a = { keys: Buffer.from(keys), argv: Buffer.from(argv), firstKey: this.argsOf(counters[0]).key, problem: this.problemOf(counters) };
-    if (frozen) this.requestArgs.set(counters, a);
+    if (planned) this.requestArgs.set(counters, a);
     return a;
   }
 
