@@ -2,7 +2,7 @@ import type { Logger } from '../log';
 import type { FailurePolicy, Settings } from '../settings/settings';
 import { DenialCache } from './denial-cache';
 import { FailurePolicyStore } from './failure-policy';
-import { MemoryStore } from './memory-store';
+import { MemoryStore, type MemoryStoreOptions } from './memory-store';
 import { createRedisClient, describeRedisTarget, parseRedisTarget } from './redis/connection';
 import { RedisStore } from './redis/redis-store';
 import type { Store } from '../limiter/store';
@@ -25,12 +25,17 @@ export async function createStore(settings: Settings, logger: Logger, hooks: Sto
   switch (settings.backendType) {
     case 'memory':
       logger.debug({ maxKeys: settings.memoryMaxKeys, maxBytes: settings.memoryMaxBytes }, 'using the in-memory store');
-      return new MemoryStore({ maxKeys: settings.memoryMaxKeys, maxBytes: settings.memoryMaxBytes });
+      return new MemoryStore({ maxKeys: settings.memoryMaxKeys, maxBytes: settings.memoryMaxBytes, reservations: memoryReservations(settings) });
     case 'redis':
       return createRedisBackedStore(settings, logger, hooks);
     default:
       throw new Error(`backend "${settings.backendType}" is not available in this build`);
   }
+}
+
+function memoryReservations(settings: Settings): NonNullable<MemoryStoreOptions['reservations']> {
+  const r = settings.reservations;
+  return { ttlMs: r.ttlMs, maxPerKey: r.maxPerKey, maxEntries: r.maxEntries, maxBytes: r.maxBytes };
 }
 
 // How long start-up waits for Redis before serving anyway (NOT_SERVING until it connects).
@@ -64,6 +69,8 @@ async function createRedisBackedStore(settings: Settings, logger: Logger, hooks:
     keyPrefix: settings.cacheKeyPrefix,
     timeoutMs: settings.storeTimeoutMs,
     onError: hooks.onStoreError,
+    reservationTtlMs: settings.reservations.ttlMs,
+    reservationsPerKey: settings.reservations.maxPerKey,
     onConnectionChange: (state, err) => {
       if (state === 'ready') logger.info({ redis: target }, 'redis connected');
       else logger.warn({ redis: target, err: err?.message }, 'redis connection lost; reconnecting');

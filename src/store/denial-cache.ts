@@ -9,6 +9,7 @@ import {
   type SharedDocuments,
   type ProxyDemand,
   type Store,
+  type Reservations,
 } from '../limiter/store';
 import { BoundedCache, entryBytes, type CacheEntry } from '../limiter/bounded-cache';
 
@@ -84,6 +85,8 @@ export class DenialCache implements Store {
   readonly name: string;
   /** The wrapped store's (a wrapper shares what it shares). */
   readonly documents: SharedDocuments | undefined;
+  /** The wrapped store's reservations, forwarded as they are (they bypass this wrapper's own work). */
+  readonly reservations: Reservations | undefined;
   private readonly store: Store;
   private readonly clock: Clock;
   private readonly onHit: () => void;
@@ -98,6 +101,7 @@ export class DenialCache implements Store {
     this.denials = new BoundedCache({ maxEntries: options.maxKeys, maxBytes: options.maxBytes ?? DEFAULT_DENIAL_CACHE_MAX_BYTES });
     this.clock = options.clock ?? monotonicClock;
     this.documents = options.store.documents;
+    this.reservations = options.store.reservations;
     this.onHit = options.onHit ?? (() => {});
   }
 

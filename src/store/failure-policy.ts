@@ -9,6 +9,7 @@ import {
   type SharedDocuments,
   type ProxyDemand,
   type Store,
+  type Reservations,
 } from '../limiter/store';
 
 /**
@@ -39,6 +40,8 @@ export class FailurePolicyStore implements Store {
   readonly name: string;
   /** The wrapped store's (a wrapper shares what it shares). */
   readonly documents: SharedDocuments | undefined;
+  /** The wrapped store's reservations, forwarded as they are (they bypass this wrapper's own work). */
+  readonly reservations: Reservations | undefined;
   private readonly store: Store;
   private readonly policy: FailurePolicy;
   private readonly fallback: Store | undefined;
@@ -51,6 +54,7 @@ export class FailurePolicyStore implements Store {
     this.store = options.store;
     this.name = options.store.name;
     this.documents = options.store.documents;
+    this.reservations = options.store.reservations;
     this.policy = options.policy;
     this.fallback = options.fallback;
     this.onFallback = options.onFallback ?? (() => {});
