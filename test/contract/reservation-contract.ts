@@ -1,5 +1,10 @@
+import { buildConfig } from '../../src/config/rule-tree';
+import { parseConfigText } from '../../src/config/rule-reader';
+import { RateLimiter } from '../../src/limiter/rate-limiter';
 import type { CounterRequest, HoldAnswer, HoldCall, Store } from '../../src/limiter/store';
 import type { HoldKind } from '../../src/limiter/reservations';
+import type { Descriptor, RateLimitRequest } from '../../src/limiter/types';
+import { LIMITER_DEFAULTS } from '../helpers/limiter-defaults';
 
 /**
  * Reservations on each store (part of the store contract, see ./store-contract.ts): holds decided
@@ -17,6 +22,8 @@ interface ReservationHarness {
   readonly store: Store;
   readonly peer: Store;
   advance(ms: number): Promise<void>;
+  /** The store's clock now, ms. */
+  nowMs(): number;
 }
 
 const MINUTE = 60_000;
@@ -200,6 +207,65 @@ export function describeReservationContract(harness: () => ReservationHarness): 
         ...['held', 'held', 'committed', 'held', 'held', 'committed', 'held'],
         ...['denied', 'unknown', 'denied', 'denied', 'unknown', 'denied', 'denied', 'unknown'],
       ]);
+    });
+
+    describe('through the limiter, one per replica', () => {
+      const RULES = (domain: string): string =>
+        `domain: ${domain}\ndescriptors:\n` +
+        '  - key: api_key\n    rate_limits:\n' +
+        '      - {name: tokens_per_minute, unit: minute, requests_per_unit: 1000}\n' +
+        '      - {name: tokens_per_day, unit: day, requests_per_unit: 100000, algorithm: fixed_window}\n' +
+        '  - key: tenant\n    rate_limit: {concurrency: 5}\n';
+      const limiters = (h: ReservationHarness, domain: string): [RateLimiter, RateLimiter] => {
+        const config = buildConfig([parseConfigText('llm.yaml', RULES(domain), { defaultAlgorithm: 'sliding_window' })]);
+        return [h.store, h.peer].map((store) => new RateLimiter({ store, config: () => config, ...LIMITER_DEFAULTS })) as [RateLimiter, RateLimiter];
+      };
+      const ask = (domain: string, key: string, value: string, kind: string, id: string, hits: number): RateLimitRequest => {
+        const d: Descriptor = {
+          entries: [
+            { key, value },
+            { key: kind, value: id },
+          ],
+          hitsAddend: hits,
+        };
+        return { domain, hitsAddend: 0, descriptors: [d] };
+      };
+      /** Waits, on a real clock, until at least `room` ms are left in the current minute. */
+      const inOneMinute = async (h: ReservationHarness, room: number): Promise<void> => {
+        const left = MINUTE - (h.nowMs() % MINUTE);
+        if (left < room) await h.advance(left + 20);
+      };
+
+      it('admits 10 of 50 concurrent reserves of 100 against 1,000 per minute across two replicas; commits of 30 on the other free the rest', async () => {
+        const h = harness();
+        const domain = freshKey('llm').replace(/\|/g, '-');
+        const [a, b] = limiters(h, domain);
+        await inOneMinute(h, 10_000);
+        const answers = await Promise.all(
+          Array.from({ length: 50 }, (_, i) => (i % 2 ? a : b).shouldRateLimit(ask(domain, 'api_key', 'alice', 'reserve', `r${i}`, 100))),
+        );
+        const admitted = answers.flatMap((r, i) => (r.overallCode === 'OK' ? [i] : []));
+        expect(admitted).toHaveLength(10);
+        const commits = await Promise.all(admitted.map((i) => (i % 2 ? b : a).shouldRateLimit(ask(domain, 'api_key', 'alice', 'commit', `r${i}`, 30))));
+        expect(commits.map((r) => r.overallCode)).toEqual(admitted.map(() => 'OK'));
+        expect(Math.min(...commits.map((r) => r.statuses[0].limitRemaining))).toBe(700);
+        const again = await Promise.all(Array.from({ length: 10 }, (_, i) => a.shouldRateLimit(ask(domain, 'api_key', 'alice', 'reserve', `s${i}`, 100))));
+        expect(again.filter((r) => r.overallCode === 'OK')).toHaveLength(7);
+      });
+
+      it('holds 5 in flight across two replicas', async () => {
+        const h = harness();
+        const domain = freshKey('flight').replace(/\|/g, '-');
+        const [a, b] = limiters(h, domain);
+        const answers = await Promise.all(
+          Array.from({ length: 7 }, (_, i) => (i % 2 ? a : b).shouldRateLimit(ask(domain, 'tenant', 'acme', 'reserve', `f${i}`, 1))),
+        );
+        const admitted = answers.flatMap((r, i) => (r.overallCode === 'OK' ? [i] : []));
+        expect(admitted).toHaveLength(5);
+        await a.shouldRateLimit(ask(domain, 'tenant', 'acme', 'commit', `f${admitted[0]}`, 1));
+        expect((await b.shouldRateLimit(ask(domain, 'tenant', 'acme', 'reserve', 'late', 1))).overallCode).toBe('OK');
+        expect((await a.shouldRateLimit(ask(domain, 'tenant', 'acme', 'reserve', 'later', 1))).overallCode).toBe('OVER_LIMIT');
+      });
     });
   });
 }

@@ -347,7 +347,7 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
 
     describeBudgetContract(() => h, lineUp);
 
-    describeReservationContract(() => ({ store: h.store, peer: h.peer ?? h.store, advance: (ms) => h.advance(ms) }));
+    describeReservationContract(() => ({ store: h.store, peer: h.peer ?? h.store, advance: (ms) => h.advance(ms), nowMs: () => h.nowMs?.() ?? Date.now() }));
 
     describe('quota demand exchange (RLQS)', () => {
       const sorted = (entries: ProxyDemand[]): ProxyDemand[] => [...entries].sort((a, b) => (a.member < b.member ? -1 : 1));
