@@ -232,7 +232,7 @@ export interface LimiterObserver {
 /** What one reservation call did to its descriptor's book. */
 export interface ReservationEvent {
   readonly domain: string;
-  /** The rule (the first limit of a `rate_limits` rule) whose book it is. */
+  /** The rule whose descriptor's reservations they are (its statKey names it, never a request's values). */
   readonly rule: OutcomeRule;
   readonly kind: 'reserve' | 'commit' | 'release';
   readonly outcome: HoldOutcome;

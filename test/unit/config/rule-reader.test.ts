@@ -561,6 +561,14 @@ describe('in-flight limits (concurrency)', () => {
       [2, 'd|cc'],
       [undefined, counterKeyPrefix('d', 'sliding_window', 3_600_000)],
     ]);
+    const config2 = buildConfig([config]);
+    expect(describeConfig(config2).filter((l) => l.startsWith('d.tenant') || l.startsWith('d.both'))).toEqual([
+      'd.tenant: concurrency=5 name=in_flight, shadow_mode: false, quota_mode: false',
+      'd.both.0: concurrency=2, shadow_mode: false, quota_mode: false',
+      'd.both.1: unit=HOUR requests_per_unit=300 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: false',
+    ]);
+    expect(ruleMatch(config2, 'd', [{ key: 'tenant', value: 'acme' }]).rule).toMatchObject({ concurrency: 5, name: 'in_flight' });
+    expect(ruleMatch(config2, 'd', [{ key: 'both', value: 'x' }]).rule?.limits?.map((l) => l.concurrency)).toEqual([2, undefined]);
   });
 
   test.each([
