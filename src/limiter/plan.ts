@@ -306,11 +306,6 @@ export class RequestPlanner {
         (holds ??= []).push(this.planHold({ config, domain, descriptor: d, rule, limits: rule.limits, index: i, hits, soft, memo, replaced }, reservation));
         continue;
       }
-      if (limit.concurrency !== undefined || (rule.limits !== undefined && rule.limits.some((l) => l.limit.concurrency !== undefined))) {
-        throw new InvalidRequestError(
-          `descriptors[${i}]: its rule (${rule.statKey}) limits reservations in flight: its descriptors end in a "${this.reservationKeys.reserve}" or "${this.reservationKeys.commit}" entry`,
-        );
-      }
       if (rule.limits !== undefined) {
         decidedBy ??= new Array<number>(n).fill(-1);
         this.planLimits({ config, domain, descriptor: d, rule, limits: rule.limits, index: i, hits, soft, memo, replaced }, counted);
@@ -319,6 +314,8 @@ export class RequestPlanner {
       let counter = memo?.counter;
       let statKey = memo?.statKey;
       if (counter === undefined) {
+        // Checked where the counter is made: once per kept descriptor (a descriptor refused here never gets one).
+        if (limit.concurrency !== undefined) throw this.inFlightOnly(i, rule);
         const keys = rule.requestKeyed ? requestKeys(config, domain, d.entries, rule) : undefined;
         counter = this.counterOf(counterKey(rule.keyPrefix, keys === undefined ? d.entries : keys.entries), limit, hits, rule, undefined);
         statKey = keys?.statKey;
@@ -338,6 +335,14 @@ export class RequestPlanner {
     return { config, domain, descriptors, hitsAddend: req.hitsAddend, statuses, counted, counters, softCount, quotaAt, decidedBy, holds };
   }
 
+  /** An ordinary descriptor on a rule that limits reservations in flight (`concurrency`): it holds nothing to count. */
+  private inFlightOnly(index: number, rule: MatchedRule): InvalidRequestError {
+    const { reserve, commit } = this.reservationKeys;
+    return new InvalidRequestError(
+      `descriptors[${index}]: its rule (${rule.statKey}) limits reservations in flight: its descriptors end in a "${reserve}" or "${commit}" entry`,
+    );
+  }
+
   /**
    * A reserve or commit descriptor: its book (the tag its rule's counters share, or its one
    * counter's key), its counters as checks (hits 0), its in-flight limit, and what each limit reports.
@@ -346,7 +351,7 @@ export class RequestPlanner {
   private planHold(p: Omit<LimitsPlan, 'limits'> & { readonly limits: readonly RuleLimit[] | undefined }, entry: ReservationEntry): PlannedHold {
     const { descriptor: d, rule, hits, memo } = p;
     const known = memo?.hold;
-    if (known !== undefined && known.call.hits === hits) return known;
+    if (known !== undefined && known.call.hits === hits && p.replaced === undefined) return known;
     const entries = d.entries.slice(0, -1);
     const keys = rule.requestKeyed ? requestKeys(p.config, p.domain, entries, rule) : undefined;
     const keyed = keys === undefined ? entries : keys.entries;
@@ -378,7 +383,8 @@ export class RequestPlanner {
     if (inFlight !== undefined) parts.push(inFlight);
     const call: HoldCall = Object.freeze({ kind: entry.kind, key: book, id: entry.id, hits, counters: Object.freeze(counters), maxHeld });
     const hold: PlannedHold = Object.freeze({ index: p.index, rule, soft: p.soft, call, parts: Object.freeze(parts) });
-    if (memo !== undefined) memo.hold = hold;
+    // Kept for the next request with these hits, unless another rule of this one replaced some of its limits.
+    if (memo !== undefined && p.replaced === undefined) memo.hold = hold;
     return hold;
   }
 
@@ -394,6 +400,7 @@ export class RequestPlanner {
     let counters = memo?.counters;
     let statKey = memo?.statKey;
     if (counters === undefined) {
+      if (limits.some((l) => l.limit.concurrency !== undefined)) throw this.inFlightOnly(p.index, rule);
       const keys = rule.requestKeyed ? requestKeys(p.config, p.domain, d.entries, rule) : undefined;
       const entries = keys === undefined ? d.entries : keys.entries;
       const tag = counterKey(limits[0].keyPrefix, entries);

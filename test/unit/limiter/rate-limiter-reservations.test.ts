@@ -226,6 +226,13 @@ describe('reservations through the limiter', () => {
       await expect(limiter.shouldRateLimit(req(descriptor))).rejects.toThrow(message);
     });
 
+    it('a plain descriptor on an in-flight rule, kept and asked again', async () => {
+      const { limiter } = setup();
+      const kept = Object.freeze(req(Object.freeze(d([['both', 'k']]))));
+      for (let i = 0; i < 2; i++)
+        await expect(limiter.shouldRateLimit(kept)).rejects.toThrow(/descriptors\[0\]: its rule \(both\) limits reservations in flight/);
+    });
+
     it('a store that holds no reservations', async () => {
       const { store } = setup();
       const bare = { name: 'bare', decide: store.decide.bind(store), isHealthy: () => true, close: async () => {} };
