@@ -5,7 +5,7 @@ SHELL := /bin/bash
 NODE_MODULES := node_modules/.package-lock.json
 CONFIG ?= examples
 
-.PHONY: help install build run test typecheck lint format format-check validate bench accuracy ghz clean tools
+.PHONY: help install build run test typecheck lint format format-check validate bench reservations accuracy ghz clean tools
 
 # Every target carries a `## ` description on its rule line; `make help` lists them all
 # (test/integration/makefile.test.ts checks that none is missing).
@@ -67,6 +67,9 @@ validate: build ## check a config file or directory: make validate CONFIG=path
 
 bench: tools build ## throughput and latency benchmarks (rewrites the README tables)
 	node dist/bench/run.js
+
+reservations: tools build ## reservation benchmark: reserve + commit pairs against checks on Redis, and each mode's overspend
+	node dist/bench/reservations.js
 
 accuracy: build ## algorithm accuracy benchmark
 	node dist/bench/accuracy.js

@@ -152,6 +152,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     responseHeaders: settings.responseHeaders,
     requestLimits: settings.requestLimits,
     calendarOffsetMs: settings.calendarOffsetMs,
+    reservationKeys: { reserve: settings.reservations.reserveKey, commit: settings.reservations.commitKey },
     observer,
   });
   // Both edges share one timed, error-counting view of the limiter.

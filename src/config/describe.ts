@@ -25,7 +25,9 @@ function limitLine(name: string, limit: Limit, replaces: readonly string[], node
   let line = `${name}: `;
   line += limit.unlimited
     ? 'unlimited'
-    : `unit=${limit.unit.toUpperCase()} requests_per_unit=${limit.requestsPerUnit} unit_multiplier=${limit.unitMultiplier} algorithm=${limit.algorithm}${shapeOf(limit)}`;
+    : limit.concurrency !== undefined
+      ? `concurrency=${limit.concurrency}`
+      : `unit=${limit.unit.toUpperCase()} requests_per_unit=${limit.requestsPerUnit} unit_multiplier=${limit.unitMultiplier} algorithm=${limit.algorithm}${shapeOf(limit)}`;
   if (limit.name !== undefined) line += ` name=${limit.name}`;
   if (replaces.length > 0) line += ` replaces=${replaces.join(',')}`;
   if (node.countDeniedRequests) line += ' count_denied_requests=true';
@@ -63,6 +65,8 @@ export interface LimitMatch {
   readonly calendar: boolean;
   readonly name: string | null;
   readonly unlimited: boolean;
+  /** An in-flight limit (`concurrency`): reservations held at once; absent for a window limit (unit and window are then placeholders). */
+  readonly concurrency?: number;
 }
 
 /** What /rlmatch answers (JSON). */
@@ -84,7 +88,17 @@ export interface RuleMatch {
 
 function limitMatch(limit: Limit): LimitMatch {
   const { requestsPerUnit, unit, unitMultiplier, windowMs, algorithm, unlimited } = limit;
-  return { requestsPerUnit, unit, unitMultiplier, windowMs, algorithm, calendar: limit.calendar === true, name: limit.name ?? null, unlimited };
+  const match: LimitMatch = {
+    requestsPerUnit,
+    unit,
+    unitMultiplier,
+    windowMs,
+    algorithm,
+    calendar: limit.calendar === true,
+    name: limit.name ?? null,
+    unlimited,
+  };
+  return limit.concurrency === undefined ? match : { ...match, concurrency: limit.concurrency };
 }
 
 /** The debug port's /rlmatch answer: the rule `entries` match in `domain` under `config`. */

@@ -28,6 +28,7 @@ export const LIMIT_KEYS = [
   'sub_windows',
   'strict',
   'calendar',
+  'concurrency',
 ] as const;
 export const REPLACES_KEYS = ['name'] as const;
 

@@ -1,5 +1,5 @@
 import { Document, isMap, isSeq, parseDocument, type YAMLError } from 'yaml';
-import { calendarKeyPrefix, counterKeyPrefix } from '../limiter/keys';
+import { calendarKeyPrefix, concurrencyKeyPrefix, counterKeyPrefix } from '../limiter/keys';
 import { ALGORITHMS, isBucket, MAX_WINDOW_MS, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
 import { ConfigError } from './config-error';
 import {
@@ -32,6 +32,10 @@ const MAX_REQUESTS_PER_UNIT = 4_294_967_295; // uint32, the wire type of request
 const MAX_UNIT_MULTIPLIER = 1_000_000;
 // Each sub-window is one counter read per decision: a bound keeps one decision O(1).
 const MAX_SUB_WINDOWS = 100;
+// Reservations in flight on one descriptor: each is an entry its book keeps (RESERVATIONS_MAX_PER_KEY bounds them too).
+const MAX_CONCURRENCY = 1_000_000;
+/** The keys of a rate_limit mapping that an in-flight limit (`concurrency`) has no use for. */
+const WINDOW_KEYS = ['unit', 'requests_per_unit', 'unlimited', 'unit_multiplier', 'algorithm', 'burst', 'sub_windows', 'strict', 'calendar'] as const;
 
 interface ParsedLimit {
   readonly limit: Limit;
@@ -42,6 +46,7 @@ function readLimit(ctx: Context, node: unknown, path: string): ParsedLimit | und
   const n = resolve(ctx, node);
   if (n === undefined) return undefined; // `rate_limit:` with nothing under it: no limit, as the reference reads it
   const f = fields(ctx, n, path, LIMIT_KEYS);
+  if (resolve(ctx, f.get('concurrency')) !== undefined) return readConcurrency(ctx, f, path);
   const unlimited = bool(ctx, f.get('unlimited'), child(path, 'unlimited'));
   const unitText = text(ctx, f.get('unit'), child(path, 'unit'));
   let unit: Unit = 'second'; // an unlimited rule has no window; this placeholder is never used to count
@@ -96,6 +101,34 @@ function readLimit(ctx: Context, node: unknown, path: string): ParsedLimit | und
     ...(calendar ? { calendar } : {}),
     name,
     unlimited,
+  });
+  return { limit, replaces };
+}
+
+/**
+ * `concurrency: N`: at most N reservations of a descriptor held at once, no window (README,
+ * Budgets). None of the window's keys go with it.
+ */
+function readConcurrency(ctx: Context, f: Map<string, unknown>, path: string): ParsedLimit {
+  for (const key of WINDOW_KEYS) {
+    if (resolve(ctx, f.get(key)) !== undefined) fail(ctx, child(path, key), 'not allowed with concurrency (an in-flight limit has no window)');
+  }
+  const concurrency = integer(ctx, f.get('concurrency'), child(path, 'concurrency'), 1, MAX_CONCURRENCY, 1);
+  const nameText = text(ctx, f.get('name'), child(path, 'name'));
+  const name = nameText === '' ? undefined : nameText;
+  const replaces = readReplaces(ctx, f.get('replaces'), child(path, 'replaces'), name);
+  const limit: Limit = Object.freeze({
+    requestsPerUnit: concurrency,
+    unit: 'second',
+    unitMultiplier: 1,
+    windowMs: UNIT_MS.second,
+    algorithm: ctx.defaultAlgorithm,
+    burst: concurrency,
+    subWindows: 1,
+    strict: false,
+    name,
+    unlimited: false,
+    concurrency,
   });
   return { limit, replaces };
 }
@@ -191,6 +224,7 @@ function readLimitList(ctx: Context, node: unknown, path: string, owner: LimitLi
     }
     const keyPrefix = limitKeyPrefix(owner.domain, limit);
     const same = counters.get(keyPrefix);
+    if (same !== undefined && limit.concurrency !== undefined) fail(ctx, child(at, 'concurrency'), `a second in-flight limit in this list (first at ${same})`);
     if (same !== undefined) {
       fail(ctx, at, `counts on the same counter as ${same} (${limit.algorithm} over ${limit.windowMs} ms): give one of them another window or algorithm`);
     }
@@ -290,6 +324,7 @@ function readRule(ctx: Context, node: unknown, path: string, domain: string, par
 }
 
 function limitKeyPrefix(domain: string, limit: Limit): string {
+  if (limit.concurrency !== undefined) return concurrencyKeyPrefix(domain);
   if (limit.calendar === true) return calendarKeyPrefix(domain, limit.unit);
   return counterKeyPrefix(domain, limit.algorithm, limit.windowMs, limit.subWindows);
 }

@@ -44,6 +44,14 @@ export function calendarKeyPrefix(domain: string, unit: Unit): string {
   return `${escapeComponent(domain)}|fc-${unit}`;
 }
 
+/**
+ * The prefix of a rule's in-flight limit (`concurrency`): it has no counter, only the reservations
+ * of each descriptor. Its tag `cc` is told apart from every counterKeyPrefix and calendar tag.
+ */
+export function concurrencyKeyPrefix(domain: string): string {
+  return `${escapeComponent(domain)}|cc`;
+}
+
 /** Full counter identity: prefix + each entry as `|key=value`. */
 export function counterKey(prefix: string, entries: readonly Entry[]): string {
   let key = prefix;

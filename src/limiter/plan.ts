@@ -1,10 +1,17 @@
 import { detailedStatKey, keysStatKey, matchDescriptor, requestKeys } from './match';
 import type { MatchedRule, RateLimitConfig, RuleLimit } from './rules';
-import { NotReadyError } from './errors';
-import { plannedCounters, type CounterRequest, type PlannedCounters } from './store';
+import { InvalidRequestError, NotReadyError } from './errors';
+import { plannedCounters, type CounterRequest, type HoldCall, type PlannedCounters } from './store';
 import { counterKey, counterKeyPrefix } from './keys';
 import type { CalendarWindow } from './calendar';
-import { validateDescriptor, validateRequest } from './request-validation';
+import {
+  DEFAULT_RESERVATION_KEYS,
+  reservationEntryOf,
+  validateDescriptor,
+  validateRequest,
+  type ReservationEntry,
+  type ReservationKeys,
+} from './request-validation';
 import {
   DEFAULT_REQUEST_LIMITS,
   UNIT_MS,
@@ -77,6 +84,22 @@ export interface Plan {
    * decision); undefined when no descriptor has several limits (each status is then its one counter's).
    */
   readonly decidedBy: number[] | undefined;
+  /** The reserve and commit descriptors (./reservations.ts), decided by Store.reservations; undefined when there is none. */
+  readonly holds: readonly PlannedHold[] | undefined;
+}
+
+/**
+ * A descriptor ending in `(reserve, ID)` or `(commit, ID)`: its store call (made once per kept
+ * descriptor and hits), and per decision of the answer (its counters, then its in-flight limit)
+ * what that limit reports, as a counted descriptor would.
+ */
+export interface PlannedHold {
+  readonly index: number;
+  readonly rule: MatchedRule;
+  readonly soft: boolean;
+  readonly call: HoldCall;
+  /** In the order of the answer's decisions; each `counter` carries the hits its outcome reports. */
+  readonly parts: readonly Counted[];
 }
 
 /** A kept plan: its counters are the same frozen array on every call. */
@@ -96,6 +119,10 @@ interface DescriptorMemo {
   /** A `rate_limits` rule's counters, one per limit (`counter` is then unused). */
   counters: readonly CounterRequest[] | undefined;
   statKey: string | undefined;
+  /** Its reservation entry, when it is a reserve or commit descriptor. */
+  readonly reservation: ReservationEntry | undefined;
+  /** A reservation descriptor's plan, for the hits it was last planned with. */
+  hold: PlannedHold | undefined;
 }
 
 /** A counted descriptor: its rule, its position in the request and its store request. */
@@ -143,6 +170,8 @@ export interface PlannerOptions {
   readonly requestLimits?: RequestLimits;
   /** The calendar of `calendar: true` limits: its offset from UTC, ms (CALENDAR_TIMEZONE); default 0. */
   readonly calendarOffsetMs?: number;
+  /** The entry keys of reserve and commit descriptors (RESERVE_ENTRY_KEY, COMMIT_ENTRY_KEY); `reserve` and `commit` by default. */
+  readonly reservationKeys?: ReservationKeys;
 }
 
 /** Turns requests into plans, keeping them (and per-descriptor memos) for frozen requests until the config changes. */
@@ -160,8 +189,10 @@ export class RequestPlanner {
   private readonly limits: RequestLimits;
   /** The CalendarWindow of each unit, made once: counters of calendar limits carry one. */
   private readonly calendars: Readonly<Record<Unit, CalendarWindow>>;
+  private readonly reservationKeys: ReservationKeys;
 
   constructor(options: PlannerOptions) {
+    this.reservationKeys = options.reservationKeys ?? DEFAULT_RESERVATION_KEYS;
     this.config = options.config;
     this.quotaMode = options.quotaMode === true;
     this.defaultAlgorithm = options.defaultAlgorithm;
@@ -204,6 +235,8 @@ export class RequestPlanner {
     // Pass 1: validate and match every descriptor, collecting the names replaced by any match.
     const rules: (MatchedRule | undefined)[] = new Array<MatchedRule | undefined>(n);
     const memos: (DescriptorMemo | undefined)[] = new Array<DescriptorMemo | undefined>(n);
+    // Per descriptor its reservation entry; undefined while the request has none (the kind is told once per kept descriptor).
+    let reservations: (ReservationEntry | undefined)[] | undefined;
     let replaced: Set<string> | undefined;
     for (let i = 0; i < n; i++) {
       const d = descriptors[i];
@@ -213,11 +246,18 @@ export class RequestPlanner {
       if (memo !== undefined && memo.domain === domain) {
         rule = memo.rule;
         memos[i] = memo;
+        if (memo.reservation !== undefined) (reservations ??= new Array<ReservationEntry | undefined>(n))[i] = memo.reservation;
       } else {
         validateDescriptor(d, i, limits);
+        const reservation = reservationEntryOf(d, i, this.reservationKeys);
+        if (reservation !== undefined) (reservations ??= new Array<ReservationEntry | undefined>(n))[i] = reservation;
         if (!domainKnown) continue;
-        rule = d.limit !== undefined ? this.overrideRule(domain, d) : matchDescriptor(config!, domain, d.entries);
-        if (isKeptDescriptor(d)) this.memos.set(d, (memos[i] = { domain, rule, counter: undefined, counters: undefined, statKey: undefined }));
+        // A reservation's rule is the one its other entries match.
+        const entries = reservation === undefined ? d.entries : d.entries.slice(0, -1);
+        rule = d.limit !== undefined ? this.overrideRule(domain, d) : matchDescriptor(config!, domain, entries);
+        if (isKeptDescriptor(d)) {
+          this.memos.set(d, (memos[i] = { domain, rule, counter: undefined, counters: undefined, statKey: undefined, reservation, hold: undefined }));
+        }
       }
       rules[i] = rule;
       if (rule !== undefined && rule.replaces.length > 0) {
@@ -236,6 +276,7 @@ export class RequestPlanner {
     let softCount = 0;
     let quotaAt: boolean[] | undefined;
     let decidedBy: number[] | undefined;
+    let holds: PlannedHold[] | undefined;
     for (let i = 0; i < n; i++) {
       const rule = rules[i];
       if (rule === undefined) {
@@ -260,6 +301,11 @@ export class RequestPlanner {
       const soft = rule.shadowMode || quota;
       if (soft) softCount++;
       const memo = memos[i];
+      const reservation = reservations?.[i];
+      if (reservation !== undefined) {
+        (holds ??= []).push(this.planHold({ config, domain, descriptor: d, rule, limits: rule.limits, index: i, hits, soft, memo, replaced }, reservation));
+        continue;
+      }
       if (rule.limits !== undefined) {
         decidedBy ??= new Array<number>(n).fill(-1);
         this.planLimits({ config, domain, descriptor: d, rule, limits: rule.limits, index: i, hits, soft, memo, replaced }, counted);
@@ -268,6 +314,8 @@ export class RequestPlanner {
       let counter = memo?.counter;
       let statKey = memo?.statKey;
       if (counter === undefined) {
+        // Checked where the counter is made: once per kept descriptor (a descriptor refused here never gets one).
+        if (limit.concurrency !== undefined) throw this.inFlightOnly(i, rule);
         const keys = rule.requestKeyed ? requestKeys(config, domain, d.entries, rule) : undefined;
         counter = this.counterOf(counterKey(rule.keyPrefix, keys === undefined ? d.entries : keys.entries), limit, hits, rule, undefined);
         statKey = keys?.statKey;
@@ -284,7 +332,60 @@ export class RequestPlanner {
 
     const counters = new Array<CounterRequest>(counted.length);
     for (let k = 0; k < counted.length; k++) counters[k] = counted[k].counter;
-    return { config, domain, descriptors, hitsAddend: req.hitsAddend, statuses, counted, counters, softCount, quotaAt, decidedBy };
+    return { config, domain, descriptors, hitsAddend: req.hitsAddend, statuses, counted, counters, softCount, quotaAt, decidedBy, holds };
+  }
+
+  /** An ordinary descriptor on a rule that limits reservations in flight (`concurrency`): it holds nothing to count. */
+  private inFlightOnly(index: number, rule: MatchedRule): InvalidRequestError {
+    const { reserve, commit } = this.reservationKeys;
+    return new InvalidRequestError(
+      `descriptors[${index}]: its rule (${rule.statKey}) limits reservations in flight: its descriptors end in a "${reserve}" or "${commit}" entry`,
+    );
+  }
+
+  /**
+   * A reserve or commit descriptor: its book (the tag its rule's counters share, or its one
+   * counter's key), its counters as checks (hits 0), its in-flight limit, and what each limit reports.
+   * A limit another matched rule replaces is left out, as for a counted descriptor.
+   */
+  private planHold(p: Omit<LimitsPlan, 'limits'> & { readonly limits: readonly RuleLimit[] | undefined }, entry: ReservationEntry): PlannedHold {
+    const { descriptor: d, rule, hits, memo } = p;
+    const known = memo?.hold;
+    if (known !== undefined && known.call.hits === hits && p.replaced === undefined) return known;
+    const entries = d.entries.slice(0, -1);
+    const keys = rule.requestKeyed ? requestKeys(p.config, p.domain, entries, rule) : undefined;
+    const keyed = keys === undefined ? entries : keys.entries;
+    const ruleStatKey = keys?.statKey ?? (rule.detailedMetric ? detailedStatKey(rule, entries) : rule.statKey);
+    const list = p.limits;
+    const book = counterKey(list === undefined ? rule.keyPrefix : list[0].keyPrefix, keyed);
+    const counters: CounterRequest[] = [];
+    const parts: Counted[] = [];
+    let inFlight: Counted | undefined;
+    let maxHeld: number | undefined;
+    const each = list ?? [undefined];
+    for (let j = 0; j < each.length; j++) {
+      const ruleLimit = each[j];
+      const limit = ruleLimit?.limit ?? rule.limit;
+      if (ruleLimit !== undefined && p.replaced !== undefined && limit.name !== undefined && p.replaced.has(limit.name)) continue;
+      const statKey = ruleLimit === undefined ? ruleStatKey : ruleStatKey + ruleLimit.statSuffix;
+      if (limit.concurrency !== undefined) {
+        maxHeld = limit.concurrency;
+        // What the outcome counts: one place in flight (none for a commit, which frees one).
+        const counter = this.counterOf(book, limit, entry.kind === 'reserve' ? 1 : 0, rule, undefined);
+        inFlight = { index: p.index, rule, counter, soft: p.soft, statKey, limit: ruleLimit, currentLimit: undefined };
+        continue;
+      }
+      const key = list === undefined || j === 0 ? book : counterKey(ruleLimit!.keyPrefix, keyed);
+      const check = this.counterOf(key, limit, 0, rule, list === undefined ? undefined : book);
+      counters.push(check);
+      parts.push({ index: p.index, rule, counter: { ...check, hits }, soft: p.soft, statKey, limit: ruleLimit, currentLimit: currentLimitOf(limit) });
+    }
+    if (inFlight !== undefined) parts.push(inFlight);
+    const call: HoldCall = Object.freeze({ kind: entry.kind, key: book, id: entry.id, hits, counters: Object.freeze(counters), maxHeld });
+    const hold: PlannedHold = Object.freeze({ index: p.index, rule, soft: p.soft, call, parts: Object.freeze(parts) });
+    // Kept for the next request with these hits, unless another rule of this one replaced some of its limits.
+    if (memo !== undefined && p.replaced === undefined) memo.hold = hold;
+    return hold;
   }
 
   /**
@@ -299,6 +400,7 @@ export class RequestPlanner {
     let counters = memo?.counters;
     let statKey = memo?.statKey;
     if (counters === undefined) {
+      if (limits.some((l) => l.limit.concurrency !== undefined)) throw this.inFlightOnly(p.index, rule);
       const keys = rule.requestKeyed ? requestKeys(p.config, p.domain, d.entries, rule) : undefined;
       const entries = keys === undefined ? d.entries : keys.entries;
       const tag = counterKey(limits[0].keyPrefix, entries);

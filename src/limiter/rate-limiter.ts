@@ -1,6 +1,7 @@
-import type { CounterDecision, CounterRequest, LocalAnswer, Store } from './store';
+import type { CounterDecision, CounterRequest, HoldAnswer, LocalAnswer, Reservations, Store } from './store';
+import { InvalidRequestError } from './errors';
 import { rateLimitHeaders, type HeaderValue, type ResponseHeaderOptions } from './headers';
-import { RequestPlanner, type Plan, type PlannerOptions } from './plan';
+import { RequestPlanner, type Plan, type PlannedHold, type PlannerOptions } from './plan';
 import { outcomeOf } from './outcome';
 import { dynamicMetadataOf } from './response-metadata';
 import type {
@@ -83,6 +84,7 @@ export class RateLimiter extends RequestPlanner {
   shouldRateLimit(req: RateLimitRequest, onLocalDenial?: LocalDenialListener): Promise<RateLimitResponse> {
     try {
       const plan = this.planOf(req);
+      if (plan.holds !== undefined) return this.decideWithHolds(plan);
       const counted = plan.counted;
       const m = counted.length;
       if (m === 0) return Promise.resolve(this.answer(plan));
@@ -210,6 +212,12 @@ export class RateLimiter extends RequestPlanner {
    * call (see oneCall).
    */
   private async decideSplit(plan: Plan): Promise<RateLimitResponse> {
+    await this.decideSplitStatuses(plan);
+    return this.answer(plan);
+  }
+
+  /** decideSplit's decisions, into the plan's statuses. */
+  private async decideSplitStatuses(plan: Plan): Promise<void> {
     const counted = plan.counted;
     const m = counted.length;
     const decisions: CounterDecision[] = new Array<CounterDecision>(m);
@@ -262,8 +270,88 @@ export class RateLimiter extends RequestPlanner {
       }
     }
     this.applyDecisions(plan, decisions, deniedUntilMs, undefined);
+  }
+
+  /**
+   * A request with reserve or commit descriptors (./reservations.ts), each one call of
+   * Store.reservations. Commits (charged whatever the outcome) go at once. Reserves go first of the
+   * rest: when one is denied (on an enforced rule), the request's other counters are only checked
+   * and the reserves that held are released; when all hold, the counters are decided as usual, and
+   * if that denies the request, the holds are released again: a denied request holds nothing.
+   */
+  private async decideWithHolds(plan: Plan): Promise<RateLimitResponse> {
+    const holds = plan.holds!;
+    const reservations = this.store.reservations;
+    if (reservations === undefined) {
+      throw new InvalidRequestError(`descriptors[${holds[0].index}]: the ${this.store.name} store holds no reservations`);
+    }
+    const others = Promise.all(holds.map((h) => (h.call.kind === 'reserve' ? undefined : reservations.hold(h.call))));
+    // Keep the commits' fate attached: a rejection is seen below, never unhandled.
+    others.catch(() => {});
+    const reserves = holds.filter((h) => h.call.kind === 'reserve');
+    const reserved = await Promise.all(reserves.map((h) => reservations.hold(h.call)));
+    let admitted = true;
+    for (let j = 0; j < reserves.length; j++) if (!reserves[j].soft && !allAllowed(reserved[j])) admitted = false;
+    if (plan.counted.length > 0) {
+      if (admitted) {
+        if (this.oneCall(plan.counted.length, plan.softCount))
+          this.applyDecisions(plan, await this.store.decide(plan.counters, this.decideOptions), undefined, undefined);
+        else await this.decideSplitStatuses(plan);
+        for (const c of plan.counted) if (!c.soft && plan.statuses[c.index].code === 'OVER_LIMIT') admitted = false;
+      } else {
+        // Checked only: a denied request charges nothing (but what is charged whatever the outcome).
+        const counters = plan.counted.map((c) => (isChargedAnyway(c.counter) ? c.counter : { ...c.counter, hits: 0 }));
+        const checks = await this.store.decide(counters, this.decideOptions);
+        const decisions = checks.map((d, k) => (isChargedAnyway(counters[k]) ? d : judgeCheck(d, plan.counted[k].counter)));
+        this.applyDecisions(plan, decisions, undefined, undefined);
+      }
+    }
+    if (!admitted) await releaseHeld(reservations, reserves, reserved);
+    for (let j = 0; j < reserves.length; j++) this.applyHold(plan, reserves[j], reserved[j]);
+    const answers = await others;
+    for (let j = 0; j < holds.length; j++) if (answers[j] !== undefined) this.applyHold(plan, holds[j], answers[j]!);
     return this.answer(plan);
   }
+
+  /** A reservation's answer as its descriptor's status (its deciding limit's, as for several limits), and its outcomes reported. */
+  private applyHold(plan: Plan, hold: PlannedHold, answer: HoldAnswer): void {
+    const { decisions } = answer;
+    let best = 0;
+    for (let k = 1; k < decisions.length; k++) if (decidesOver(decisions[k], decisions[best])) best = k;
+    const decision = decisions[best];
+    plan.statuses[hold.index] = {
+      code: decision.allowed || hold.rule.shadowMode ? 'OK' : 'OVER_LIMIT',
+      currentLimit: hold.parts[best].currentLimit,
+      limitRemaining: decision.remaining,
+      durationUntilResetMs: decision.resetMs,
+    };
+    const observer = this.observer;
+    if (observer === undefined) return;
+    const entries = plan.descriptors[hold.index].entries;
+    for (let k = 0; k < decisions.length; k++) observer.onDescriptor(outcomeOf(plan.domain, entries, hold.parts[k], decisions[k], false, this.nearLimitRatio));
+    observer.onReservation?.({
+      domain: plan.domain,
+      rule: hold.parts[0].limit ?? hold.rule,
+      kind: hold.call.kind,
+      outcome: answer.outcome,
+      held: answer.held,
+      lapsed: answer.lapsed,
+    });
+  }
+}
+
+function allAllowed(answer: HoldAnswer): boolean {
+  for (const d of answer.decisions) if (!d.allowed) return false;
+  return true;
+}
+
+/** Frees what the reserves of a denied request held (best effort: a hold not freed lapses after the TTL). */
+async function releaseHeld(reservations: Reservations, reserves: readonly PlannedHold[], answers: readonly HoldAnswer[]): Promise<void> {
+  const releases: Promise<unknown>[] = [];
+  for (let j = 0; j < reserves.length; j++) {
+    if (answers[j].outcome === 'held') releases.push(reservations.hold({ ...reserves[j].call, kind: 'release' }).catch(() => undefined));
+  }
+  await Promise.all(releases);
 }
 
 /**

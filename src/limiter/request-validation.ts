@@ -1,5 +1,20 @@
 import { InvalidRequestError } from './errors';
 import { REQUEST_LIMIT_SETTINGS, UNIT_MS, type Descriptor, type RateLimitRequest, type RequestLimits } from './types';
+import { MAX_RESERVATION_ID_BYTES } from './reservations';
+
+/** The entry keys that make a descriptor a reservation's (RESERVE_ENTRY_KEY, COMMIT_ENTRY_KEY). */
+export interface ReservationKeys {
+  readonly reserve: string;
+  readonly commit: string;
+}
+
+export const DEFAULT_RESERVATION_KEYS: ReservationKeys = Object.freeze({ reserve: 'reserve', commit: 'commit' });
+
+/** A descriptor's reservation entry: reserve or commit, and the ID. */
+export interface ReservationEntry {
+  readonly kind: 'reserve' | 'commit';
+  readonly id: string;
+}
 
 /**
  * What a ShouldRateLimit request must be before it is matched: a domain, 1..maxDescriptors
@@ -39,6 +54,34 @@ export function validateDescriptor(d: Descriptor, i: number, limits: RequestLimi
   if (hits !== undefined && (!Number.isSafeInteger(hits) || hits < 0)) {
     throw new InvalidRequestError(`descriptors[${i}].hits_addend: expected a non-negative integer, got ${hits}`);
   }
+}
+
+/**
+ * The reservation entry of descriptor `i` (its last entry, keyed `reserve` or `commit`), or
+ * undefined for an ordinary descriptor. Such a key anywhere but last, a descriptor of that entry
+ * alone, an empty ID or one over MAX_RESERVATION_ID_BYTES are InvalidRequestError naming it. Run
+ * with validateDescriptor, once per kept descriptor.
+ */
+export function reservationEntryOf(d: Descriptor, i: number, keys: ReservationKeys): ReservationEntry | undefined {
+  const entries = d.entries;
+  const last = entries.length - 1;
+  for (let j = 0; j < last; j++) {
+    const key = entries[j].key;
+    if (key === keys.reserve || key === keys.commit) {
+      throw new InvalidRequestError(`descriptors[${i}].entries[${j}]: a "${key}" entry must be the descriptor's last`);
+    }
+  }
+  const { key, value } = entries[last];
+  const kind = key === keys.reserve ? 'reserve' : key === keys.commit ? 'commit' : undefined;
+  if (kind === undefined) return undefined;
+  const at = `descriptors[${i}].entries[${last}]`;
+  if (last === 0) throw new InvalidRequestError(`${at}: a "${key}" entry needs the entries of a rule before it`);
+  if (value === '') throw new InvalidRequestError(`${at}.value: a reservation ID must not be empty`);
+  if (isOver(value, MAX_RESERVATION_ID_BYTES)) {
+    throw new InvalidRequestError(`${at}.value: a reservation ID of ${utf8Bytes(value)} bytes, over the cap of ${MAX_RESERVATION_ID_BYTES}`);
+  }
+  if (d.limit !== undefined) throw new InvalidRequestError(`descriptors[${i}].limit: a "${key}" descriptor holds on its rule's limits, not on an override`);
+  return { kind, id: value };
 }
 
 /** A request over one of its caps: where, how much, and the cap with the setting that raises it (never the value itself). */

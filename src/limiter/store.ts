@@ -1,5 +1,6 @@
 import type { Algorithm } from './types';
 import type { CalendarWindow } from './calendar';
+import type { HoldKind, HoldOutcome } from './reservations';
 
 /**
  * The Store port: one call per ShouldRateLimit request, all counters together. It holds counters
@@ -41,6 +42,60 @@ export interface Store {
   close(): Promise<void>;
   /** Optional: drops local answers derived from the current limits (cached denials); call after a config reload. */
   clearCache?(): void;
+  /**
+   * Optional: reservations held in the store (./reservations.ts), so that a commit may reach another
+   * replica than its reserve. A store without it holds none: the limiter refuses reserve and commit
+   * descriptors.
+   */
+  readonly reservations?: Reservations;
+}
+
+/**
+ * Reservations of descriptors, kept beside their counters (on Redis in their hash slot).
+ *
+ * Contract (every adapter, checked by test/contract):
+ * - One call is atomic with the decision of its counters: no other call sees the counters and the
+ *   book between the two.
+ * - reserve: admitted iff every counter checked with hits 0 admits and has `remaining >= reserved +
+ *   estimate`, the in-flight limit (maxHeld) has room for one more, and the book is not full; then
+ *   the estimate is held for the store's TTL. Nothing else is charged. A denial holds nothing.
+ * - commit: the counters are charged `hits` whatever the outcome (recorded past the limit), and the
+ *   ID's hold is freed; the ID is remembered for the TTL, so a second commit charges nothing (answered
+ *   as a check). An ID the book does not know is charged all the same.
+ * - release: the ID's hold is freed, nothing charged; the counters are answered as checks.
+ * - Lapsed entries are dropped before anything is judged.
+ */
+export interface Reservations {
+  /** How long a hold, and a commit's memory of its ID, lasts, ms. */
+  readonly ttlMs: number;
+  hold(call: HoldCall): Promise<HoldAnswer>;
+}
+
+export interface HoldCall {
+  readonly kind: HoldKind;
+  /**
+   * The descriptor's book: its counters' tag (or its one counter's key), free of `{` and `}`, so
+   * that the Redis store keeps it in their hash slot.
+   */
+  readonly key: string;
+  /** The reservation ID (at most MAX_RESERVATION_ID_BYTES of UTF-8). */
+  readonly id: string;
+  /** reserve: the estimate to hold; commit: the hits to charge; release: unused. */
+  readonly hits: number;
+  /** The descriptor's counters with a window, one per limit, each with hits 0 (a check). */
+  readonly counters: readonly CounterRequest[];
+  /** The rule's in-flight limit (`concurrency`), when it has one. */
+  readonly maxHeld: number | undefined;
+}
+
+export interface HoldAnswer {
+  /** One per counter, in order, then one for the in-flight limit when the call had maxHeld. */
+  readonly decisions: readonly CounterDecision[];
+  readonly outcome: HoldOutcome;
+  /** Reservations the book holds after the call. */
+  readonly held: number;
+  /** Holds of the book found lapsed, and dropped, by this call (a book whose entries all lapsed may be gone whole, uncounted). */
+  readonly lapsed: number;
 }
 
 export interface DecideOptions {

@@ -1,3 +1,5 @@
+import type { HoldOutcome } from './reservations';
+
 /**
  * The limiter's own vocabulary. Nothing here knows about protobuf, gRPC or Redis:
  * the edges (src/wire, src/store) convert to and from these types.
@@ -80,6 +82,11 @@ export interface Limit {
   readonly name?: string;
   /** `unlimited: true`: always OK, never touches a store. */
   readonly unlimited: boolean;
+  /**
+   * `concurrency: N`: an in-flight limit, no window: at most N reservations held at once
+   * (./reservations.ts). requestsPerUnit is N; the unit and window are placeholders never counted with.
+   */
+  readonly concurrency?: number;
 }
 
 /** One key/value entry of a descriptor, in request order. */
@@ -240,6 +247,21 @@ export interface LimiterObserver {
   onGlobalShadowMode?(domain: string): void;
   /** Once per request answered by a replay (./replay): a local denial answered without decoding or matching. */
   onReplay?(): void;
+  /** Once per reserve, commit or release of a reservation (./reservations.ts), after its outcomes. */
+  onReservation?(event: ReservationEvent): void;
+}
+
+/** What one reservation call did to its descriptor's book. */
+export interface ReservationEvent {
+  readonly domain: string;
+  /** The rule whose descriptor's reservations they are (its statKey names it, never a request's values). */
+  readonly rule: OutcomeRule;
+  readonly kind: 'reserve' | 'commit' | 'release';
+  readonly outcome: HoldOutcome;
+  /** Reservations the book holds after the call. */
+  readonly held: number;
+  /** Holds of the book the call found lapsed. */
+  readonly lapsed: number;
 }
 
 /** Response headers from the statuses (RateLimit-*, see ./headers). */

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import { classify, type ErrorMetric } from '../errors';
-import type { DescriptorOutcome, LocalDenialListener, RateLimitDecider, RateLimitRequest, RateLimitResponse } from '../limiter/types';
+import type { DescriptorOutcome, LocalDenialListener, RateLimitDecider, RateLimitRequest, RateLimitResponse, ReservationEvent } from '../limiter/types';
 import type { ServiceReplays } from '../service/rls-service';
 import type { QuotaRuleTotals } from '../limiter/quota-budgets';
 import type { RlqsObserver } from '../service/rlqs-service';
@@ -174,6 +174,10 @@ export class Metrics {
   private readonly globalShadowModeCount: Counter;
   private readonly quotaReported: Counter<'domain' | 'descriptor' | 'outcome'>;
   private readonly quotaStoreErrors: Counter;
+  private readonly reservationCalls: Counter<'domain' | 'descriptor' | 'outcome'>;
+  private readonly reservationsHeld: Gauge<'domain' | 'descriptor'>;
+  /** Rule label sets of the reservation series (bounded by maxSeries like the rule counters). */
+  private readonly reservationSeries = new Set<string>();
   /** Rule label sets of the reported-requests counter (bounded by maxSeries like the rule counters). */
   private readonly quotaSeries = new Set<string>();
   /** The quota service, read at each scrape by the RLQS gauges; undefined until attached. */
@@ -282,6 +286,18 @@ export class Metrics {
     this.quotaStoreErrors = new Counter({
       name: 'ratelimit_service_rlqs_store_errors_total',
       help: 'Quota store calls (charge, demand exchange) that failed; the last shares stayed in force.',
+      registers,
+    });
+    this.reservationCalls = new Counter({
+      name: 'ratelimit_service_reservations_total',
+      help: 'Reservation calls by rule and outcome (held, denied, full, again, committed, unknown, duplicate, released, lapsed).',
+      labelNames: ['domain', 'descriptor', 'outcome'],
+      registers,
+    });
+    this.reservationsHeld = new Gauge({
+      name: 'ratelimit_service_reservations_held',
+      help: 'Reservations held on the descriptor of a rule that this process decided last (all of them for a rule of one descriptor).',
+      labelNames: ['domain', 'descriptor'],
       registers,
     });
     const quota = (): QuotaSource | undefined => this.quota;
@@ -450,6 +466,20 @@ export class Metrics {
   /** One request answered by a replay of local denials (src/limiter/replay.ts): a local cache hit like any other. */
   onReplay(): void {
     this.recordLocalCacheHit();
+  }
+
+  /** One reservation call (limiter observer): its outcome, the holds it found lapsed, what its descriptor holds now. */
+  onReservation(e: ReservationEvent): void {
+    const key = `${e.domain}\u0000${e.rule.statKey}`;
+    let descriptor = e.rule.statKey;
+    if (!this.reservationSeries.has(key)) {
+      if (this.reservationSeries.size >= this.maxSeries) descriptor = OVERFLOW_LABEL;
+      else this.reservationSeries.add(key);
+    }
+    const labels = { domain: e.domain, descriptor };
+    this.reservationCalls.inc({ ...labels, outcome: e.outcome });
+    if (e.lapsed > 0) this.reservationCalls.inc({ ...labels, outcome: 'lapsed' }, e.lapsed);
+    if (descriptor !== OVERFLOW_LABEL) this.reservationsHeld.set(labels, e.held);
   }
 
   /** Where ratelimit_service_store_healthy is read from (the store's isHealthy); healthy until set. */

@@ -9,6 +9,19 @@ import { referenceSettingWarnings } from './reference-settings';
  * `loadSettings` throws SettingsError naming the variable; main.ts prints it and exits.
  */
 
+export interface ReservationSettings {
+  /** RESERVE_ENTRY_KEY / COMMIT_ENTRY_KEY: the last entry's key of a reserve and of a commit descriptor. */
+  readonly reserveKey: string;
+  readonly commitKey: string;
+  /** RESERVATION_TTL: how long a hold, and a commit's memory of its ID, lasts, ms. */
+  readonly ttlMs: number;
+  /** RESERVATIONS_MAX_PER_KEY: entries (holds and remembered commits) of one descriptor's book, in either store. */
+  readonly maxPerKey: number;
+  /** RESERVATIONS_MAX_ENTRIES / RESERVATIONS_MAX_BYTES: the memory store's entries and estimated bytes of every book together. */
+  readonly maxEntries: number;
+  readonly maxBytes: number;
+}
+
 export class SettingsError extends Error {
   constructor(
     readonly variable: string,
@@ -245,6 +258,8 @@ export interface Settings {
   /** Memory store bounds, in records and estimated bytes (LRU beyond either). */
   readonly memoryMaxKeys: number;
   readonly memoryMaxBytes: number;
+  /** Reservations (reserve and commit descriptors): the entry keys, how long a hold lasts, and the bounds of what is held. */
+  readonly reservations: ReservationSettings;
   /** Local denial cache bounds, in denials and estimated bytes (LRU beyond either); 0 in either disables it. */
   readonly denialCacheMaxKeys: number;
   readonly denialCacheMaxBytes: number;
@@ -513,6 +528,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     storeFailurePolicy: oneOf<FailurePolicy>(env, 'STORE_FAILURE_POLICY', 'error', FAILURE_POLICIES),
     memoryMaxKeys: int(env, 'MEMORY_MAX_KEYS', 1_000_000, 1, 1e9),
     memoryMaxBytes: int(env, 'MEMORY_MAX_BYTES', 256 * MIB, MIB, 2 ** 40),
+    reservations: reservationSettings(env),
     // The reference's LOCAL_CACHE_SIZE_IN_BYTES, in bytes as there (0 turns the cache off, as there);
     // on by default here: unlike the reference's cache, this one never denies what the store allows.
     denialCacheMaxKeys: int(env, 'LOCAL_DENIAL_CACHE_MAX_KEYS', 100_000, 0, 1e9),
@@ -704,6 +720,28 @@ function listenAddress(env: Env, name: string, fallback: string): { host?: strin
   if (m === null || portNumber > 65535) throw new SettingsError(name, `expected host:port or :port, got "${v}"`);
   const host = m[1] ?? m[2];
   return host === '' ? { port: portNumber } : { host, port: portNumber };
+}
+
+function reservationSettings(env: Env): ReservationSettings {
+  const key = (name: string, fallback: string): string => {
+    const v = str(env, name, fallback);
+    if (Buffer.byteLength(v) > DEFAULT_REQUEST_LIMITS.maxKeyBytes) throw new SettingsError(name, `longer than ${DEFAULT_REQUEST_LIMITS.maxKeyBytes} bytes`);
+    return v;
+  };
+  const reserveKey = key('RESERVE_ENTRY_KEY', 'reserve');
+  const commitKey = key('COMMIT_ENTRY_KEY', 'commit');
+  if (reserveKey === commitKey) throw new SettingsError('COMMIT_ENTRY_KEY', `must differ from RESERVE_ENTRY_KEY ("${reserveKey}")`);
+  const ttlMs = duration(env, 'RESERVATION_TTL', 600_000);
+  if (!(ttlMs >= 1_000 && ttlMs <= 7 * 86_400_000))
+    throw new SettingsError('RESERVATION_TTL', `expected a duration from 1s to 168h, got "${env.RESERVATION_TTL}"`);
+  return Object.freeze({
+    reserveKey,
+    commitKey,
+    ttlMs: Math.round(ttlMs),
+    maxPerKey: int(env, 'RESERVATIONS_MAX_PER_KEY', 10_000, 1, 1_000_000),
+    maxEntries: int(env, 'RESERVATIONS_MAX_ENTRIES', 1_000_000, 1, 1e9),
+    maxBytes: int(env, 'RESERVATIONS_MAX_BYTES', 128 * MIB, MIB, 2 ** 40),
+  });
 }
 
 function positive(name: string, ms: number): number {

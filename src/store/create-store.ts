@@ -2,7 +2,7 @@ import type { Logger } from '../log';
 import type { FailurePolicy, Settings } from '../settings/settings';
 import { DenialCache } from './denial-cache';
 import { FailurePolicyStore } from './failure-policy';
-import { MemoryStore } from './memory-store';
+import { MemoryStore, type MemoryStoreOptions } from './memory-store';
 import { createRedisClient, describeRedisTarget, parseRedisTarget } from './redis/connection';
 import { RedisExchange } from './redis/redis-exchange';
 import { RedisStore } from './redis/redis-store';
@@ -36,7 +36,11 @@ export async function createStore(settings: Settings, logger: Logger, hooks: Sto
   switch (settings.backendType) {
     case 'memory':
       logger.debug({ maxKeys: settings.memoryMaxKeys, maxBytes: settings.memoryMaxBytes }, 'using the in-memory store');
-      return { store: new MemoryStore({ maxKeys: settings.memoryMaxKeys, maxBytes: settings.memoryMaxBytes }), exchange: new MemoryExchange(), shared: false };
+      return {
+        store: new MemoryStore({ maxKeys: settings.memoryMaxKeys, maxBytes: settings.memoryMaxBytes, reservations: memoryReservations(settings) }),
+        exchange: new MemoryExchange(),
+        shared: false,
+      };
     case 'redis':
       return createRedisBackedStore(settings, logger, hooks);
     default: {
@@ -45,6 +49,11 @@ export async function createStore(settings: Settings, logger: Logger, hooks: Sto
       throw new Error(`backend "${String(backend)}" is not available in this build`);
     }
   }
+}
+
+function memoryReservations(settings: Settings): NonNullable<MemoryStoreOptions['reservations']> {
+  const r = settings.reservations;
+  return { ttlMs: r.ttlMs, maxPerKey: r.maxPerKey, maxEntries: r.maxEntries, maxBytes: r.maxBytes };
 }
 
 // How long start-up waits for Redis before serving anyway (NOT_SERVING until it connects).
@@ -80,6 +89,8 @@ async function createRedisBackedStore(settings: Settings, logger: Logger, hooks:
     keyPrefix: settings.cacheKeyPrefix,
     timeoutMs: settings.storeTimeoutMs,
     onError: hooks.onStoreError,
+    reservationTtlMs: settings.reservations.ttlMs,
+    reservationsPerKey: settings.reservations.maxPerKey,
     onConnectionChange: (state, err) => {
       if (state === 'ready') logger.info({ redis: target }, 'redis connected');
       else logger.warn({ redis: target, err: err?.message }, 'redis connection lost; reconnecting');

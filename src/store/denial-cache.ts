@@ -1,5 +1,13 @@
 import { monotonicClock, type Clock } from '../limiter/types';
-import { counterIdentity, type CounterDecision, type CounterRequest, type DecideOptions, type LocalAnswer, type Store } from '../limiter/store';
+import {
+  counterIdentity,
+  type CounterDecision,
+  type CounterRequest,
+  type DecideOptions,
+  type LocalAnswer,
+  type Store,
+  type Reservations,
+} from '../limiter/store';
 import { BoundedCache, entryBytes, type CacheEntry } from '../limiter/bounded-cache';
 
 /**
@@ -72,6 +80,8 @@ const DENIAL_BYTES = 64;
 /** Store decorator answering known denials locally; see the file comment for the guarantee. */
 export class DenialCache implements Store {
   readonly name: string;
+  /** The wrapped store's reservations, forwarded as they are (they bypass this wrapper's own work). */
+  readonly reservations: Reservations | undefined;
   private readonly store: Store;
   private readonly clock: Clock;
   private readonly onHit: () => void;
@@ -85,6 +95,7 @@ export class DenialCache implements Store {
     this.name = options.store.name;
     this.denials = new BoundedCache({ maxEntries: options.maxKeys, maxBytes: options.maxBytes ?? DEFAULT_DENIAL_CACHE_MAX_BYTES });
     this.clock = options.clock ?? monotonicClock;
+    this.reservations = options.store.reservations;
     this.onHit = options.onHit ?? (() => {});
   }
 

@@ -1,5 +1,13 @@
 import type { FailurePolicy } from '../settings/settings';
-import { StoreUnavailableError, type CounterDecision, type CounterRequest, type DecideOptions, type LocalAnswer, type Store } from '../limiter/store';
+import {
+  StoreUnavailableError,
+  type CounterDecision,
+  type CounterRequest,
+  type DecideOptions,
+  type LocalAnswer,
+  type Store,
+  type Reservations,
+} from '../limiter/store';
 
 /**
  * What to answer when the store cannot (STORE_FAILURE_POLICY):
@@ -27,6 +35,8 @@ export interface FailurePolicyOptions {
 /** Store decorator applying the failure policy on StoreUnavailableError. */
 export class FailurePolicyStore implements Store {
   readonly name: string;
+  /** The wrapped store's reservations, forwarded as they are (they bypass this wrapper's own work). */
+  readonly reservations: Reservations | undefined;
   private readonly store: Store;
   private readonly policy: FailurePolicy;
   private readonly fallback: Store | undefined;
@@ -38,6 +48,7 @@ export class FailurePolicyStore implements Store {
     }
     this.store = options.store;
     this.name = options.store.name;
+    this.reservations = options.store.reservations;
     this.policy = options.policy;
     this.fallback = options.fallback;
     this.onFallback = options.onFallback ?? (() => {});

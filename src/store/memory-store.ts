@@ -2,6 +2,7 @@ import { IN_PROCESS_STATE, newCounterState, type CounterState } from '../limiter
 import { monotonicClock, type Clock } from '../limiter/types';
 import { counterIdentity, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../limiter/store';
 import { BoundedCache, entryBytes } from '../limiter/bounded-cache';
+import { MemoryReservations, type MemoryReservationsOptions } from './memory-reservations';
 
 /**
  * The embedded store: counters in one process, bounded in memory.
@@ -31,6 +32,8 @@ export interface MemoryStoreOptions {
   readonly sweepIntervalMs?: number;
   /** Records examined per sweep tick, so one tick never stalls the event loop. Default 10 000. */
   readonly sweepBatch?: number;
+  /** Reservations: their TTL and bounds (./memory-reservations.ts); defaults when omitted. */
+  readonly reservations?: Omit<MemoryReservationsOptions, 'clock' | 'decide'>;
 }
 
 /** A record's own fields, estimated; sub-window counts and log entries are added per element. */
@@ -61,6 +64,8 @@ export class MemoryStore implements Store {
   private readonly clock: Clock;
   private readonly sweepBatch: number;
   private readonly timer: NodeJS.Timeout | undefined;
+  /** Reservations of descriptors, decided with these counters (see the Store port). */
+  readonly reservations: MemoryReservations;
 
   constructor(options: MemoryStoreOptions) {
     if (!Number.isInteger(options.maxKeys) || options.maxKeys < 1) {
@@ -69,6 +74,7 @@ export class MemoryStore implements Store {
     this.records = new BoundedCache({ maxEntries: options.maxKeys, maxBytes: options.maxBytes ?? DEFAULT_MEMORY_MAX_BYTES });
     this.clock = options.clock ?? monotonicClock;
     this.sweepBatch = options.sweepBatch ?? DEFAULT_SWEEP_BATCH;
+    this.reservations = new MemoryReservations({ ...options.reservations, clock: this.clock, decide: (counters, o) => this.decideNow(counters, o) });
     const interval = options.sweepIntervalMs ?? DEFAULT_SWEEP_INTERVAL_MS;
     if (interval > 0) {
       this.timer = setInterval(() => this.sweep(), interval);
@@ -112,6 +118,7 @@ export class MemoryStore implements Store {
    * this one stopped. Called by the background timer; public so tests can drive it.
    */
   sweep(budget: number = this.sweepBatch): number {
+    this.reservations.sweep();
     return this.records.sweep(this.clock.nowMs(), budget);
   }
 

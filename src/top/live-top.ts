@@ -82,6 +82,7 @@ export class LiveTop {
       },
       onGlobalShadowMode: observer.onGlobalShadowMode?.bind(observer),
       onReplay: observer.onReplay?.bind(observer),
+      onReservation: observer.onReservation?.bind(observer),
     };
   }
 

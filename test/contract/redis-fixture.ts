@@ -2,6 +2,7 @@ import type { RedisType } from '../../src/settings/settings';
 import type { ReplicaExchange } from '../../src/limiter/replica-exchange';
 import type { Store } from '../../src/limiter/store';
 import { connectBackend, sleep } from '../helpers/redis';
+import { CONTRACT_RESERVATION_TTL_MS, CONTRACT_RESERVATIONS_PER_KEY } from './reservation-contract';
 
 /**
  * The contract suite's fixture for a Redis deployment: start it, connect a RedisStore (and the
@@ -11,23 +12,35 @@ import { connectBackend, sleep } from '../helpers/redis';
 export function redisFixture(
   type: RedisType,
   start: () => Promise<{ readonly url: string; stop(): Promise<void> }>,
-): () => Promise<{ store: Store; exchange: ReplicaExchange; advance(ms: number): Promise<void>; close(): Promise<void> }> {
+): () => Promise<{ store: Store; peer: Store; exchange: ReplicaExchange; advance(ms: number): Promise<void>; close(): Promise<void> }> {
   return async () => {
     const deployment = await start();
-    let store: Store;
-    let exchange: ReplicaExchange;
+    const stores: Store[] = [];
+    let exchange: ReplicaExchange | undefined;
     try {
-      ({ store, exchange } = await connectBackend({ type, url: deployment.url }));
+      // Two replicas of the service: each its own client on the same deployment.
+      for (let i = 0; i < 2; i++) {
+        const backend = await connectBackend({
+          type,
+          url: deployment.url,
+          reservationTtlMs: CONTRACT_RESERVATION_TTL_MS,
+          reservationsPerKey: CONTRACT_RESERVATIONS_PER_KEY,
+        });
+        stores.push(backend.store);
+        exchange ??= backend.exchange;
+      }
     } catch (err) {
+      await Promise.all(stores.map((s) => s.close()));
       await deployment.stop();
       throw err;
     }
     return {
-      store,
-      exchange,
+      store: stores[0],
+      peer: stores[1],
+      exchange: exchange!,
       advance: (ms: number) => sleep(ms),
       close: async () => {
-        await store.close();
+        await Promise.all(stores.map((s) => s.close()));
         await deployment.stop();
       },
     };

@@ -5,6 +5,7 @@ import type { ReplicaDemand, ReplicaExchange } from '../../src/limiter/replica-e
 import type { CounterDecision, CounterRequest, Store } from '../../src/limiter/store';
 import { describeBudgetContract } from './budget-contract';
 import { describeCalendarContract } from './calendar-contract';
+import { describeReservationContract } from './reservation-contract';
 
 /**
  * The behaviour every Store adapter shares, run once per adapter (see *.test.ts next to this file).
@@ -26,6 +27,8 @@ export interface StoreHarness {
   close(): Promise<void>;
   /** The store's clock now, ms; default Date.now() (a Redis server on this machine keeps its time). */
   nowMs?(): number;
+  /** Another replica's store on the same data (a second connection to the same Redis); default the store itself. */
+  readonly peer?: Store;
 }
 
 /** Long enough that no test straddles a window boundary (epoch-aligned days). */
@@ -346,6 +349,8 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
     });
 
     describeBudgetContract(() => h, lineUp);
+
+    describeReservationContract(() => ({ store: h.store, peer: h.peer ?? h.store, advance: (ms) => h.advance(ms), nowMs: () => h.nowMs?.() ?? Date.now() }));
 
     describe('the replica exchange on the same backend', () => {
       const sorted = (entries: ReplicaDemand[]): ReplicaDemand[] => [...entries].sort((a, b) => (a.member < b.member ? -1 : 1));

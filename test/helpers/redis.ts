@@ -343,6 +343,10 @@ export interface TestStoreOptions {
   readonly timeoutMs?: number;
   readonly keyPrefix?: string;
   readonly onError?: (kind: RedisErrorKind) => void;
+  /** RESERVATION_TTL, ms (the store's default when omitted). */
+  readonly reservationTtlMs?: number;
+  /** RESERVATIONS_MAX_PER_KEY (the store's default when omitted). */
+  readonly reservationsPerKey?: number;
 }
 
 /** A RedisStore on its own client, resolved once the client is ready. */
@@ -357,7 +361,14 @@ export async function connectBackend(options: TestStoreOptions): Promise<{ store
   const keyPrefix = options.keyPrefix ?? 'test:';
   const timeoutMs = options.timeoutMs ?? 2_000;
   const exchange = new RedisExchange({ client, keyPrefix, timeoutMs });
-  const store = new RedisStore({ client, timeoutMs, keyPrefix, onError: options.onError });
+  const store = new RedisStore({
+    client,
+    timeoutMs,
+    keyPrefix,
+    onError: options.onError,
+    reservationTtlMs: options.reservationTtlMs,
+    reservationsPerKey: options.reservationsPerKey,
+  });
   await waitFor('the store to connect', async () => store.isHealthy(), 10_000, 20);
   return { store, exchange };
 }

@@ -4,6 +4,8 @@ import type { RedisClient } from './connection';
 import { HealthProbe } from './health-probe';
 import { keySlot } from './key-slot';
 import { BODY_HEADROOM, PreparedScript, respArgument } from './script-command';
+import { RedisReservations } from './redis-reservations';
+import { RESERVE_COMMAND, RESERVE_SCRIPT } from './reserve-script';
 import { ShareGate, type GatedCall } from './share-gate';
 import {
   counterProblem,
@@ -58,6 +60,10 @@ export interface RedisStoreOptions {
   readonly onError?: (kind: RedisErrorKind) => void;
   /** Connection state changes, for logs (never per request). */
   readonly onConnectionChange?: (state: 'ready' | 'lost', error?: Error) => void;
+  /** How long a reservation is held (RESERVATION_TTL), ms; the default of src/limiter/reservations.ts when omitted. */
+  readonly reservationTtlMs?: number;
+  /** Entries one descriptor's reservations keep at most (RESERVATIONS_MAX_PER_KEY). */
+  readonly reservationsPerKey?: number;
 }
 
 /** Requests per DECIDE script call, at most. */
@@ -131,6 +137,8 @@ const MIN_PROBE_TIMEOUT_MS = 250;
  */
 export class RedisStore implements Store {
   readonly name = 'redis';
+  /** Reservations of descriptors, each book in its counters' slot (./reserve-script.ts). */
+  readonly reservations: RedisReservations;
   private readonly client: RedisClient;
   private readonly decideScript: PreparedScript;
   private readonly refundCall: ScriptCall;
@@ -188,12 +196,31 @@ export class RedisStore implements Store {
     const clientOptions = this.client.options;
     const ignored = clientOptions.autoPipeliningIgnoredCommands ?? (clientOptions.autoPipeliningIgnoredCommands = []);
     if (!ignored.includes(REFUND_COMMAND)) ignored.push(REFUND_COMMAND);
+    if (!ignored.includes(RESERVE_COMMAND)) ignored.push(RESERVE_COMMAND);
     // EVALSHA by hash, and EVAL when the server answers NOSCRIPT (restart, failover, SCRIPT FLUSH):
     // defineCommand's for the rare calls, ./script-command's for DECIDE.
     this.decideScript = new PreparedScript(this.client, DECIDE_SCRIPT);
     this.client.defineCommand(REFUND_COMMAND, { lua: REFUND_SCRIPT });
     const commands = this.client as unknown as Record<string, ScriptCall>;
     this.refundCall = (args) => commands[REFUND_COMMAND](args);
+    this.client.defineCommand(RESERVE_COMMAND, { lua: RESERVE_SCRIPT });
+    this.reservations = new RedisReservations({
+      call: (args) => (this.closed ? Promise.reject(new StoreUnavailableError('redis store is closed')) : commands[RESERVE_COMMAND](args)),
+      keyOf: this.keyOf,
+      tagOpen: this.tagOpen,
+      timeoutMs,
+      ttlMs: options.reservationTtlMs,
+      maxPerKey: options.reservationsPerKey,
+      failed: (err) => {
+        if (err instanceof StoreUnavailableError && this.closed) return err;
+        const kind = err instanceof StoreUnavailableError ? 'timeout' : this.classify(err);
+        if (kind === 'error') this.onError(kind);
+        else this.failed(kind);
+        return err instanceof StoreUnavailableError
+          ? err
+          : new StoreUnavailableError(`redis ${kind === 'disconnected' ? 'unavailable' : 'error'}: ${messageOf(err)}`, { cause: err });
+      },
+    });
 
     const onChange = options.onConnectionChange;
     let connected = false;

@@ -56,7 +56,7 @@ const INVALID: Record<string, string> = {
     'descriptors[0].rate_limit.algorithm: unknown algorithm "gcra" (expected one of: sliding_window, sliding_log, fixed_window, token_bucket, leaky_bucket)',
   'unknown-rate-limit-key.yaml':
     'descriptors[0].descriptors[0].rate_limit.requests_per_second: unknown key ' +
-    '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar)',
+    '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency)',
   'unknown-root-key.yaml': 'descriptor: unknown key (expected one of: domain, descriptors)',
   'unknown-rule-key.yaml':
     'descriptors[0].limit: unknown key (expected one of: key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, ' +
@@ -492,7 +492,7 @@ describe('several limits on one rule (rate_limits)', () => {
     [
       'an unknown key in an item',
       text('      - {unit: second, limit: 1}\n'),
-      'descriptors[0].rate_limits[0].limit: unknown key (expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar)',
+      'descriptors[0].rate_limits[0].limit: unknown key (expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency)',
     ],
   ])('%s is an error naming the file and the path', (_, yaml, message) => {
     expect(errorOf(yaml)).toBe(`budgets.yaml: ${message}`);
@@ -533,5 +533,62 @@ describe('several limits on one rule (rate_limits)', () => {
         { ...daily, statKey: 'd.k.daily' },
       ],
     });
+  });
+});
+
+describe('in-flight limits (concurrency)', () => {
+  const load = (rules: string): ReturnType<typeof parseConfigText> => parseConfigText('flight.yaml', `domain: d\ndescriptors:\n${rules}`, opts);
+  const errorOf = (rules: string): string => {
+    try {
+      load(rules);
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      return (err as Error).message;
+    }
+    throw new Error('expected the file to be rejected');
+  };
+
+  test('a rule of `concurrency: N` alone, or among the limits of rate_limits', () => {
+    const config = load(
+      '  - key: tenant\n    rate_limit: {name: in_flight, concurrency: 5}\n' +
+        '  - key: both\n    rate_limits:\n      - {concurrency: 2}\n      - {unit: hour, requests_per_unit: 300}\n',
+    );
+    const tenant = config.rules.get('tenant')!.keyOnly!;
+    expect(tenant.limit).toMatchObject({ concurrency: 5, requestsPerUnit: 5, name: 'in_flight', unlimited: false });
+    expect(tenant.keyPrefix).toBe('d|cc');
+    const both = config.rules.get('both')!.keyOnly!;
+    expect(both.limits!.map((l) => [l.limit.concurrency, l.keyPrefix])).toEqual([
+      [2, 'd|cc'],
+      [undefined, counterKeyPrefix('d', 'sliding_window', 3_600_000)],
+    ]);
+    const config2 = buildConfig([config]);
+    expect(describeConfig(config2).filter((l) => l.startsWith('d.tenant') || l.startsWith('d.both'))).toEqual([
+      'd.tenant: concurrency=5 name=in_flight, shadow_mode: false, quota_mode: false',
+      'd.both.0: concurrency=2, shadow_mode: false, quota_mode: false',
+      'd.both.1: unit=HOUR requests_per_unit=300 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: false',
+    ]);
+    expect(ruleMatch(config2, 'd', [{ key: 'tenant', value: 'acme' }]).rule).toMatchObject({ concurrency: 5, name: 'in_flight' });
+    expect(ruleMatch(config2, 'd', [{ key: 'both', value: 'x' }]).rule?.limits?.map((l) => l.concurrency)).toEqual([2, undefined]);
+  });
+
+  test.each([
+    [
+      'a window key beside it',
+      '  - key: k\n    rate_limit: {concurrency: 5, unit: second}\n',
+      'descriptors[0].rate_limit.unit: not allowed with concurrency (an in-flight limit has no window)',
+    ],
+    [
+      'an algorithm beside it',
+      '  - key: k\n    rate_limit: {concurrency: 5, algorithm: token_bucket}\n',
+      'descriptors[0].rate_limit.algorithm: not allowed with concurrency (an in-flight limit has no window)',
+    ],
+    ['zero', '  - key: k\n    rate_limit: {concurrency: 0}\n', 'descriptors[0].rate_limit.concurrency: expected an integer from 1 to 1000000, got 0'],
+    [
+      'two in one list',
+      '  - key: k\n    rate_limits:\n      - {concurrency: 1}\n      - {concurrency: 2}\n',
+      'descriptors[0].rate_limits[1].concurrency: a second in-flight limit in this list (first at descriptors[0].rate_limits[0])',
+    ],
+  ])('%s is an error naming the file and the path', (_label, rules, message) => {
+    expect(errorOf(rules)).toBe(`flight.yaml: ${message}`);
   });
 });

@@ -1,13 +1,17 @@
 import * as path from 'node:path';
 import { loadConfigPath } from '../../../src/config/files';
 import { matchDescriptor } from '../../../src/limiter/match';
+import { RateLimiter } from '../../../src/limiter/rate-limiter';
+import type { RateLimitRequest } from '../../../src/limiter/types';
+import { MemoryStore } from '../../../src/store/memory-store';
 import { readBootstrap, type Obj } from '../../helpers/envoy-bootstrap';
+import { LIMITER_DEFAULTS } from '../../helpers/limiter-defaults';
 
 /**
- * envoy-llm.yaml, the Envoy example of token budgets: each request is checked before it is sent
- * (hits_addend 0) and charged the response's token count once its stream is done, both on one
- * descriptor, which a rule of examples/ in the filter's domain limits per minute and per day and
- * records past its limit. (Every field is checked against Envoy's API in ./rlqs-envoy.test.ts.)
+ * envoy-llm.yaml, the Envoy example of token budgets: each request reserves its x-max-tokens before
+ * it is sent and commits the response's token count once its stream is done, both named by the
+ * request's x-request-id, on a rule of examples/ in the filter's domain that limits tokens per minute
+ * and per day and calls in flight. (Every field is checked against Envoy's API in ./rlqs-envoy.test.ts.)
  */
 
 const ROOT = path.resolve(__dirname, '../../..');
@@ -16,14 +20,15 @@ const hcm: Obj = bootstrap.static_resources.listeners[0].filter_chains[0].filter
 const filter = (name: string): Obj => hcm.http_filters.find((f: Obj) => f.name === name).typed_config;
 const route: Obj = hcm.route_config.virtual_hosts[0].routes[0].route;
 
-test('the route checks before the request and charges the token count when the stream is done, on one descriptor', () => {
-  const [check, charge] = route.rate_limits as Obj[];
+test("the route reserves the request's x-max-tokens before it and commits when the stream is done, both named by its x-request-id", () => {
+  const [reserve, commit] = route.rate_limits as Obj[];
   expect(route.rate_limits).toHaveLength(2);
-  expect(check.hits_addend).toEqual({ number: 0 });
-  expect(check.apply_on_stream_done).toBeUndefined();
-  expect(charge.apply_on_stream_done).toBe(true);
-  expect(charge.actions).toEqual(check.actions);
-  expect(check.actions).toEqual([{ request_headers: { header_name: 'x-api-key', descriptor_key: 'api_key' } }]);
+  expect(reserve.hits_addend).toEqual({ format: '%REQ(x-max-tokens)%' });
+  expect(reserve.apply_on_stream_done).toBeUndefined();
+  expect(commit.apply_on_stream_done).toBe(true);
+  const key = { request_headers: { header_name: 'x-api-key', descriptor_key: 'api_key' } };
+  expect(reserve.actions).toEqual([key, { request_headers: { header_name: 'x-request-id', descriptor_key: 'reserve' } }]);
+  expect(commit.actions).toEqual([key, { request_headers: { header_name: 'x-request-id', descriptor_key: 'commit' } }]);
 });
 
 test("the charge reads, as a number, the metadata the response's token header is copied to", () => {
@@ -50,12 +55,37 @@ test('the filters run the metadata copy and the rate-limit filter before the rou
   expect(cluster.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.socket_address.port_value).toBe(8081);
 });
 
-test("the descriptor matches a rule of examples/ in the filter's domain: tokens per minute and per day, recorded past the limit", async () => {
+test("the descriptors reserve and commit on a rule of examples/ in the filter's domain: tokens per minute and per day, 20 in flight", async () => {
   const config = await loadConfigPath(path.join(ROOT, 'examples'), { defaultAlgorithm: 'sliding_window' });
-  const rule = matchDescriptor(config, filter('envoy.filters.http.ratelimit').domain, [{ key: 'api_key', value: 'team-a' }]);
-  expect(rule?.countDeniedRequests).toBe(true);
-  expect(rule?.limits?.map((l) => [l.limit.unit, l.limit.name])).toEqual([
-    ['minute', 'tokens_per_minute'],
-    ['day', 'tokens_per_day'],
+  const domain: string = filter('envoy.filters.http.ratelimit').domain;
+  const limiter = new RateLimiter({ store: new MemoryStore({ maxKeys: 1_000, sweepIntervalMs: 0 }), config: () => config, ...LIMITER_DEFAULTS });
+  const rule = matchDescriptor(config, domain, [{ key: 'api_key', value: 'team-a' }]);
+  expect(rule?.limits?.map((l) => [l.limit.unit, l.limit.name, l.limit.concurrency])).toEqual([
+    ['minute', 'tokens_per_minute', undefined],
+    ['day', 'tokens_per_day', undefined],
+    ['second', 'in_flight', 20],
   ]);
+  const call = (kind: string, id: string, hits: number): RateLimitRequest => ({
+    domain,
+    hitsAddend: 0,
+    descriptors: [
+      {
+        entries: [
+          { key: 'api_key', value: 'team-a' },
+          { key: kind, value: id },
+        ],
+        hitsAddend: hits,
+      },
+    ],
+  });
+  // 3 calls of up to 8,000 tokens: 2 fit the minute's 20,000 at once, the third waits for a commit.
+  const reserved = await Promise.all(['a', 'b', 'c'].map((id) => limiter.shouldRateLimit(call('reserve', id, 8_000))));
+  expect(reserved.map((r) => r.overallCode)).toEqual(['OK', 'OK', 'OVER_LIMIT']);
+  expect((await limiter.shouldRateLimit(call('commit', 'a', 1_500))).overallCode).toBe('OK');
+  // 1,500 counted and 8,000 held leave 2,500 of the minute; the status names the limit with the fewest left: 18 in flight.
+  expect((await limiter.shouldRateLimit(call('reserve', 'c', 8_000))).statuses[0]).toMatchObject({ code: 'OK', limitRemaining: 18 });
+  expect((await limiter.shouldRateLimit(call('reserve', 'd', 2_501))).statuses[0]).toMatchObject({
+    code: 'OVER_LIMIT',
+    currentLimit: { name: 'tokens_per_minute' },
+  });
 });

@@ -60,6 +60,23 @@ async function sample(metrics: Metrics, name: string, labels: Record<string, str
 }
 
 describe('Metrics', () => {
+  it('counts reservation calls per rule and outcome, and shows what the last decided descriptor holds, bounded in series', async () => {
+    const metrics = new Metrics({ defaultMetrics: false, maxSeries: 1 });
+    const rule = { statKey: 'api_key', limit: LIMIT, shadowMode: false };
+    metrics.onReservation({ domain: 'llm', rule, kind: 'reserve', outcome: 'held', held: 1, lapsed: 0 });
+    metrics.onReservation({ domain: 'llm', rule, kind: 'reserve', outcome: 'held', held: 2, lapsed: 0 });
+    metrics.onReservation({ domain: 'llm', rule, kind: 'commit', outcome: 'committed', held: 0, lapsed: 1 });
+    metrics.onReservation({ domain: 'llm', rule: { ...rule, statKey: 'tenant' }, kind: 'reserve', outcome: 'denied', held: 5, lapsed: 0 });
+    const key = { domain: 'llm', descriptor: 'api_key' };
+    expect(await sample(metrics, 'ratelimit_service_reservations_total', { ...key, outcome: 'held' })).toBe(2);
+    expect(await sample(metrics, 'ratelimit_service_reservations_total', { ...key, outcome: 'committed' })).toBe(1);
+    expect(await sample(metrics, 'ratelimit_service_reservations_total', { ...key, outcome: 'lapsed' })).toBe(1);
+    expect(await sample(metrics, 'ratelimit_service_reservations_held', key)).toBe(0);
+    // Past METRICS_MAX_SERIES a rule is counted under "overflow", and has no held gauge.
+    expect(await sample(metrics, 'ratelimit_service_reservations_total', { domain: 'llm', descriptor: 'overflow', outcome: 'denied' })).toBe(1);
+    expect((await metrics.text()).includes('ratelimit_service_reservations_held{domain="llm",descriptor="overflow"}')).toBe(false);
+  });
+
   it('counts hits per rule under the reference names with domain and descriptor labels', async () => {
     const metrics = new Metrics({ defaultMetrics: false });
     metrics.onDescriptor(event('edge', 'api_key', { hits: 1, withinLimit: 1 }));

@@ -167,6 +167,23 @@ describe('loadSettings with the reference server variable names', () => {
     expect(() => loadSettings({ DESCRIPTOR_MAX_VALUE_BYTES: '0' })).toThrow('DESCRIPTOR_MAX_VALUE_BYTES');
   });
 
+  it('reads the reservation settings, with their defaults, and stops at a bad one naming it', () => {
+    expect(loadSettings({}).reservations).toEqual({
+      reserveKey: 'reserve',
+      commitKey: 'commit',
+      ttlMs: 600_000,
+      maxPerKey: 10_000,
+      maxEntries: 1_000_000,
+      maxBytes: 128 * 1024 * 1024,
+    });
+    expect(
+      loadSettings({ RESERVE_ENTRY_KEY: 'hold', COMMIT_ENTRY_KEY: 'settle', RESERVATION_TTL: '90s', RESERVATIONS_MAX_PER_KEY: '50' }).reservations,
+    ).toMatchObject({ reserveKey: 'hold', commitKey: 'settle', ttlMs: 90_000, maxPerKey: 50 });
+    expect(() => loadSettings({ COMMIT_ENTRY_KEY: 'reserve' })).toThrow('invalid setting COMMIT_ENTRY_KEY: must differ from RESERVE_ENTRY_KEY ("reserve")');
+    expect(() => loadSettings({ RESERVATION_TTL: '500ms' })).toThrow('invalid setting RESERVATION_TTL: expected a duration from 1s to 168h');
+    expect(() => loadSettings({ RESERVATIONS_MAX_PER_KEY: '0' })).toThrow('RESERVATIONS_MAX_PER_KEY');
+  });
+
   it('warns that counters are per process when neither BACKEND_TYPE nor REDIS_URL is set', () => {
     const perProcess = (env: Record<string, string>) => loadSettings(env).warnings.filter((w) => w.includes('per process'));
     expect(perProcess({})).toHaveLength(1);

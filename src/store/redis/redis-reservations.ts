@@ -1,0 +1,87 @@
+import { DEFAULT_RESERVATION_TTL_MS, DEFAULT_RESERVATIONS_PER_KEY } from '../../limiter/reservations';
+import { StoreUnavailableError, type CounterDecision, type CounterRequest, type HoldAnswer, type HoldCall, type Reservations } from '../../limiter/store';
+import { RESERVE_OUTCOMES } from './reserve-script';
+import { counterProblem, counterSpec } from './script';
+
+/**
+ * The Redis store's reservations: one RESERVE script call (./reserve-script.ts) per reservation
+ * call, outside the batcher (a reserve and a commit per stream, not per request check), in the
+ * slot of the descriptor's counters: on a Cluster the book and the counters are decided together.
+ */
+
+export interface RedisReservationsOptions {
+  /** Sends RESERVE: [numkeys, ...keys, ...argv]. */
+  readonly call: (args: (string | number)[]) => Promise<unknown>;
+  /** A counter's Redis key (the store's keyOf). */
+  readonly keyOf: (c: CounterRequest) => string;
+  /** `<prefix>{`: a book's key is this, its descriptor's tag, and `}|holds`. */
+  readonly tagOpen: string;
+  /** Deadline of one call, ms. */
+  readonly timeoutMs: number;
+  /** A failed call, for metrics and the health probe; returns the error to reject with. */
+  readonly failed: (err: unknown) => Error;
+  readonly ttlMs?: number;
+  /** Entries (holds and remembered commits) of one book, at most (RESERVATIONS_MAX_PER_KEY). */
+  readonly maxPerKey?: number;
+}
+
+const KIND_CODE = { reserve: 'r', commit: 'c', release: 'x' } as const;
+
+export class RedisReservations implements Reservations {
+  readonly ttlMs: number;
+  private readonly maxPerKey: number;
+
+  constructor(private readonly options: RedisReservationsOptions) {
+    this.ttlMs = options.ttlMs ?? DEFAULT_RESERVATION_TTL_MS;
+    this.maxPerKey = options.maxPerKey ?? DEFAULT_RESERVATIONS_PER_KEY;
+  }
+
+  hold(call: HoldCall): Promise<HoldAnswer> {
+    const { counters } = call;
+    const keys: string[] = [];
+    const specs: string[] = [];
+    for (const c of counters) {
+      const problem = counterProblem(c);
+      if (problem !== undefined) return Promise.reject(new Error(`counter ${JSON.stringify(c.key)}: ${problem}`));
+      keys.push(this.options.keyOf(c));
+      specs.push(counterSpec(c.hits === 0 ? c : { ...c, hits: 0 }));
+    }
+    keys.push(`${this.options.tagOpen}${call.key}}|holds`);
+    const args = [keys.length, ...keys, KIND_CODE[call.kind], call.id, call.hits, this.ttlMs, this.maxPerKey, call.maxHeld ?? -1, ...specs];
+    const deadlineMs = this.options.timeoutMs;
+    return new Promise<HoldAnswer>((resolve, reject) => {
+      const timer = setTimeout(() => reject(this.options.failed(new StoreUnavailableError(`redis did not answer within ${deadlineMs} ms`))), deadlineMs);
+      this.options.call(args).then(
+        (reply) => {
+          clearTimeout(timer);
+          try {
+            resolve(readReply(reply, counters.length + (call.maxHeld === undefined ? 0 : 1)));
+          } catch (err) {
+            reject(this.options.failed(err));
+          }
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          reject(this.options.failed(err));
+        },
+      );
+    });
+  }
+}
+
+/** RESERVE's reply: outcome, holds, lapsed, then `count` pairs of remaining (-1: denied) and resetMs. */
+function readReply(reply: unknown, count: number): HoldAnswer {
+  if (!Array.isArray(reply) || reply.length !== 3 + 2 * count || !reply.every((v) => typeof v === 'number' && Number.isSafeInteger(v))) {
+    throw new Error(`malformed RESERVE reply: ${JSON.stringify(reply)?.slice(0, 200)}`);
+  }
+  const numbers = reply as number[];
+  const outcome = RESERVE_OUTCOMES[numbers[0]];
+  if (outcome === undefined) throw new Error(`malformed RESERVE reply: outcome ${numbers[0]}`);
+  const decisions: CounterDecision[] = [];
+  for (let i = 0; i < count; i++) {
+    const remaining = numbers[3 + 2 * i];
+    const resetMs = numbers[4 + 2 * i];
+    decisions.push(remaining < 0 ? { allowed: false, remaining: 0, resetMs } : { allowed: true, remaining, resetMs });
+  }
+  return { decisions, outcome, held: numbers[1], lapsed: numbers[2] };
+}
