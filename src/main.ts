@@ -26,6 +26,7 @@ import { warmUp } from './app/warm-up';
 import { clusterMetrics, isSupervisor, reportReady, superviseWorkers } from './app/workers';
 import type { Store } from './limiter/store';
 import type { SharedDocuments } from './limiter/replica-exchange';
+import { HeldReservations } from './top/held-reservations';
 import { LiveTop } from './top/live-top';
 import { TopSketch } from './top/top-sketch';
 
@@ -136,7 +137,9 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     top.start();
     teardown.push(() => top.stop());
   }
-  const observer = top?.observing(metrics) ?? metrics;
+  // What each descriptor's reservations held at its last call here (/rlmatch, /top/rules).
+  const held = new HeldReservations();
+  const observer = held.observing(top?.observing(metrics) ?? metrics);
 
   // Replays (src/limiter/replay.ts) are built from the denial cache, which only the Redis store has.
   const replayMaxKeys = denialCacheEnabled(settings) ? Math.min(settings.denialCacheMaxKeys, REPLAY_MAX_KEYS) : 0;
@@ -214,12 +217,12 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
       const config = rules.current();
       return config === undefined ? [] : describeConfig(config);
     },
-    match: (domain, entries) => ruleMatch(rules.current(), domain, entries),
+    match: (domain, entries) => ruleMatch(rules.current(), domain, entries, held.heldOf(domain, entries)),
     quota: () => rlqs.view(),
     metrics: exposition,
     top: top === undefined ? undefined : () => top.merged(),
     // The page shows this replica's quota streams beside the heavy hitters (their shares cover every replica's proxies).
-    topExtras: () => ({ rlqs: rlqsReport(rlqs.view()) }),
+    topExtras: () => ({ rlqs: rlqsReport(rlqs.view()), reservations: held.byRule() }),
     logger,
   });
   // Before the shared port opens: the first proxy calls then meet compiled code (see warm-up.ts).

@@ -82,6 +82,8 @@ export interface RuleMatch {
         readonly shadowMode: boolean;
         readonly countDeniedRequests: boolean;
         readonly limits?: readonly (LimitMatch & { readonly statKey: string })[];
+        /** Reservations the descriptor's book held at its last reserve, commit or release on this process (absent when none). */
+        readonly reservationsHeld?: number;
       })
     | null;
 }
@@ -101,12 +103,17 @@ function limitMatch(limit: Limit): LimitMatch {
   return limit.concurrency === undefined ? match : { ...match, concurrency: limit.concurrency };
 }
 
-/** The debug port's /rlmatch answer: the rule `entries` match in `domain` under `config`. */
-export function ruleMatch(config: RateLimitConfig | undefined, domain: string, entries: readonly Entry[]): RuleMatch {
+/** The debug port's /rlmatch answer: the rule `entries` match in `domain` under `config`, with the reservations its book held at its last reservation call here (`held`, shown when above 0). */
+export function ruleMatch(config: RateLimitConfig | undefined, domain: string, entries: readonly Entry[], held = 0): RuleMatch {
   const domains = config === undefined ? [] : [...config.domains.keys()];
   const matched = config === undefined ? undefined : matchDescriptor(config, domain, entries);
   if (matched === undefined) return { domains, rule: null };
-  const rule = { ...limitMatch(matched.limit), shadowMode: matched.shadowMode, countDeniedRequests: matched.countDeniedRequests };
+  const rule = {
+    ...limitMatch(matched.limit),
+    shadowMode: matched.shadowMode,
+    countDeniedRequests: matched.countDeniedRequests,
+    ...(held > 0 ? { reservationsHeld: held } : {}),
+  };
   if (matched.limits === undefined) return { domains, rule };
   return { domains, rule: { ...rule, limits: matched.limits.map((l) => ({ ...limitMatch(l.limit), statKey: `${domain}.${l.statKey}` })) } };
 }

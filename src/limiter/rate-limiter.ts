@@ -333,6 +333,7 @@ export class RateLimiter extends RequestPlanner {
       domain: plan.domain,
       rule: hold.parts[0].limit ?? hold.rule,
       kind: hold.call.kind,
+      entries: entries.slice(0, -1),
       outcome: answer.outcome,
       held: answer.held,
       lapsed: answer.lapsed,

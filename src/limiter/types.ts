@@ -257,6 +257,8 @@ export interface ReservationEvent {
   /** The rule whose descriptor's reservations they are (its statKey names it, never a request's values). */
   readonly rule: OutcomeRule;
   readonly kind: 'reserve' | 'commit' | 'release';
+  /** The descriptor's entries, its reserve or commit entry left out: what names its book. */
+  readonly entries: readonly Entry[];
   readonly outcome: HoldOutcome;
   /** Reservations the book holds after the call. */
   readonly held: number;

@@ -1,6 +1,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { descriptor, grpcCode, type RlsClient } from '../../helpers/grpc-client';
 import { startCluster, startRedis } from '../../helpers/redis';
+import { request } from '../../helpers/http-request';
 import { startTestService, type TestService } from '../../helpers/service';
 
 /**
@@ -92,6 +93,18 @@ describe.each(['memory', 'redis', 'cluster'])('reservations on the wire (%s)', (
     expect(await call(a, 'api_key', key, 'commit', `req-${admitted[0]}`, 30)).toMatchObject({ overall: 'OK', remaining: 700 });
     const again = await Promise.all(Array.from({ length: 10 }, (_, i) => call(i % 2 ? a : b, 'api_key', key, 'reserve', `more-${i}`, 100)));
     expect(again.filter((r) => r.overall === 'OK')).toHaveLength(7);
+  });
+
+  it('shows what a descriptor holds on /rlmatch and per rule on /top/rules', async () => {
+    const tenant = `shown-${Date.now()}`;
+    for (let i = 0; i < 3; i++) expect((await call(a, 'tenant', tenant, 'reserve', `s${i}`, 1)).overall).toBe('OK');
+    await call(a, 'tenant', tenant, 'commit', 's0', 1);
+    const debugPort = replicas[0].service.debugPort;
+    const match = JSON.parse((await request(debugPort, 'GET', `/rlmatch?domain=llm&entry=tenant=${tenant}`)).text);
+    expect(match.rule).toMatchObject({ concurrency: 5, reservationsHeld: 2 });
+    const top = JSON.parse((await request(debugPort, 'GET', '/top/rules')).text);
+    expect(top.reservations).toContainEqual({ domain: 'llm', rule: 'tenant', held: expect.any(Number), descriptors: expect.any(Number) });
+    expect(top.reservations.find((r: { rule: string }) => r.rule === 'tenant').held).toBeGreaterThanOrEqual(2);
   });
 
   it('holds at most 5 in flight across the replicas, a commit freeing one', async () => {

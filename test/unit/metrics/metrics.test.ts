@@ -63,10 +63,10 @@ describe('Metrics', () => {
   it('counts reservation calls per rule and outcome, and shows what the last decided descriptor holds, bounded in series', async () => {
     const metrics = new Metrics({ defaultMetrics: false, maxSeries: 1 });
     const rule = { statKey: 'api_key', limit: LIMIT, shadowMode: false };
-    metrics.onReservation({ domain: 'llm', rule, kind: 'reserve', outcome: 'held', held: 1, lapsed: 0 });
-    metrics.onReservation({ domain: 'llm', rule, kind: 'reserve', outcome: 'held', held: 2, lapsed: 0 });
-    metrics.onReservation({ domain: 'llm', rule, kind: 'commit', outcome: 'committed', held: 0, lapsed: 1 });
-    metrics.onReservation({ domain: 'llm', rule: { ...rule, statKey: 'tenant' }, kind: 'reserve', outcome: 'denied', held: 5, lapsed: 0 });
+    metrics.onReservation({ domain: 'llm', rule, kind: 'reserve', entries: [], outcome: 'held', held: 1, lapsed: 0 });
+    metrics.onReservation({ domain: 'llm', rule, kind: 'reserve', entries: [], outcome: 'held', held: 2, lapsed: 0 });
+    metrics.onReservation({ domain: 'llm', rule, kind: 'commit', entries: [], outcome: 'committed', held: 0, lapsed: 1 });
+    metrics.onReservation({ domain: 'llm', rule: { ...rule, statKey: 'tenant' }, kind: 'reserve', entries: [], outcome: 'denied', held: 5, lapsed: 0 });
     const key = { domain: 'llm', descriptor: 'api_key' };
     expect(await sample(metrics, 'ratelimit_service_reservations_total', { ...key, outcome: 'held' })).toBe(2);
     expect(await sample(metrics, 'ratelimit_service_reservations_total', { ...key, outcome: 'committed' })).toBe(1);
