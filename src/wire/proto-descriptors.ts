@@ -131,12 +131,13 @@ export function describeProtoFiles(files: readonly string[]): ProtoDescriptors {
     const method = service.methodsArray.map((m) => {
       m.resolve();
       symbols.set(`${name}.${m.name}`, draft.name);
+      // As protoc writes them: the streaming flags only when set.
       return {
         name: m.name,
         inputType: refer(draft, m.resolvedRequestType!),
         outputType: refer(draft, m.resolvedResponseType!),
-        clientStreaming: m.requestStream === true,
-        serverStreaming: m.responseStream === true,
+        ...(m.requestStream === true ? { clientStreaming: true } : {}),
+        ...(m.responseStream === true ? { serverStreaming: true } : {}),
       };
     });
     return { name: service.name, method };
