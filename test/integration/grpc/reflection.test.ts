@@ -1,6 +1,12 @@
 import * as grpc from '@grpc/grpc-js';
 import * as descriptor from 'protobufjs/ext/descriptor';
 import { GrpcReflection } from 'grpc-js-reflection-client';
+import { Flag, FrameType, Setting } from '../../../src/http2/frames';
+import { encodeHeaderBlock } from '../../../src/http2/hpack';
+import { frameMessage } from '../../../src/wire/grpc-framing';
+import { loadProtoFiles } from '../../../src/wire/proto';
+import { REFLECTION_V1_PATH, REFLECTION_V1_PROTO } from '../../../src/wire/reflection-codec';
+import { dataFrame, headersFrame, isType, RawClient } from '../../helpers/h2-raw-client';
 import { openReflectionStream, type ReflectionVersion } from '../../helpers/reflection-stream';
 import { startTestService, type TestService } from '../../helpers/service';
 
@@ -200,4 +206,57 @@ describe.each(['http2', 'grpc-js'])('server reflection over the %s transport', (
     expect(flood.received).toHaveLength(20);
     expect((await big.status).code).toBe(grpc.status.RESOURCE_EXHAUSTED);
   });
+});
+
+test('a peer that floods requests and never reads its answers is held by flow control, then ended by the idle timeout; a legit client is served meanwhile (http2 transport)', async () => {
+  const svc = await startTestService({
+    config: { 'edge.yaml': EDGE },
+    env: { WARM_UP_CALLS: '0', GRPC_REFLECTION_MAX_STREAMS: '1', GRPC_REFLECTION_IDLE_TIMEOUT: '800ms' },
+  });
+  const legitChannel = new grpc.Client(svc.addr, grpc.credentials.createInsecure());
+  // A stream window of 0: the server may send this peer no answer byte at all.
+  const hostile = await RawClient.connect(svc.service.grpcPort, [[Setting.INITIAL_WINDOW_SIZE, 0]]);
+  try {
+    const Request = loadProtoFiles([REFLECTION_V1_PROTO]).lookupType('grpc.reflection.v1.ServerReflectionRequest');
+    const ask = frameMessage(Request.encode(Request.fromObject({ fileContainingSymbol: 'envoy.service.ratelimit.v3.RateLimitService' })).finish());
+    const headers = encodeHeaderBlock([
+      [':method', 'POST'],
+      [':scheme', 'http'],
+      [':path', REFLECTION_V1_PATH],
+      [':authority', 'localhost'],
+      ['content-type', 'application/grpc'],
+    ]);
+    hostile.send(headersFrame(1, Flag.END_HEADERS, headers));
+    // 500 requests (28 KB, within the stream's receive window), each asking for the RLS files (8 KB of answer).
+    hostile.send(...Array.from({ length: 500 }, () => dataFrame(1, ask, 0)));
+    await pause(400);
+    const taken = (): number => hostile.frames.filter(isType(FrameType.WINDOW_UPDATE, 1)).reduce((sum, f) => sum + f.payload.readUInt32BE(0), 0) / ask.length;
+    // The server took requests only while their answers (4.5 KB each) fitted the held-output mark (64 KiB,
+    // plus the one answer past it): about 15 of the 500.
+    expect(taken()).toBeGreaterThan(0);
+    expect(taken()).toBeLessThanOrEqual(20);
+    const takenThen = taken();
+
+    // The stalled stream is the one stream allowed: a legit client is refused until the idle timeout ends it.
+    const { reflection, close } = reflectionClient(svc.addr, 'v1');
+    try {
+      let served: string[] | undefined;
+      const started = Date.now();
+      while (served === undefined && Date.now() - started < 5_000) {
+        served = await reflection.listServices().catch(() => undefined);
+        if (served === undefined) await pause(100);
+      }
+      expect(served?.sort()).toEqual(SERVICES);
+      // Decisions went on beside it.
+      expect((await svc.client.shouldRateLimit({ domain: 'edge', descriptors: [{ entries: [{ key: 'api_key', value: 'stalled' }] }] })).overallCode).toBe('OK');
+      // No further request of the stalled peer was taken.
+      expect(taken()).toBe(takenThen);
+    } finally {
+      close();
+    }
+  } finally {
+    hostile.close();
+    legitChannel.close();
+    await svc.stop();
+  }
 });
