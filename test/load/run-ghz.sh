@@ -6,9 +6,10 @@
 # /metrics (OK and OVER_LIMIT are both gRPC OK: ghz's summary cannot tell them apart), then stops
 # the server.
 #   make ghz GHZ_DURATION=60s GHZ_CONCURRENCY=100 GHZ_CONNECTIONS=8   # ghz flags -z, -c, --connections
-#   make ghz GHZ_TOTAL=2000                            # a number of calls instead of a duration (-n, -z 0)
+#   make ghz GHZ_TOTAL=2000                            # a number of calls instead of a duration (-n N -z 0)
 #   make ghz GHZ_REFLECTION=1                          # no .proto: ghz asks the server (gRPC reflection)
-#   bash test/load/run-ghz.sh -O html -o report.html   # extra arguments go to ghz (flags override the config file)
+#   bash test/load/run-ghz.sh -O html -o report.html   # extra arguments go to ghz (flags override the config file);
+#                                                      # with -O and no -o the split goes to stderr
 #   bash test/load/run-ghz.sh --smoke                  # no ghz: send each message of ghz.json once
 # Server settings pass through (BACKEND_TYPE=redis REDIS_URL=localhost:6379 make ghz).
 set -euo pipefail
@@ -92,9 +93,12 @@ node -e '
 
 # Flags given beside --config override its values (ghz v0.121.0: -z, -n, -c, --connections, -O, ...).
 overrides=()
-[[ -n "${GHZ_DURATION:-}" ]] && overrides+=(-z "$GHZ_DURATION")
-# A number of calls: the config's duration would otherwise win over -n.
-[[ -n "${GHZ_TOTAL:-}" ]] && overrides+=(-n "$GHZ_TOTAL" -z 0)
+# A number of calls replaces the duration (with one set, ghz ignores -n).
+if [[ -n "${GHZ_TOTAL:-}" ]]; then
+  overrides+=(-n "$GHZ_TOTAL" -z 0)
+elif [[ -n "${GHZ_DURATION:-}" ]]; then
+  overrides+=(-z "$GHZ_DURATION")
+fi
 [[ -n "${GHZ_CONCURRENCY:-}" ]] && overrides+=(-c "$GHZ_CONCURRENCY")
 [[ -n "${GHZ_CONNECTIONS:-}" ]] && overrides+=(--connections "$GHZ_CONNECTIONS")
 
@@ -109,5 +113,16 @@ if [[ $smoke == 1 ]]; then
 else
   ghz --config "$config" ${overrides[@]+"${overrides[@]}"} "$@" || status=$?
 fi
-if [[ $counted == 1 ]]; then node dist/test/load/ghz-answers.js report "$metrics" "$before" || true; fi
+# Beside ghz's summary on stdout; on stderr when ghz writes another format there (-O json without -o).
+split_to=1
+format_set=0
+file_set=0
+for arg in "$@"; do
+  case $arg in
+    -O | --format | --format=* | -O?*) format_set=1 ;;
+    -o | --output | --output=* | -o?*) file_set=1 ;;
+  esac
+done
+[[ $format_set == 1 && $file_set == 0 ]] && split_to=2
+if [[ $counted == 1 ]]; then node dist/test/load/ghz-answers.js report "$metrics" "$before" >&"$split_to" || true; fi
 exit $status
