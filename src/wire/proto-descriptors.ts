@@ -34,6 +34,8 @@ export interface ProtoDescriptors {
   readonly symbols: ReadonlyMap<string, string>;
   /** Fully-qualified message names: the types extension requests may name. */
   readonly messages: ReadonlySet<string>;
+  /** A file and every file it imports, directly or not, each once: the file first, then its imports depth-first. */
+  withDependencies(name: string): ProtoFile[];
 }
 
 /** The files asked for and every file they import, as descriptors. */
@@ -168,17 +170,16 @@ export function describeProtoFiles(files: readonly string[]): ProtoDescriptors {
     });
     encoded.set(draft.name, { name: draft.name, bytes: descriptor.FileDescriptorProto.encode(message).finish(), dependencies: dependency });
   }
-  return { services: services.sort(), files: encoded, symbols, messages };
+  return { services: services.sort(), files: encoded, symbols, messages, withDependencies: (name) => withDependencies(encoded, name) };
 }
 
-/** A file and every file it imports, directly or not, each once: the file first, then its imports depth-first. */
-export function withDependencies(descriptors: ProtoDescriptors, name: string): ProtoFile[] {
+function withDependencies(files: ReadonlyMap<string, ProtoFile>, name: string): ProtoFile[] {
   const out: ProtoFile[] = [];
   const seen = new Set<string>();
   const visit = (fileName: string): void => {
     if (seen.has(fileName)) return;
     seen.add(fileName);
-    const file = descriptors.files.get(fileName);
+    const file = files.get(fileName);
     if (file === undefined) return;
     out.push(file);
     for (const dependency of file.dependencies) visit(dependency);

@@ -48,7 +48,8 @@ class FakeCall implements StreamingCall {
   }
 }
 
-function setup(limits: Partial<ReflectionLimits> = {}) {
+/** A service whose descriptors are built (as after its first question), and its two methods. */
+async function setup(limits: Partial<ReflectionLimits> = {}) {
   const timers = new FakeTimers();
   const service = new ReflectionService({ limits: { ...LIMITS, ...limits }, timers });
   const [v1, v1alpha] = service.methods();
@@ -57,6 +58,7 @@ function setup(limits: Partial<ReflectionLimits> = {}) {
     call.handlers = method.open(call);
     return call;
   };
+  await service.descriptors();
   return { timers, service, v1, v1alpha, open };
 }
 
@@ -65,16 +67,16 @@ const names = (answer: Record<string, any>): string[] =>
     (b) => (descriptor.FileDescriptorProto.decode(b) as unknown as { name: string }).name,
   );
 
-test('both versions are served, each capped at GRPC_REFLECTION_MAX_REQUEST_BYTES', () => {
-  const { v1, v1alpha } = setup();
+test('both versions are served, each capped at GRPC_REFLECTION_MAX_REQUEST_BYTES', async () => {
+  const { v1, v1alpha } = await setup();
   expect([v1.path, v1alpha.path]).toEqual([REFLECTION_V1_PATH, REFLECTION_V1ALPHA_PATH]);
   expect(v1.maxMessageBytes).toBe(4096);
   expect(v1alpha.maxMessageBytes).toBe(4096);
 });
 
-test('answers name the services, serve a file with every file it imports, and find any symbol of it', () => {
-  const { service } = setup();
-  expect(service.answer({ kind: 'list_services' })).toEqual({
+test('answers name the services, serve a file with every file it imports, and find any symbol of it', async () => {
+  const { service } = await setup();
+  expect(await service.answer({ kind: 'list_services' })).toEqual({
     services: [
       'envoy.service.rate_limit_quota.v3.RateLimitQuotaService',
       'envoy.service.ratelimit.v3.RateLimitService',
@@ -83,7 +85,7 @@ test('answers name the services, serve a file with every file it imports, and fi
       'grpc.reflection.v1alpha.ServerReflection',
     ],
   });
-  const quota = service.answer({ kind: 'file_by_filename', name: 'envoy/service/rate_limit_quota/v3/rlqs.proto' });
+  const quota = await service.answer({ kind: 'file_by_filename', name: 'envoy/service/rate_limit_quota/v3/rlqs.proto' });
   const files = (quota as { files: Uint8Array[] }).files.map((b) => (descriptor.FileDescriptorProto.decode(b) as unknown as { name: string }).name);
   expect(files).toEqual([
     'envoy/service/rate_limit_quota/v3/rlqs.proto',
@@ -103,34 +105,34 @@ test('answers name the services, serve a file with every file it imports, and fi
     // Enum values are scoped beside their enum.
     'envoy.service.ratelimit.v3.RateLimitResponse.OVER_LIMIT',
   ]) {
-    const answer = service.answer({ kind: 'file_containing_symbol', symbol }) as { files: Uint8Array[] };
+    const answer = (await service.answer({ kind: 'file_containing_symbol', symbol })) as { files: Uint8Array[] };
     expect((descriptor.FileDescriptorProto.decode(answer.files[0]) as unknown as { name: string }).name).toBe('envoy/service/ratelimit/v3/rls.proto');
   }
-  expect(service.answer({ kind: 'file_containing_symbol', symbol: 'google.protobuf.Value' })).toMatchObject({ files: [expect.any(Uint8Array)] });
+  expect(await service.answer({ kind: 'file_containing_symbol', symbol: 'google.protobuf.Value' })).toMatchObject({ files: [expect.any(Uint8Array)] });
 });
 
-test('unknown files, symbols and extensions are NOT_FOUND answers; a known message has no extension numbers', () => {
-  const { service } = setup();
-  expect(service.answer({ kind: 'file_by_filename', name: 'rls.proto' })).toEqual({
+test('unknown files, symbols and extensions are NOT_FOUND answers; a known message has no extension numbers', async () => {
+  const { service } = await setup();
+  expect(await service.answer({ kind: 'file_by_filename', name: 'rls.proto' })).toEqual({
     error: { code: GrpcStatus.NOT_FOUND, message: 'file not found: rls.proto' },
   });
-  expect(service.answer({ kind: 'file_containing_symbol', symbol: 'envoy.service.ratelimit.v3' })).toEqual({
+  expect(await service.answer({ kind: 'file_containing_symbol', symbol: 'envoy.service.ratelimit.v3' })).toEqual({
     error: { code: GrpcStatus.NOT_FOUND, message: 'symbol not found: envoy.service.ratelimit.v3' },
   });
-  expect(service.answer({ kind: 'file_containing_extension', type: 'grpc.health.v1.HealthCheckRequest', number: 1000 })).toEqual({
+  expect(await service.answer({ kind: 'file_containing_extension', type: 'grpc.health.v1.HealthCheckRequest', number: 1000 })).toEqual({
     error: { code: GrpcStatus.NOT_FOUND, message: 'extension not found: grpc.health.v1.HealthCheckRequest 1000' },
   });
-  expect(service.answer({ kind: 'all_extension_numbers_of_type', type: 'grpc.health.v1.HealthCheckRequest' })).toEqual({
+  expect(await service.answer({ kind: 'all_extension_numbers_of_type', type: 'grpc.health.v1.HealthCheckRequest' })).toEqual({
     extensionsOf: 'grpc.health.v1.HealthCheckRequest',
     numbers: [],
   });
-  expect(service.answer({ kind: 'all_extension_numbers_of_type', type: 'grpc.health.v1.Health' })).toEqual({
+  expect(await service.answer({ kind: 'all_extension_numbers_of_type', type: 'grpc.health.v1.Health' })).toEqual({
     error: { code: GrpcStatus.NOT_FOUND, message: 'type not found: grpc.health.v1.Health' },
   });
 });
 
-test('a stream answers each request in order, echoing it and its host; the half-close ends it with OK', () => {
-  const { open } = setup();
+test('a stream answers each request in order, echoing it and its host; the half-close ends it with OK', async () => {
+  const { open } = await setup();
   const call = open();
   call.handlers.onMessage(request({ host: 'h:1', listServices: '*' }));
   call.handlers.onMessage(request({ fileByFilename: 'nope' }));
@@ -146,8 +148,8 @@ test('a stream answers each request in order, echoing it and its host; the half-
   expect(call.ended).toEqual({ code: GrpcStatus.OK, details: undefined });
 });
 
-test('a request that is not one, or asks nothing, ends its stream with INVALID_ARGUMENT', () => {
-  const { open } = setup();
+test('a request that is not one, or asks nothing, ends its stream with INVALID_ARGUMENT', async () => {
+  const { open } = await setup();
   const garbage = open();
   garbage.handlers.onMessage(Buffer.from([0x22, 0x09, 0x01]));
   expect(garbage.ended).toMatchObject({ code: GrpcStatus.INVALID_ARGUMENT, details: expect.stringContaining('cannot decode ServerReflectionRequest') });
@@ -157,8 +159,8 @@ test('a request that is not one, or asks nothing, ends its stream with INVALID_A
   expect(empty.written).toEqual([]);
 });
 
-test('streams past GRPC_REFLECTION_MAX_STREAMS (both versions together) are refused with RESOURCE_EXHAUSTED until one closes', () => {
-  const { service, open, v1alpha } = setup();
+test('streams past GRPC_REFLECTION_MAX_STREAMS (both versions together) are refused with RESOURCE_EXHAUSTED until one closes', async () => {
+  const { service, open, v1alpha } = await setup();
   const a = open();
   open(v1alpha);
   expect(service.openStreams).toBe(2);
@@ -170,8 +172,8 @@ test('streams past GRPC_REFLECTION_MAX_STREAMS (both versions together) are refu
   expect(open().ended).toBeUndefined();
 });
 
-test('the request past GRPC_REFLECTION_MAX_REQUESTS_PER_STREAM ends the stream with RESOURCE_EXHAUSTED, unanswered', () => {
-  const { open } = setup();
+test('the request past GRPC_REFLECTION_MAX_REQUESTS_PER_STREAM ends the stream with RESOURCE_EXHAUSTED, unanswered', async () => {
+  const { open } = await setup();
   const call = open();
   for (let i = 0; i < 5; i++) call.handlers.onMessage(request({ listServices: '' }));
   expect(call.ended).toBeUndefined();
@@ -183,8 +185,8 @@ test('the request past GRPC_REFLECTION_MAX_REQUESTS_PER_STREAM ends the stream w
   });
 });
 
-test('a stream without a request for GRPC_REFLECTION_IDLE_TIMEOUT ends with DEADLINE_EXCEEDED, the first request included; each request restarts the wait', () => {
-  const { timers, service, open } = setup();
+test('a stream without a request for GRPC_REFLECTION_IDLE_TIMEOUT ends with DEADLINE_EXCEEDED, the first request included; each request restarts the wait', async () => {
+  const { timers, service, open } = await setup();
   const silent = open();
   timers.advance(999);
   expect(silent.ended).toBeUndefined();
@@ -207,7 +209,7 @@ test('a stream without a request for GRPC_REFLECTION_IDLE_TIMEOUT ends with DEAD
 });
 
 test('while the peer does not read, the next request is held until it does (or the stream closes)', async () => {
-  const { open } = setup();
+  const { open } = await setup();
   const call = open();
   call.writable = false;
   const held = call.handlers.onMessage(request({ listServices: '' }));
@@ -226,4 +228,24 @@ test('while the peer does not read, the next request is held until it does (or t
   const closing = call.handlers.onMessage(request({ listServices: '' }));
   call.cancel();
   await expect(closing).resolves.toBeUndefined();
+});
+
+test('the first question waits for the descriptors, built once for every stream', async () => {
+  const service = new ReflectionService({ limits: LIMITS, timers: new FakeTimers() });
+  const [v1, v1alpha] = service.methods();
+  const a = new FakeCall();
+  a.handlers = v1.open(a);
+  const b = new FakeCall();
+  b.handlers = v1alpha.open(b);
+  const first = a.handlers.onMessage(request({ listServices: '' }));
+  const second = b.handlers.onMessage(request({ fileByFilename: 'grpc/health/v1/health.proto' }));
+  expect(first).toBeInstanceOf(Promise);
+  expect(a.written).toEqual([]);
+  await Promise.all([first, second]);
+  expect(a.written[0].listServicesResponse.service).toHaveLength(5);
+  expect(names(b.written[0])).toEqual(['grpc/health/v1/health.proto']);
+  expect(await service.descriptors()).toBe(await service.descriptors());
+  // Built: answered at once.
+  expect(a.handlers.onMessage(request({ listServices: '' }))).toBeUndefined();
+  expect(a.written).toHaveLength(2);
 });

@@ -2,7 +2,7 @@ import * as protobuf from 'protobufjs';
 import * as descriptor from 'protobufjs/ext/descriptor';
 import { SERVED_PROTOS } from '../../../src/service/reflection-service';
 import { loadProtoFiles, RLS_PROTO } from '../../../src/wire/proto';
-import { describeProtoFiles, withDependencies } from '../../../src/wire/proto-descriptors';
+import { describeProtoFiles } from '../../../src/wire/proto-descriptors';
 
 /** The served .proto files as FileDescriptorProto messages, as reflection clients link and use them. */
 
@@ -75,7 +75,7 @@ test('map fields are repeated entries named as protoc names them; field names st
 
 test('a root rebuilt from the descriptors alone encodes and decodes as the codecs do', () => {
   const set = descriptor.FileDescriptorSet.fromObject({
-    file: withDependencies(described, RLS_PROTO).map((f) => descriptor.FileDescriptorProto.decode(f.bytes)),
+    file: described.withDependencies(RLS_PROTO).map((f) => descriptor.FileDescriptorProto.decode(f.bytes)),
   });
   const rebuilt = (protobuf.Root as unknown as { fromDescriptor(set: protobuf.Message): protobuf.Root }).fromDescriptor(set);
   rebuilt.resolveAll();
