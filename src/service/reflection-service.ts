@@ -24,7 +24,8 @@ import type { StreamingHandlers, StreamingMethod } from './streaming';
  * as grpc's own servers answer.
  *
  * One reflection stream is a bidirectional stream a peer holds open, so it is bounded as the quota
- * streams are: streams open at once (one more is refused with RESOURCE_EXHAUSTED), bytes of one
+ * streams are: streams open at once, in the process and on one connection (one more is refused with
+ * RESOURCE_EXHAUSTED), bytes of one
  * request (RESOURCE_EXHAUSTED from the transport), requests on one stream (past it the stream ends
  * with RESOURCE_EXHAUSTED), and time without a request, the first one included (DEADLINE_EXCEEDED).
  * A peer that does not read its answers holds at most one answer past the transport's high-water
@@ -35,6 +36,8 @@ import type { StreamingHandlers, StreamingMethod } from './streaming';
 export interface ReflectionLimits {
   /** Streams open at once, both versions together; one more is refused with RESOURCE_EXHAUSTED. */
   readonly maxStreams: number;
+  /** The same on one connection (a client holds one stream at a time), so that one peer cannot take them all. */
+  readonly maxStreamsPerConnection: number;
   /** Largest request message, bytes. */
   readonly maxRequestBytes: number;
   /** Requests one stream may send; the next one ends it with RESOURCE_EXHAUSTED. */
@@ -73,6 +76,8 @@ export class ReflectionService {
   private built: ProtoDescriptors | undefined = undefined;
   private building: Promise<ProtoDescriptors> | undefined = undefined;
   private streams = 0;
+  /** Open streams per connection (only connections with one). */
+  private readonly perConnection = new Map<unknown, number>();
 
   constructor(options: ReflectionServiceOptions) {
     this.limits = options.limits;
@@ -109,12 +114,22 @@ export class ReflectionService {
   }
 
   private open(call: Parameters<StreamingMethod['open']>[0]): StreamingHandlers {
-    const { maxStreams, maxRequestsPerStream, idleTimeoutMs } = this.limits;
+    const { maxStreams, maxStreamsPerConnection, maxRequestsPerStream, idleTimeoutMs } = this.limits;
     if (this.streams >= maxStreams) {
       call.end(GrpcStatus.RESOURCE_EXHAUSTED, `more than ${maxStreams} reflection streams open (GRPC_REFLECTION_MAX_STREAMS)`);
       return NO_HANDLERS;
     }
+    const connection = call.connection;
+    const onConnection = this.perConnection.get(connection) ?? 0;
+    if (onConnection >= maxStreamsPerConnection) {
+      call.end(
+        GrpcStatus.RESOURCE_EXHAUSTED,
+        `more than ${maxStreamsPerConnection} reflection streams open on one connection (GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION)`,
+      );
+      return NO_HANDLERS;
+    }
     this.streams++;
+    this.perConnection.set(connection, onConnection + 1);
     const timers = this.timers;
     let requests = 0;
     let idle: unknown = undefined;
@@ -171,6 +186,9 @@ export class ReflectionService {
       onClose: () => {
         if (idle !== undefined) timers.clearTimeout(idle);
         this.streams--;
+        const left = (this.perConnection.get(connection) ?? 1) - 1;
+        if (left > 0) this.perConnection.set(connection, left);
+        else this.perConnection.delete(connection);
         release();
       },
     };

@@ -273,6 +273,7 @@ export interface Settings {
   readonly grpcReflection: {
     readonly enabled: boolean;
     readonly maxStreams: number;
+    readonly maxStreamsPerConnection: number;
     readonly maxRequestBytes: number;
     readonly maxRequestsPerStream: number;
     /** A stream without a request for this long is ended, ms. */
@@ -565,6 +566,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     grpcReflection: Object.freeze({
       enabled: bool(env, 'GRPC_REFLECTION', true),
       maxStreams: int(env, 'GRPC_REFLECTION_MAX_STREAMS', 100, 1, 100_000),
+      maxStreamsPerConnection: int(env, 'GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION', 4, 1, 100_000),
       maxRequestBytes: int(env, 'GRPC_REFLECTION_MAX_REQUEST_BYTES', 4_096, 256, 1 << 20),
       maxRequestsPerStream: int(env, 'GRPC_REFLECTION_MAX_REQUESTS_PER_STREAM', 1_000, 1, 1_000_000),
       idleTimeoutMs: positive('GRPC_REFLECTION_IDLE_TIMEOUT', duration(env, 'GRPC_REFLECTION_IDLE_TIMEOUT', 30_000)),

@@ -41,7 +41,8 @@ function fileNames(files: readonly Buffer[]): string[] {
 
 /** A reflection client that can be closed (the package keeps its channel private). */
 function reflectionClient(addr: string, version: ReflectionVersion): { reflection: GrpcReflection; close(): void } {
-  const reflection = new GrpcReflection(addr, grpc.credentials.createInsecure(), {}, version);
+  // Its own connection: grpc-js channels to one address share one unless told otherwise.
+  const reflection = new GrpcReflection(addr, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 }, version);
   return { reflection, close: () => (reflection as unknown as { client: grpc.Client }).client.close() };
 }
 
@@ -183,6 +184,22 @@ describe.each(['http2', 'grpc-js'])('server reflection over the %s transport', (
     }
     again.end();
     expect((await again.status).code).toBe(grpc.status.OK);
+  });
+
+  test('silent streams on one connection stop at GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION; a legit client on its own connection is served at once', async () => {
+    await start({ GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION: '2' });
+    const hostile = channel();
+    const silent = [openReflectionStream(hostile, 'v1'), openReflectionStream(hostile, 'v1alpha')];
+    const third = openReflectionStream(hostile, 'v1');
+    void third.ask({ listServices: '*' }).catch(() => undefined);
+    expect(await third.status).toMatchObject({
+      code: grpc.status.RESOURCE_EXHAUSTED,
+      details: expect.stringContaining('GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION'),
+    });
+    const { reflection, close } = reflectionClient(svc.addr, 'v1');
+    closers.push(close);
+    expect((await reflection.listServices()).sort()).toEqual(SERVICES);
+    for (const s of silent) s.cancel();
   });
 
   test('a stream flooding requests is ended at GRPC_REFLECTION_MAX_REQUESTS_PER_STREAM; an oversized request at GRPC_REFLECTION_MAX_REQUEST_BYTES; a legit client beside both is served', async () => {

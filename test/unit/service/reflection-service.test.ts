@@ -8,7 +8,7 @@ import { FakeTimers } from '../../helpers/fake-timers';
 
 /** The reflection service without a transport: request bytes in, answers and statuses out, on fake timers. */
 
-const LIMITS: ReflectionLimits = { maxStreams: 2, maxRequestBytes: 4096, maxRequestsPerStream: 5, idleTimeoutMs: 1_000 };
+const LIMITS: ReflectionLimits = { maxStreams: 2, maxStreamsPerConnection: 2, maxRequestBytes: 4096, maxRequestsPerStream: 5, idleTimeoutMs: 1_000 };
 
 const root = loadProtoFiles([REFLECTION_V1_PROTO]);
 const Request = root.lookupType('grpc.reflection.v1.ServerReflectionRequest');
@@ -23,7 +23,7 @@ class FakeCall implements StreamingCall {
   writable = true;
   handlers!: StreamingHandlers;
   closed = false;
-  readonly connection = {};
+  constructor(readonly connection: unknown = {}) {}
 
   header(): string | undefined {
     return undefined;
@@ -53,8 +53,8 @@ async function setup(limits: Partial<ReflectionLimits> = {}) {
   const timers = new FakeTimers();
   const service = new ReflectionService({ limits: { ...LIMITS, ...limits }, timers });
   const [v1, v1alpha] = service.methods();
-  const open = (method = v1): FakeCall => {
-    const call = new FakeCall();
+  const open = (method = v1, connection?: unknown): FakeCall => {
+    const call = new FakeCall(connection);
     call.handlers = method.open(call);
     return call;
   };
@@ -248,4 +248,20 @@ test('the first question waits for the descriptors, built once for every stream'
   // Built: answered at once.
   expect(a.handlers.onMessage(request({ listServices: '' }))).toBeUndefined();
   expect(a.written).toHaveLength(2);
+});
+
+test('streams past GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION on one connection are refused, while another connection opens its own', async () => {
+  const { service, open, v1alpha } = await setup({ maxStreams: 10, maxStreamsPerConnection: 2 });
+  const peer = {};
+  const first = open(undefined, peer);
+  open(v1alpha, peer);
+  const refused = open(undefined, peer);
+  expect(refused.ended).toEqual({
+    code: GrpcStatus.RESOURCE_EXHAUSTED,
+    details: 'more than 2 reflection streams open on one connection (GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION)',
+  });
+  expect(open(undefined, {}).ended).toBeUndefined();
+  expect(service.openStreams).toBe(3);
+  first.cancel();
+  expect(open(undefined, peer).ended).toBeUndefined();
 });

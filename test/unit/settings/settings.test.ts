@@ -253,6 +253,7 @@ describe('loadSettings rejects invalid values, naming the variable', () => {
     ['GRPC_TRANSPORT', { GRPC_TRANSPORT: 'quic' }],
     ['GRPC_REFLECTION', { GRPC_REFLECTION: 'off' }],
     ['GRPC_REFLECTION_MAX_STREAMS', { GRPC_REFLECTION_MAX_STREAMS: '0' }],
+    ['GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION', { GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION: 'many' }],
     ['GRPC_REFLECTION_MAX_REQUEST_BYTES', { GRPC_REFLECTION_MAX_REQUEST_BYTES: '4k' }],
     ['GRPC_REFLECTION_MAX_REQUESTS_PER_STREAM', { GRPC_REFLECTION_MAX_REQUESTS_PER_STREAM: '-5' }],
     ['GRPC_REFLECTION_IDLE_TIMEOUT', { GRPC_REFLECTION_IDLE_TIMEOUT: '30' }],
@@ -375,14 +376,22 @@ describe('limits of the listeners and the statsd queue', () => {
 });
 
 test('gRPC server reflection is on by default, with its caps; GRPC_REFLECTION=false turns it off', () => {
-  expect(loadSettings({}).grpcReflection).toEqual({ enabled: true, maxStreams: 100, maxRequestBytes: 4096, maxRequestsPerStream: 1000, idleTimeoutMs: 30_000 });
+  expect(loadSettings({}).grpcReflection).toEqual({
+    enabled: true,
+    maxStreams: 100,
+    maxStreamsPerConnection: 4,
+    maxRequestBytes: 4096,
+    maxRequestsPerStream: 1000,
+    idleTimeoutMs: 30_000,
+  });
   expect(
     loadSettings({
       GRPC_REFLECTION: 'false',
       GRPC_REFLECTION_MAX_STREAMS: '3',
+      GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION: '2',
       GRPC_REFLECTION_MAX_REQUEST_BYTES: '512',
       GRPC_REFLECTION_MAX_REQUESTS_PER_STREAM: '7',
       GRPC_REFLECTION_IDLE_TIMEOUT: '1m',
     }).grpcReflection,
-  ).toEqual({ enabled: false, maxStreams: 3, maxRequestBytes: 512, maxRequestsPerStream: 7, idleTimeoutMs: 60_000 });
+  ).toEqual({ enabled: false, maxStreams: 3, maxStreamsPerConnection: 2, maxRequestBytes: 512, maxRequestsPerStream: 7, idleTimeoutMs: 60_000 });
 });
