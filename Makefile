@@ -74,7 +74,7 @@ reservations: tools build ## reservation benchmark: reserve + commit pairs again
 accuracy: build ## algorithm accuracy benchmark
 	node dist/bench/accuracy.js
 
-ghz: build ## load test with ghz (install ghz first, see README)
+ghz: build ## load test with ghz, answers split by OK/OVER_LIMIT (install ghz: docs/deploy.md, Load testing with ghz)
 	bash test/load/run-ghz.sh
 
 clean: ## remove dist/ and coverage/

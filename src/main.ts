@@ -17,6 +17,7 @@ import { rlqsReport } from './http/rlqs-report';
 import { PrometheusServer } from './http/prometheus-server';
 import { Http2GrpcServer } from './grpc/http2-server';
 import { quotaStreamingMethod, RlqsService } from './service/rlqs-service';
+import { ReflectionService } from './service/reflection-service';
 import { HttpServer } from './http/http-server';
 import { HealthState, isReady, watchStoreHealth } from './service/health';
 import { maskSettings } from './settings/masking';
@@ -192,7 +193,9 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     calendarOffsetMs: settings.calendarOffsetMs,
   });
   metrics.attachQuota(rlqs);
-  const grpcOptions = { limiter: decider, replays, health, settings, logger, tracer, streamingMethods: [quotaStreamingMethod(rlqs)] };
+  // Server reflection (GRPC_REFLECTION): what grpcurl and ghz ask for the services' descriptors.
+  const reflection = settings.grpcReflection.enabled ? new ReflectionService({ limits: settings.grpcReflection }).methods() : [];
+  const grpcOptions = { limiter: decider, replays, health, settings, logger, tracer, streamingMethods: [quotaStreamingMethod(rlqs), ...reflection] };
   // grpc-js is loaded only when it serves: the default transport does without it (less heap to mark).
   const grpcServer =
     settings.grpcTransport === 'http2' ? new Http2GrpcServer(grpcOptions) : new (await import('./grpc/grpc-js-server')).GrpcServer(grpcOptions);

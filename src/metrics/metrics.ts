@@ -168,6 +168,8 @@ export class Metrics {
   private readonly serviceErrors: Inc;
   private readonly latency: TalliedHistogram<'grpc_method'>;
   private readonly requests: Inc;
+  private readonly answeredOk: Inc;
+  private readonly answeredOverLimit: Inc;
   private readonly configLoadSuccess: Counter;
   private readonly configLoadError: Counter;
   private readonly localCacheHits: Inc;
@@ -234,6 +236,15 @@ export class Metrics {
       labelNames: ['grpc_method'],
       registers,
     }).tally({ grpc_method: METHOD });
+    // What a load test's client cannot tell apart (both are gRPC OK): answers by overall_code.
+    const answers = new TalliedCounter({
+      name: 'ratelimit_service_responses_total',
+      help: 'ShouldRateLimit answers by overall_code (OK includes what SHADOW_MODE let through).',
+      labelNames: ['overall_code'],
+      registers,
+    });
+    this.answeredOk = answers.tally({ overall_code: 'OK' });
+    this.answeredOverLimit = answers.tally({ overall_code: 'OVER_LIMIT' });
 
     this.configLoadSuccess = new Counter({ name: 'ratelimit_service_config_load_success', help: 'Config loads that succeeded.', registers });
     this.configLoadError = new Counter({
@@ -395,6 +406,11 @@ export class Metrics {
       this.statsd.increment(STATSD_NAMES.totalRequests, 1);
       this.statsd.timing(STATSD_NAMES.responseTime, durationMs);
     }
+  }
+
+  /** One ShouldRateLimit answer, by its overall code (recorded beside recordCall). */
+  recordAnswer(overLimit: boolean): void {
+    (overLimit ? this.answeredOverLimit : this.answeredOk).inc(1);
   }
 
   /** One failed ShouldRateLimit call. */
@@ -620,6 +636,7 @@ export function instrumentDecider(decider: RateLimitDecider, metrics: Metrics): 
       return pending.then(
         (response) => {
           metrics.recordCall(performance.now() - started);
+          metrics.recordAnswer(response.overallCode === 'OVER_LIMIT');
           return response;
         },
         (err: unknown) => failed(started, err),
@@ -634,7 +651,11 @@ export function instrumentReplays(replays: ServiceReplays, metrics: Metrics): Se
     answer(key: string): Buffer | undefined {
       const started = performance.now();
       const answer = replays.answer(key);
-      if (answer !== undefined) metrics.recordCall(performance.now() - started);
+      if (answer !== undefined) {
+        metrics.recordCall(performance.now() - started);
+        // A replay repeats a denial.
+        metrics.recordAnswer(true);
+      }
       return answer;
     },
     remembering: (key) => replays.remembering(key),

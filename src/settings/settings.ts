@@ -269,6 +269,16 @@ export interface Settings {
   readonly metricLimits: MetricLimits;
   /** Quota streams (RLQS): caps and timing (RLQS_*). */
   readonly rlqs: RlqsLimits;
+  /** gRPC server reflection (GRPC_REFLECTION, on by default) and its caps (GRPC_REFLECTION_*). */
+  readonly grpcReflection: {
+    readonly enabled: boolean;
+    readonly maxStreams: number;
+    readonly maxStreamsPerConnection: number;
+    readonly maxRequestBytes: number;
+    readonly maxRequestsPerStream: number;
+    /** A stream without a request for this long is ended, ms. */
+    readonly idleTimeoutMs: number;
+  };
 
   readonly defaultAlgorithm: Algorithm;
   /** The calendar of `calendar: true` limits, ms ahead of UTC (CALENDAR_TIMEZONE; 0 for UTC). */
@@ -552,6 +562,14 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
       firstReportTimeoutMs: positive('RLQS_FIRST_REPORT_TIMEOUT', duration(env, 'RLQS_FIRST_REPORT_TIMEOUT', 10_000)),
       idleTimeoutMs: positive('RLQS_IDLE_TIMEOUT', duration(env, 'RLQS_IDLE_TIMEOUT', 30_000)),
       maxReportsPerSecond: int(env, 'RLQS_MAX_REPORTS_PER_SECOND', 20, 1, 100_000),
+    }),
+    grpcReflection: Object.freeze({
+      enabled: bool(env, 'GRPC_REFLECTION', true),
+      maxStreams: int(env, 'GRPC_REFLECTION_MAX_STREAMS', 100, 1, 100_000),
+      maxStreamsPerConnection: int(env, 'GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION', 4, 1, 100_000),
+      maxRequestBytes: int(env, 'GRPC_REFLECTION_MAX_REQUEST_BYTES', 4_096, 256, 1 << 20),
+      maxRequestsPerStream: int(env, 'GRPC_REFLECTION_MAX_REQUESTS_PER_STREAM', 1_000, 1, 1_000_000),
+      idleTimeoutMs: positive('GRPC_REFLECTION_IDLE_TIMEOUT', duration(env, 'GRPC_REFLECTION_IDLE_TIMEOUT', 30_000)),
     }),
 
     defaultAlgorithm: oneOf<Algorithm>(env, 'DEFAULT_ALGORITHM', 'sliding_window', ALGORITHMS),

@@ -36,12 +36,15 @@ export function protoRoot(): protobuf.Root {
   return root;
 }
 
-/** A resolved protobufjs Root (camelCase fields) of `files`, paths relative to PROTO_DIR. */
-export function loadProtoFiles(files: readonly string[]): protobuf.Root {
+/**
+ * A resolved protobufjs Root of `files`, paths relative to PROTO_DIR; fields are camelCase unless
+ * `keepCase` (names as written, for descriptors). Each object's `filename` is its file's path under PROTO_DIR.
+ */
+export function loadProtoFiles(files: readonly string[], options: { readonly keepCase?: boolean } = {}): protobuf.Root {
   const r = new protobuf.Root();
   // Well-known google/protobuf types are built into protobufjs; everything else lives in PROTO_DIR.
   r.resolvePath = (_origin, target) => (target.startsWith('google/protobuf/') ? target : path.join(PROTO_DIR, target));
-  r.loadSync([...files], { keepCase: false });
+  r.loadSync([...files], { keepCase: options.keepCase === true });
   r.resolveAll();
   return r;
 }

@@ -200,7 +200,7 @@ async function main(): Promise<void> {
   const caller = unaryCaller(host, types);
   try {
     for (const [i, raw] of ghzMessages(config).entries()) {
-      const message = fromProtoJson(types.request, renderCallTemplate(raw, { WorkerID: 'g0c0w0', RequestNumber: i }), `data[${i}]`);
+      const message = fromProtoJson(types.request, renderCallTemplate(raw, { WorkerID: 'g0c0', RequestNumber: i }), `data[${i}]`);
       const answer = await caller.call(message);
       const statuses = (answer.statuses as { code: string }[]).map((s) => s.code).join(',');
       console.log(`data[${i}] ${String(answer.overall_code)} [${statuses}]`);

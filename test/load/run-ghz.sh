@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Load test of ShouldRateLimit with ghz, started by `make ghz` (which builds first).
 #
-# Starts the built server (memory store, limits from examples/) on free local ports, runs ghz with
-# test/load/ghz.json aimed at it, then stops the server.
-#   make ghz GHZ_DURATION=60s GHZ_CONCURRENCY=100     # override ghz.json's duration/concurrency/connections
-#   bash test/load/run-ghz.sh -O html -o report.html   # extra arguments go to ghz
+# Starts the built server (memory store, limits from examples/, statsd off) on free local ports,
+# runs ghz with test/load/ghz.json aimed at it, prints the answers by overall code from the server's
+# /metrics (OK and OVER_LIMIT are both gRPC OK: ghz's summary cannot tell them apart), then stops
+# the server.
+#   make ghz GHZ_DURATION=60s GHZ_CONCURRENCY=100 GHZ_CONNECTIONS=8   # ghz flags -z, -c, --connections
+#   make ghz GHZ_TOTAL=2000                            # a number of calls instead of a duration (-n N -z 0)
+#   make ghz GHZ_REFLECTION=1                          # no .proto: ghz asks the server (gRPC reflection)
+#   bash test/load/run-ghz.sh -O html -o report.html   # extra arguments go to ghz (flags override the config file);
+#                                                      # with -O and no -o the split goes to stderr
 #   bash test/load/run-ghz.sh --smoke                  # no ghz: send each message of ghz.json once
 # Server settings pass through (BACKEND_TYPE=redis REDIS_URL=localhost:6379 make ghz).
 set -euo pipefail
@@ -18,11 +23,11 @@ if [[ "${1:-}" == "--smoke" ]]; then
 fi
 
 if [[ $smoke == 0 ]] && ! command -v ghz >/dev/null 2>&1; then
-  echo "ghz not found: install ghz: go install github.com/bojand/ghz/cmd/ghz@latest or download a release from https://github.com/bojand/ghz/releases" >&2
+  echo "ghz not found: install ghz (docs/deploy.md, Load testing with ghz): a release binary from https://github.com/bojand/ghz/releases, or go install github.com/bojand/ghz/cmd/ghz@v0.121.0 (Go 1.23 or later; v0.120.0 declares Go 1.18)" >&2
   exit 127
 fi
 
-if [[ ! -f dist/src/main.js ]] || { [[ $smoke == 1 ]] && [[ ! -f dist/test/load/ghz-data.js ]]; }; then
+if [[ ! -f dist/src/main.js ]] || [[ ! -f dist/test/load/ghz-answers.js ]] || { [[ $smoke == 1 ]] && [[ ! -f dist/test/load/ghz-data.js ]]; }; then
   echo "the server is not built: run make build (make ghz builds it)" >&2
   exit 1
 fi
@@ -37,10 +42,12 @@ read -r grpc_port http_port debug_port < <(node -e '
 
 log=$(mktemp -t slidegate-ghz.XXXXXX.log)
 config=$(mktemp -t slidegate-ghz.XXXXXX.json)
+before=$(mktemp -t slidegate-ghz.XXXXXX.prom)
 
+# No statsd agent listens here: the reference's default (USE_STATSD=true) would only log send errors.
 GRPC_HOST=127.0.0.1 GRPC_PORT=$grpc_port HOST=127.0.0.1 PORT=$http_port DEBUG_HOST=127.0.0.1 DEBUG_PORT=$debug_port \
   CONFIG_PATH="${CONFIG_PATH:-examples}" BACKEND_TYPE="${BACKEND_TYPE:-memory}" LOG_LEVEL="${LOG_LEVEL:-warn}" \
-  node dist/src/main.js >"$log" 2>&1 &
+  USE_STATSD="${USE_STATSD:-false}" node dist/src/main.js >"$log" 2>&1 &
 server=$!
 
 stop_server() {
@@ -48,7 +55,7 @@ stop_server() {
     kill -TERM "$server" 2>/dev/null || true
     wait "$server" 2>/dev/null || true
   fi
-  rm -f "$config" "$log"
+  rm -f "$config" "$log" "$before"
 }
 trap stop_server EXIT
 trap 'exit 130' INT TERM
@@ -76,20 +83,46 @@ if [[ $ready == 0 ]]; then
 fi
 
 # ghz.json with the server's address; paths in it are relative to the repository root (the cwd).
+# GHZ_REFLECTION=1 leaves the .proto out: ghz then takes the descriptors from the server.
 node -e '
   const c = JSON.parse(require("node:fs").readFileSync("test/load/ghz.json", "utf8"));
   c.host = process.argv[1];
-  // Overrides from the environment: ghz does not let flags override a config file.
-  const env = process.env;
-  if (env.GHZ_DURATION) c.duration = env.GHZ_DURATION;
-  if (env.GHZ_CONCURRENCY) c.concurrency = Number(env.GHZ_CONCURRENCY);
-  if (env.GHZ_CONNECTIONS) c.connections = Number(env.GHZ_CONNECTIONS);
+  if (process.env.GHZ_REFLECTION === "1") { delete c.proto; delete c["import-paths"]; }
   process.stdout.write(JSON.stringify(c, null, 2));
 ' "127.0.0.1:$grpc_port" >"$config"
 
-echo "slidegate on 127.0.0.1:$grpc_port (HTTP $http_port), config ${CONFIG_PATH:-examples}, store ${BACKEND_TYPE:-memory}" >&2
-if [[ $smoke == 1 ]]; then
-  node dist/test/load/ghz-data.js "127.0.0.1:$grpc_port" "$config"
-else
-  ghz --config "$config" "$@"
+# Flags given beside --config override its values (ghz v0.121.0: -z, -n, -c, --connections, -O, ...).
+overrides=()
+# A number of calls replaces the duration (with one set, ghz ignores -n).
+if [[ -n "${GHZ_TOTAL:-}" ]]; then
+  overrides+=(-n "$GHZ_TOTAL" -z 0)
+elif [[ -n "${GHZ_DURATION:-}" ]]; then
+  overrides+=(-z "$GHZ_DURATION")
 fi
+[[ -n "${GHZ_CONCURRENCY:-}" ]] && overrides+=(-c "$GHZ_CONCURRENCY")
+[[ -n "${GHZ_CONNECTIONS:-}" ]] && overrides+=(--connections "$GHZ_CONNECTIONS")
+
+metrics="http://127.0.0.1:$http_port/metrics"
+echo "slidegate on 127.0.0.1:$grpc_port (HTTP $http_port), config ${CONFIG_PATH:-examples}, store ${BACKEND_TYPE:-memory}" >&2
+# Without /metrics (DISABLE_STATS=true) there is no split to print; the run goes on.
+counted=1
+node dist/test/load/ghz-answers.js snapshot "$metrics" "$before" || counted=0
+status=0
+if [[ $smoke == 1 ]]; then
+  node dist/test/load/ghz-data.js "127.0.0.1:$grpc_port" "$config" || status=$?
+else
+  ghz --config "$config" ${overrides[@]+"${overrides[@]}"} "$@" || status=$?
+fi
+# Beside ghz's summary on stdout; on stderr when ghz writes another format there (-O json without -o).
+split_to=1
+format_set=0
+file_set=0
+for arg in "$@"; do
+  case $arg in
+    -O | --format | --format=* | -O?*) format_set=1 ;;
+    -o | --output | --output=* | -o?*) file_set=1 ;;
+  esac
+done
+[[ $format_set == 1 && $file_set == 0 ]] && split_to=2
+if [[ $counted == 1 ]]; then node dist/test/load/ghz-answers.js report "$metrics" "$before" >&"$split_to" || true; fi
+exit $status

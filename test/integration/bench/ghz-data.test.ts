@@ -12,7 +12,7 @@ import { startTestService, type TestService } from '../../helpers/service';
 const config = loadGhzConfig();
 const types = callTypes(loadGhzProto(config), config.call);
 const raw = ghzMessages(config);
-const TEMPLATE_VALUES = { WorkerID: 'g0c0w0', RequestNumber: 1 };
+const TEMPLATE_VALUES = { WorkerID: 'g0c0', RequestNumber: 1 };
 
 type Answer = Record<string, any>;
 
@@ -37,6 +37,14 @@ describe('ghz request data', () => {
     expect(types.path).toBe('/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit');
     expect(config['import-paths'].map((p) => path.resolve(REPO_ROOT, p))).toContain(path.join(REPO_ROOT, 'proto'));
     expect(config.insecure).toBe(true);
+  });
+
+  test('ends a timed run cleanly and keeps per-worker keys readable, as ghz reads its options', () => {
+    // ghz's default, close, cuts the calls in flight when the time is up: they end as errors.
+    expect(config['duration-stop']).toBe('wait');
+    // ghz prefixes its worker ids (g0c0, g1c0, ...) with the config's name: none, so the key stays client-g0c0.
+    expect(config.name).toBeUndefined();
+    expect(JSON.stringify(raw)).toContain('"client-{{.WorkerID}}"');
   });
 
   test('is a round-robin list of several descriptor shapes', () => {
@@ -91,7 +99,7 @@ describe('ghz request data against a live server serving examples/', () => {
 
   test('a per-worker API key gets 5 per 10 seconds', async () => {
     const answer: Answer = await caller.call(
-      fromProtoJson(types.request, renderCallTemplate(raw[indexOf('edge', ['api_key=client-g0c0w0'])], { WorkerID: 'fresh' })),
+      fromProtoJson(types.request, renderCallTemplate(raw[indexOf('edge', ['api_key=client-g0c0'])], { WorkerID: 'fresh' })),
     );
     expect(answer.overall_code).toBe('OK');
     expect(answer.statuses[0]).toMatchObject({ code: 'OK', current_limit: { requests_per_unit: 5, unit: 'SECOND' }, limit_remaining: 4 });

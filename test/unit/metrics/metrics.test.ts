@@ -1,7 +1,15 @@
 import { register as globalRegistry } from 'prom-client';
 import { InvalidRequestError, NotReadyError } from '../../../src/limiter/errors';
 import type { Limit, RateLimitResponse } from '../../../src/limiter/types';
-import { cutLabel, instrumentDecider, LATENCY_BUCKETS_SECONDS, Metrics, type DescriptorEvent, type StatsdSink } from '../../../src/metrics/metrics';
+import {
+  cutLabel,
+  instrumentDecider,
+  instrumentReplays,
+  LATENCY_BUCKETS_SECONDS,
+  Metrics,
+  type DescriptorEvent,
+  type StatsdSink,
+} from '../../../src/metrics/metrics';
 import { StoreUnavailableError } from '../../../src/limiter/store';
 
 class RecordingStatsd implements StatsdSink {
@@ -266,6 +274,33 @@ describe('Metrics', () => {
     // A missing config is the service's failure, not the store's.
     expect(await sample(metrics, 'ratelimit_service_should_rate_limit_error', { err_type: 'redis_error' })).toBe(1);
     expect(await sample(metrics, 'ratelimit_service_should_rate_limit_error', { err_type: 'service_error' })).toBe(3);
+  });
+
+  it('counts answers by overall_code, a replayed denial as OVER_LIMIT, and failed calls under neither', async () => {
+    const metrics = new Metrics({ defaultMetrics: false });
+    const answers: (RateLimitResponse | Error)[] = [
+      { overallCode: 'OK', statuses: [], responseHeaders: [] },
+      { overallCode: 'OVER_LIMIT', statuses: [], responseHeaders: [] },
+      { overallCode: 'OK', statuses: [], responseHeaders: [] },
+      new StoreUnavailableError('down'),
+    ];
+    const decider = instrumentDecider(
+      {
+        shouldRateLimit: () => {
+          const next = answers.shift()!;
+          return next instanceof Error ? Promise.reject(next) : Promise.resolve(next);
+        },
+      },
+      metrics,
+    );
+    const request = { domain: 'd', descriptors: [], hitsAddend: 1 };
+    for (let i = 0; i < 4; i++) await decider.shouldRateLimit(request).catch(() => undefined);
+    const replays = instrumentReplays({ answer: (key) => (key === 'denied' ? Buffer.from('x') : undefined), remembering: () => () => undefined }, metrics);
+    replays.answer('denied');
+    replays.answer('unknown');
+    expect(await sample(metrics, 'ratelimit_service_responses_total', { overall_code: 'OK' })).toBe(2);
+    expect(await sample(metrics, 'ratelimit_service_responses_total', { overall_code: 'OVER_LIMIT' })).toBe(2);
+    expect(await sample(metrics, 'ratelimit_service_total_requests', { grpc_method: 'ShouldRateLimit' })).toBe(5);
   });
 
   it('turns a decider that throws synchronously into a rejected call', async () => {

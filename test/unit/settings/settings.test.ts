@@ -251,6 +251,13 @@ describe('loadSettings rejects invalid values, naming the variable', () => {
     ['STATSD_PORT', { STATSD_PORT: '65536' }],
     ['GRPC_MAX_MESSAGE_BYTES', { GRPC_MAX_MESSAGE_BYTES: '10' }],
     ['GRPC_TRANSPORT', { GRPC_TRANSPORT: 'quic' }],
+    ['GRPC_REFLECTION', { GRPC_REFLECTION: 'off' }],
+    ['GRPC_REFLECTION_MAX_STREAMS', { GRPC_REFLECTION_MAX_STREAMS: '0' }],
+    ['GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION', { GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION: 'many' }],
+    ['GRPC_REFLECTION_MAX_REQUEST_BYTES', { GRPC_REFLECTION_MAX_REQUEST_BYTES: '4k' }],
+    ['GRPC_REFLECTION_MAX_REQUESTS_PER_STREAM', { GRPC_REFLECTION_MAX_REQUESTS_PER_STREAM: '-5' }],
+    ['GRPC_REFLECTION_IDLE_TIMEOUT', { GRPC_REFLECTION_IDLE_TIMEOUT: '30' }],
+    ['GRPC_REFLECTION_IDLE_TIMEOUT', { GRPC_REFLECTION_IDLE_TIMEOUT: '0' }],
     ['GRPC_SERVER_USE_TLS', { GRPC_SERVER_USE_TLS: 'maybe' }],
     ['GRPC_SERVER_TLS_CERT', { GRPC_SERVER_USE_TLS: 'true' }],
     ['GRPC_SERVER_TLS_KEY', { GRPC_SERVER_USE_TLS: 'true', GRPC_SERVER_TLS_CERT: '/c.pem' }],
@@ -366,4 +373,25 @@ describe('limits of the listeners and the statsd queue', () => {
     const tls = { GRPC_SERVER_USE_TLS: 'true', GRPC_SERVER_TLS_CERT: '/c.pem', GRPC_SERVER_TLS_KEY: '/k.pem', GRPC_CLIENT_TLS_CACERT: '/ca.pem' };
     expect(loadSettings(tls).grpcTls.clientCaPath).toBe('/ca.pem');
   });
+});
+
+test('gRPC server reflection is on by default, with its caps; GRPC_REFLECTION=false turns it off', () => {
+  expect(loadSettings({}).grpcReflection).toEqual({
+    enabled: true,
+    maxStreams: 100,
+    maxStreamsPerConnection: 4,
+    maxRequestBytes: 4096,
+    maxRequestsPerStream: 1000,
+    idleTimeoutMs: 30_000,
+  });
+  expect(
+    loadSettings({
+      GRPC_REFLECTION: 'false',
+      GRPC_REFLECTION_MAX_STREAMS: '3',
+      GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION: '2',
+      GRPC_REFLECTION_MAX_REQUEST_BYTES: '512',
+      GRPC_REFLECTION_MAX_REQUESTS_PER_STREAM: '7',
+      GRPC_REFLECTION_IDLE_TIMEOUT: '1m',
+    }).grpcReflection,
+  ).toEqual({ enabled: false, maxStreams: 3, maxStreamsPerConnection: 2, maxRequestBytes: 512, maxRequestsPerStream: 7, idleTimeoutMs: 60_000 });
 });
