@@ -27,7 +27,7 @@ import type { StreamingMethod } from './streaming';
  *
  * - a stream's reports are handled one at a time, each before the next is read (the transport's
  *   flow control holds the peer back), and at most `maxReportsPerSecond` a second (a large report
- *   counts as one per REPORT_CREDIT_BYTES): a report past that waits, so a flooding peer costs its
+ *   counts once more per REPORT_CREDIT_BYTES): a report past that waits, so a flooding peer costs its
  *   own stream's time, not the process's;
  * - a stream over RLQS_MAX_STREAMS (or RLQS_MAX_STREAMS_PER_CONNECTION on its connection), or
  *   whose state would pass the budgets' byte budget (RLQS_MAX_MEMORY_BYTES), is refused
@@ -117,7 +117,7 @@ const VIEW_MAX_STREAMS = 1_000;
 export const VIEW_MAX_BUDGETS = 100;
 export const VIEW_MAX_PROXIES = 50;
 /** A report costs one credit of RLQS_MAX_REPORTS_PER_SECOND, and one more per this many bytes (decoding is per byte). */
-const REPORT_CREDIT_BYTES = 4_096;
+const REPORT_CREDIT_BYTES = 1_024;
 /** Stream timeouts are checked this often, ms. */
 const TIMEOUT_CHECK_MS = 1_000;
 
