@@ -193,7 +193,7 @@ export class MappedPrometheus {
       const conflict = this.conflicts.labels({ type });
       return { inc: () => conflict.inc(), observe: () => conflict.inc() };
     }
-    // Tallies: the request path adds to numbers; prom-client reads them at each scrape (./metric-tallies).
+    // Tallies: the request path adds to numbers; prom-client reads them at each scrape (./tallies.ts).
     if (family.histogram !== undefined) {
       const { metric, scale } = family.histogram;
       return { observe: scale === 1 ? (v: number) => metric.record(v) : (v: number) => metric.record(v * scale) };
