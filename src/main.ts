@@ -7,11 +7,13 @@ import { ConfigSource, configSourceOptions } from './config/source';
 import type { ConfigProvider } from './config/config-provider';
 import { cpuQuotaCores } from './settings/cpu-quota';
 import { RateLimiter } from './limiter/rate-limiter';
+import type { RateLimitDecider } from './limiter/types';
+import type { GrpcServerOptions } from './grpc/edge';
 import { Replays } from './limiter/replay';
 import { createLogger, type Logger } from './log';
 import { createMetrics, instrumentDecider, instrumentReplays, type Metrics } from './metrics/metrics';
 import { frameResponse } from './wire/rls-codec';
-import { createMetricSinks, registryExposition } from './metrics/sinks';
+import { createMetricSinks, registryExposition, type MetricSinks } from './metrics/sinks';
 import { DebugServer } from './http/debug-server';
 import { rlqsReport } from './http/rlqs-report';
 import { PrometheusServer } from './http/prometheus-server';
@@ -23,7 +25,7 @@ import { HealthState, isReady, watchStoreHealth } from './service/health';
 import { maskSettings } from './settings/masking';
 import { loadSettings, SettingsError, type Settings } from './settings/settings';
 import { createStore, denialCacheEnabled } from './store/create-store';
-import { warmUp } from './app/warm-up';
+import { warmUp, type LimiterSettings } from './app/warm-up';
 import { clusterMetrics, isSupervisor, reportReady, superviseWorkers } from './app/workers';
 import type { Store } from './limiter/store';
 import type { SharedDocuments } from './limiter/replica-exchange';
@@ -75,60 +77,26 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   // Under WORKERS > 1 the supervisor has said them once already.
   if (!cluster.isWorker) logStartupWarnings(settings, logger);
   const health = new HealthState();
-  // statsd send errors repeat on every flush while the agent is down: one warning is enough.
-  let statsdWarned = false;
-  const sinks = createMetricSinks(settings, (err) => {
-    if (!statsdWarned) logger.warn({ err: errorText(err) }, 'statsd send failed; metrics keep being dropped while it fails');
-    statsdWarned = true;
-  });
-  const metrics = createMetrics(settings, { statsd: sinks.statsd, statsdDrops: sinks.statsdDrops });
-
+  const { metrics, sinks } = startMetrics(settings, logger);
   // Everything started is stopped in reverse order, by close() and by a start that fails half-way.
-  const teardown: (() => Promise<unknown> | void)[] = [() => metrics.close()];
-  const stopAll = async (): Promise<void> => {
-    for (const stop of teardown.reverse()) await stop();
-  };
+  const teardown = new Teardown();
+  teardown.push(() => metrics.close());
 
-  const sourceOptions = configSourceOptions(settings);
-  // Set once the store exists: cached denials were computed under the old limits.
-  let clearStoreCache: () => void = () => undefined;
-  const events = (where: Record<string, unknown>) => configEvents({ settings, logger, health, metrics, where, onApplied: () => clearStoreCache() });
-  const fileEvents = events({ path: sourceOptions.path });
-  const configSource = new ConfigSource({
-    ...sourceOptions,
-    onLoad: (config, files) => fileEvents.applied(config, { files }),
-    onError: (err) => fileEvents.rejected(err),
-  });
-  // CONFIG_TYPE=GRPC_XDS_SOTW: the rules come from a control plane instead (src/xds, loaded only then: it
-  // brings grpc-js); the file source stays idle.
-  const xdsSource =
-    settings.configType === 'GRPC_XDS_SOTW'
-      ? await (await import('./xds/start')).startXdsConfig({ settings, logger, health, events: events({ server: settings.xds.serverUrl }) })
-      : undefined;
-  const rules: ConfigProvider = xdsSource ?? configSource;
+  // The store's cache of denials was computed under the limits in force: each applied config empties it.
+  const storeCache = new LateCall();
+  const rules = await followRules({ settings, logger, health, metrics, onApplied: () => storeCache.call() });
   teardown.push(() => rules.close());
-  if (xdsSource === undefined) {
-    try {
-      await configSource.load();
-    } catch (err) {
-      metrics.recordConfigLoad(false);
-      // Stay up and NOT_SERVING: the watcher picks up a fixed config without a restart.
-      logger.error({ path: sourceOptions.path, err: errorText(err) }, 'initial config load failed; not serving until a valid config appears');
-    }
-    configSource.start();
-  }
 
-  // The Redis store comes wrapped in the local denial cache (see create-store); a reload must empty it.
   // The warm-up's calls reach the real store; their cache hits and store errors are not the service's.
   const warmingUp = settings.warmUpCalls > 0 && settings.grpcTransport === 'http2';
-  let muted = warmingUp;
+  const storeEvents = new Mute(warmingUp);
   const { store, exchange, shared } = await createStore(
     settings,
     logger,
-    metrics.storeHooks(() => muted),
+    metrics.storeHooks(() => storeEvents.muted),
   );
   teardown.push(() => store.close());
-  clearStoreCache = () => store.clearCache?.();
+  storeCache.set(() => store.clearCache?.());
   teardown.push(watchStoreHealth({ store, health }));
   metrics.watchStore(() => store.isHealthy());
 
@@ -144,38 +112,14 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
 
   // Replays (src/limiter/replay.ts) are built from the denial cache, which only the Redis store has.
   const replayMaxKeys = denialCacheEnabled(settings) ? Math.min(settings.denialCacheMaxKeys, REPLAY_MAX_KEYS) : 0;
-  const limiter = new RateLimiter({
-    store,
-    config: () => rules.current(),
-    shadowMode: settings.shadowMode,
-    quotaMode: settings.quotaMode,
-    dynamicMetadata: settings.responseDynamicMetadata,
-    countDenied: settings.countDeniedRequests,
-    defaultAlgorithm: settings.defaultAlgorithm,
-    nearLimitRatio: settings.nearLimitRatio,
-    responseHeaders: settings.responseHeaders,
-    requestLimits: settings.requestLimits,
-    calendarOffsetMs: settings.calendarOffsetMs,
-    reservationKeys: { reserve: settings.reservations.reserveKey, commit: settings.reservations.commitKey },
-    observer,
-  });
+  const limiting = limiterOptions(settings);
+  const limiter = new RateLimiter({ ...limiting, store, config: () => rules.current(), observer });
   // Both edges share one timed, error-counting view of the limiter.
   const decider = instrumentDecider(limiter, metrics);
   const replays =
     replayMaxKeys > 0
       ? instrumentReplays(new Replays({ maxKeys: replayMaxKeys, config: () => rules.current(), encode: frameResponse, observer }), metrics)
       : undefined;
-  // Under WORKERS > 1 every scrape answers for all workers (see workers.ts).
-  const exposition = settings.disableStats ? undefined : (clusterMetrics(metrics.registry) ?? metrics);
-  const prometheusServer =
-    sinks.prometheus === undefined
-      ? undefined
-      : new PrometheusServer({
-          ...settings.prometheus,
-          metrics: clusterMetrics(sinks.prometheus.registry, 'prometheus') ?? registryExposition(sinks.prometheus.registry),
-          limits: settings.httpLimits,
-          logger,
-        });
 
   // The OpenTelemetry SDK is loaded only when tracing is on; off, the edges hold no tracer at all.
   const tracer = settings.tracing.enabled ? await (await import('./tracing/otel-tracer')).createOtelTracer(settings.tracing, logger) : undefined;
@@ -196,6 +140,165 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   // Server reflection (GRPC_REFLECTION): what grpcurl and ghz ask for the services' descriptors.
   const reflection = settings.grpcReflection.enabled ? new ReflectionService({ limits: settings.grpcReflection }).methods() : [];
   const grpcOptions = { limiter: decider, replays, health, settings, logger, tracer, streamingMethods: [quotaStreamingMethod(rlqs), ...reflection] };
+  const listeners = await buildListeners({ settings, logger, health, metrics, sinks, rules, decider, grpcOptions, rlqs, top, held });
+
+  // Before the shared port opens: the first proxy calls then meet compiled code (see warm-up.ts).
+  if (warmingUp) {
+    const warm = await warmUp({ calls: settings.warmUpCalls, maxMs: WARM_UP_MAX_MS, store, limiter: limiting, transport: settings, replayMaxKeys, logger });
+    storeEvents.muted = false;
+    logger.info({ answered: warm.answered, failed: warm.failed, ms: Math.round(warm.ms) }, 'warmed up');
+  }
+  // The listeners stop first, all at once, with the grace period (0 when the start failed).
+  teardown.push(() => listeners.stop(teardown.graceMs));
+  // First of all (the list runs backwards): quota streams end with UNAVAILABLE, so their proxies
+  // reconnect to another replica, and their demand leaves the store while it is still open.
+  teardown.push(() => rlqs.shutdown());
+  let ports: Ports;
+  try {
+    ports = await listeners.start();
+  } catch (err) {
+    await teardown.run(0);
+    throw err;
+  }
+  logListening(settings, logger, ports, store);
+
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> =>
+    (closing ??= (async () => {
+      health.beginShutdown();
+      await teardown.run(settings.shutdownGraceMs);
+      logger.info('stopped');
+    })());
+
+  return { settings, logger, ...ports, metrics, health, limiter, configSource: rules, store, rlqs, close };
+}
+
+/** The limiter's options that come from the settings: the service's limiter and the warm-up's take the same. */
+export function limiterOptions(settings: Settings): LimiterSettings {
+  return {
+    shadowMode: settings.shadowMode,
+    quotaMode: settings.quotaMode,
+    dynamicMetadata: settings.responseDynamicMetadata,
+    countDenied: settings.countDeniedRequests,
+    defaultAlgorithm: settings.defaultAlgorithm,
+    nearLimitRatio: settings.nearLimitRatio,
+    responseHeaders: settings.responseHeaders,
+    requestLimits: settings.requestLimits,
+    calendarOffsetMs: settings.calendarOffsetMs,
+    reservationKeys: { reserve: settings.reservations.reserveKey, commit: settings.reservations.commitKey },
+  };
+}
+
+/** What close() and a failed start take down, in the reverse order of push(). */
+class Teardown {
+  private readonly steps: (() => Promise<unknown> | void)[] = [];
+  /** The listeners' grace period of the run under way: 0 when a start failed. */
+  graceMs = 0;
+
+  push(step: () => Promise<unknown> | void): void {
+    this.steps.push(step);
+  }
+
+  async run(graceMs: number): Promise<void> {
+    this.graceMs = graceMs;
+    for (const stop of this.steps.reverse()) await stop();
+  }
+}
+
+/** A call whose target is known only later (a no-op until set). */
+class LateCall {
+  private target: () => void = () => undefined;
+  set(target: () => void): void {
+    this.target = target;
+  }
+  call(): void {
+    this.target();
+  }
+}
+
+/** Whether some events go unreported for now. */
+class Mute {
+  constructor(public muted: boolean) {}
+}
+
+/** The metrics, and the outlets besides /metrics that the settings ask for (statsd, USE_PROMETHEUS). */
+function startMetrics(settings: Settings, logger: Logger): { metrics: Metrics; sinks: MetricSinks } {
+  // statsd send errors repeat on every flush while the agent is down: one warning is enough.
+  let statsdWarned = false;
+  const sinks = createMetricSinks(settings, (err) => {
+    if (!statsdWarned) logger.warn({ err: errorText(err) }, 'statsd send failed; metrics keep being dropped while it fails');
+    statsdWarned = true;
+  });
+  return { metrics: createMetrics(settings, { statsd: sinks.statsd, statsdDrops: sinks.statsdDrops }), sinks };
+}
+
+/**
+ * The config in force, followed: the files (loaded once now, then watched), or with
+ * CONFIG_TYPE=GRPC_XDS_SOTW an xDS control plane (src/xds, loaded only then: it brings grpc-js).
+ */
+async function followRules(options: {
+  readonly settings: Settings;
+  readonly logger: Logger;
+  readonly health: HealthState;
+  readonly metrics: Metrics;
+  readonly onApplied: () => void;
+}): Promise<ConfigProvider> {
+  const { settings, logger, health, metrics, onApplied } = options;
+  const events = (where: Record<string, unknown>) => configEvents({ settings, logger, health, metrics, where, onApplied });
+  if (settings.configType === 'GRPC_XDS_SOTW') {
+    return (await import('./xds/start')).startXdsConfig({ settings, logger, health, events: events({ server: settings.xds.serverUrl }) });
+  }
+  const sourceOptions = configSourceOptions(settings);
+  const fileEvents = events({ path: sourceOptions.path });
+  const configSource = new ConfigSource({
+    ...sourceOptions,
+    onLoad: (config, files) => fileEvents.applied(config, { files }),
+    onError: (err) => fileEvents.rejected(err),
+  });
+  try {
+    await configSource.load();
+  } catch (err) {
+    metrics.recordConfigLoad(false);
+    // Stay up and NOT_SERVING: the watcher picks up a fixed config without a restart.
+    logger.error({ path: sourceOptions.path, err: errorText(err) }, 'initial config load failed; not serving until a valid config appears');
+  }
+  configSource.start();
+  return configSource;
+}
+
+interface Ports {
+  readonly grpcPort: number;
+  readonly httpPort: number;
+  readonly debugPort: number;
+  readonly prometheusPort: number | undefined;
+}
+
+/** Every listener of the service, built; start() binds them, stop() stops them all at once. */
+async function buildListeners(options: {
+  readonly settings: Settings;
+  readonly logger: Logger;
+  readonly health: HealthState;
+  readonly metrics: Metrics;
+  readonly sinks: MetricSinks;
+  readonly rules: ConfigProvider;
+  readonly decider: RateLimitDecider;
+  readonly grpcOptions: GrpcServerOptions;
+  readonly rlqs: RlqsService;
+  readonly top: LiveTop | undefined;
+  readonly held: HeldReservations;
+}): Promise<{ start(): Promise<Ports>; stop(graceMs: number): Promise<unknown> }> {
+  const { settings, logger, health, metrics, sinks, rules, decider, grpcOptions, rlqs, top, held } = options;
+  // Under WORKERS > 1 every scrape answers for all workers (see workers.ts).
+  const exposition = settings.disableStats ? undefined : (clusterMetrics(metrics.registry) ?? metrics);
+  const prometheusServer =
+    sinks.prometheus === undefined
+      ? undefined
+      : new PrometheusServer({
+          ...settings.prometheus,
+          metrics: clusterMetrics(sinks.prometheus.registry, 'prometheus') ?? registryExposition(sinks.prometheus.registry),
+          limits: settings.httpLimits,
+          logger,
+        });
   // grpc-js is loaded only when it serves: the default transport does without it (less heap to mark).
   const grpcServer =
     settings.grpcTransport === 'http2' ? new Http2GrpcServer(grpcOptions) : new (await import('./grpc/grpc-js-server')).GrpcServer(grpcOptions);
@@ -228,47 +331,25 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     topExtras: () => ({ rlqs: rlqsReport(rlqs.view()), reservations: held.byRule() }),
     logger,
   });
-  // Before the shared port opens: the first proxy calls then meet compiled code (see warm-up.ts).
-  if (warmingUp) {
-    const warm = await warmUp({ calls: settings.warmUpCalls, maxMs: WARM_UP_MAX_MS, store, settings, replayMaxKeys, logger });
-    muted = false;
-    logger.info({ answered: warm.answered, failed: warm.failed, ms: Math.round(warm.ms) }, 'warmed up');
-  }
-  // The listeners stop first, all at once, with the grace period (0 when the start failed).
-  let grace = 0;
-  teardown.push(() => Promise.all([grpcServer.stop(grace), httpServer.close(grace), debugServer.close(grace), prometheusServer?.close(grace)]));
-  // First of all (the list runs backwards): quota streams end with UNAVAILABLE, so their proxies
-  // reconnect to another replica, and their demand leaves the store while it is still open.
-  teardown.push(() => rlqs.shutdown());
-  let grpcPort: number;
-  let httpPort: number;
-  let debugPort: number;
-  let prometheusPort: number | undefined;
-  try {
-    // Before the gRPC port: the worker reports ready once everything listens, and proxies arrive as soon as gRPC does.
-    prometheusPort = await prometheusServer?.start();
-    grpcPort = await grpcServer.start();
-    httpPort = await httpServer.start();
-    debugPort = await debugServer.start();
-  } catch (err) {
-    await stopAll();
-    throw err;
-  }
-  const grpcWhere = settings.grpcUds !== undefined ? { socket: settings.grpcUds } : { host: settings.grpcHost, port: grpcPort };
+  return {
+    // Prometheus before the gRPC port: the worker reports ready once everything listens, and proxies arrive as soon as gRPC does.
+    start: async () => ({
+      prometheusPort: await prometheusServer?.start(),
+      grpcPort: await grpcServer.start(),
+      httpPort: await httpServer.start(),
+      debugPort: await debugServer.start(),
+    }),
+    stop: (graceMs) => Promise.all([grpcServer.stop(graceMs), httpServer.close(graceMs), debugServer.close(graceMs), prometheusServer?.close(graceMs)]),
+  };
+}
+
+/** Where the service listens, in two log lines. */
+function logListening(settings: Settings, logger: Logger, ports: Ports, store: Store): void {
+  const grpcWhere = settings.grpcUds !== undefined ? { socket: settings.grpcUds } : { host: settings.grpcHost, port: ports.grpcPort };
   logger.info({ ...grpcWhere, store: store.name }, 'gRPC listening');
-  const prometheusWhere = prometheusPort === undefined ? {} : { prometheus: `${settings.prometheus.host ?? ''}:${prometheusPort}${settings.prometheus.path}` };
-  logger.info({ http: `${settings.httpHost}:${httpPort}`, debug: `${settings.debugHost}:${debugPort}`, ...prometheusWhere }, 'HTTP listening');
-
-  let closing: Promise<void> | undefined;
-  const close = (): Promise<void> =>
-    (closing ??= (async () => {
-      health.beginShutdown();
-      grace = settings.shutdownGraceMs;
-      await stopAll();
-      logger.info('stopped');
-    })());
-
-  return { settings, logger, grpcPort, httpPort, debugPort, prometheusPort, metrics, health, limiter, configSource: rules, store, rlqs, close };
+  const prometheusWhere =
+    ports.prometheusPort === undefined ? {} : { prometheus: `${settings.prometheus.host ?? ''}:${ports.prometheusPort}${settings.prometheus.path}` };
+  logger.info({ http: `${settings.httpHost}:${ports.httpPort}`, debug: `${settings.debugHost}:${ports.debugPort}`, ...prometheusWhere }, 'HTTP listening');
 }
 
 /**

@@ -1,7 +1,7 @@
 import { buildConfig } from '../config/rule-tree';
 import { parseConfigText } from '../config/rule-reader';
 import type { Logger } from '../log';
-import { RateLimiter } from '../limiter/rate-limiter';
+import { RateLimiter, type RateLimiterOptions } from '../limiter/rate-limiter';
 import { Replays } from '../limiter/replay';
 import { frameMessage } from '../wire/grpc-framing';
 import { HealthState } from '../service/health';
@@ -55,13 +55,19 @@ const RLS_PATH = `/${RLS_SERVICE}/ShouldRateLimit`;
 /** How long past `maxMs` calls still in flight may take to end. */
 const CLOSE_MARGIN_MS = 500;
 
+/** A limiter's options besides its store, its rules and its observer: what the settings decide (src/main.ts limiterOptions). */
+export type LimiterSettings = Omit<RateLimiterOptions, 'store' | 'config' | 'observer'>;
+
 export interface WarmUpOptions {
   /** Calls to make; the warm-up also stops at `maxMs`. */
   readonly calls: number;
   readonly maxMs: number;
   /** The service's store (so its client is warmed too). */
   readonly store: Store;
-  readonly settings: Pick<Settings, 'grpcMaxMessageBytes' | 'defaultAlgorithm' | 'countDeniedRequests' | 'nearLimitRatio'>;
+  /** The service's limiter options: the warm-up's limiter decides as the service's does (global shadow mode aside). */
+  readonly limiter: LimiterSettings;
+  /** The service's transport settings: the warm-up's calls cross the same HTTP/2 layer. */
+  readonly transport: Pick<Settings, 'grpcMaxMessageBytes' | 'grpcMaxConnections' | 'h2'>;
   /** As the service's: replays are only built over a store with a denial cache. */
   readonly replayMaxKeys: number;
   readonly logger: Logger;
@@ -77,14 +83,13 @@ export interface WarmUpResult {
 /** Runs the warm-up; never rejects (a failed warm-up only leaves the process cold). */
 export async function warmUp(options: WarmUpOptions): Promise<WarmUpResult> {
   const started = performance.now();
-  const config = buildConfig([parseConfigText('warm-up', WARM_UP_CONFIG, { defaultAlgorithm: options.settings.defaultAlgorithm })]);
+  const config = buildConfig([parseConfigText('warm-up', WARM_UP_CONFIG, { defaultAlgorithm: options.limiter.defaultAlgorithm })]);
   const limiter = new RateLimiter({
+    ...options.limiter,
     store: options.store,
     config: () => config,
+    // Its denials must be denials: the denial cache and replays are part of the hot path.
     shadowMode: false,
-    countDenied: options.settings.countDeniedRequests,
-    defaultAlgorithm: options.settings.defaultAlgorithm,
-    nearLimitRatio: options.settings.nearLimitRatio,
     // The metrics observer's shape, reporting nowhere: the per-rule reporting code runs too.
     observer: NO_REPORTS,
   });
@@ -94,7 +99,7 @@ export async function warmUp(options: WarmUpOptions): Promise<WarmUpResult> {
     limiter,
     replays,
     health: new HealthState(),
-    settings: { grpcHost: '127.0.0.1', grpcPort: 0, grpcMaxMessageBytes: options.settings.grpcMaxMessageBytes, grpcTls: { enabled: false } },
+    settings: { ...pickTransport(options.transport), grpcHost: '127.0.0.1', grpcPort: 0, grpcTls: { enabled: false } },
     logger: options.logger,
     exclusive: true,
   });
@@ -128,6 +133,11 @@ export async function warmUp(options: WarmUpOptions): Promise<WarmUpResult> {
     await server.stop(0);
   }
   return { answered, failed, ms: performance.now() - started };
+}
+
+/** Only the transport settings: the warm-up's server listens on its own loopback port, without TLS. */
+function pickTransport(t: WarmUpOptions['transport']): WarmUpOptions['transport'] {
+  return { grpcMaxMessageBytes: t.grpcMaxMessageBytes, grpcMaxConnections: t.grpcMaxConnections, h2: t.h2 };
 }
 
 /**

@@ -14,8 +14,8 @@ import type { StreamingMethod } from '../service/streaming';
 export interface GrpcServerOptions {
   readonly limiter: RateLimitDecider;
   readonly health: HealthState;
-  readonly settings: Pick<Settings, 'grpcHost' | 'grpcPort' | 'grpcMaxMessageBytes' | 'grpcTls'> &
-    Partial<Pick<Settings, 'grpcUds' | 'grpcMaxConnectionAgeMs' | 'grpcMaxConnectionAgeGraceMs' | 'grpcMaxConnections' | 'h2'>>;
+  readonly settings: Pick<Settings, 'grpcHost' | 'grpcPort' | 'grpcMaxMessageBytes' | 'grpcTls' | 'grpcMaxConnections' | 'h2'> &
+    Partial<Pick<Settings, 'grpcUds' | 'grpcMaxConnectionAgeMs' | 'grpcMaxConnectionAgeGraceMs'>>;
   readonly logger: Logger;
   /** One span per ShouldRateLimit call (TRACING_ENABLED); absent when tracing is off. */
   readonly tracer?: CallTracer;

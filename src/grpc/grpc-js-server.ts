@@ -6,11 +6,10 @@ import { RlsService, type CallSink } from '../service/rls-service';
 import { GrpcJsStreamingCall, streamingDefinition } from './grpc-js-streaming';
 import { grpcServerCredentials, loadTlsMaterial, type TlsMaterial } from './tls';
 import { GrpcJsListener } from './grpc-js-listener';
-import { loadSettings } from '../settings/settings';
 
 /**
  * The gRPC transport on grpc-js (GRPC_TRANSPORT=grpc-js): a thin adapter between grpc-js calls and
- * the RlsService (./rls-service), the same service the own HTTP/2 transport serves. ShouldRateLimit
+ * the RlsService (src/service/rls-service.ts), the same service the own HTTP/2 transport serves. ShouldRateLimit
  * passes the message bytes through untouched (identity serializers), so both transports share one
  * decoder and one encoder; health messages are grpc-js's own (proto-loader).
  *
@@ -69,8 +68,7 @@ export class GrpcServer {
     this.service = new RlsService(options);
     this.tls = loadTlsMaterial(options.settings.grpcTls);
     const { grpcMaxMessageBytes, grpcMaxConnectionAgeMs, grpcMaxConnectionAgeGraceMs } = options.settings;
-    const defaults = options.settings.h2 === undefined || options.settings.grpcMaxConnections === undefined ? loadSettings({}) : undefined;
-    const h2 = options.settings.h2 ?? defaults!.h2;
+    const h2 = options.settings.h2;
     this.server = new grpc.Server({
       'grpc.max_receive_message_length': grpcMaxMessageBytes,
       'grpc.max_concurrent_streams': h2.maxConcurrentStreams,
@@ -105,7 +103,7 @@ export class GrpcServer {
     this.listener = new GrpcJsListener({
       server: this.server,
       credentials: grpcServerCredentials(this.tls),
-      maxConnections: options.settings.grpcMaxConnections ?? defaults!.grpcMaxConnections,
+      maxConnections: options.settings.grpcMaxConnections,
       handshakeTimeoutMs: h2.handshakeTimeoutMs,
       pingBurst: PING_BURST,
       pingsPerSecond: PINGS_PER_SECOND,

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import type { Type } from 'protobufjs';
-import { loadSettings, type Settings } from '../settings/settings';
+import type { Settings } from '../settings/settings';
 import { checkPrefix, frameMessage, GrpcStatus, MESSAGE_PREFIX_BYTES, parseGrpcTimeout, unaryMessage } from '../wire/grpc-framing';
 import type { GrpcServerOptions } from './edge';
 import type { H2Stream } from '../http2/connection';
@@ -120,7 +120,7 @@ function field(headers: readonly string[], name: string): string | undefined {
  * when absent), and `exclusive` (see H2Server.listen; the warm-up's private port).
  */
 export interface Http2GrpcServerOptions extends GrpcServerOptions {
-  readonly settings: GrpcServerOptions['settings'] & { readonly h2?: Settings['h2'] };
+  readonly settings: GrpcServerOptions['settings'];
   readonly exclusive?: boolean;
 }
 
@@ -141,7 +141,7 @@ export class Http2GrpcServer {
     this.codecs = loadCodecs();
     const settings = options.settings;
     // A request must fit the stream's receive window, which reopens only once the request has ended.
-    const h2 = settings.h2 ?? loadSettings({}).h2;
+    const h2 = settings.h2;
     this.maxMessageBytes = Math.min(settings.grpcMaxMessageBytes, h2.streamBufferBytes - MESSAGE_PREFIX_BYTES);
     this.streamingMethods = new Map((options.streamingMethods ?? []).map((method) => [method.path, method]));
     const grpcTls = settings.grpcTls;

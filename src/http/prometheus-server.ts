@@ -5,7 +5,7 @@ import type { MetricsExposition } from '../metrics/sinks';
 
 /**
  * USE_PROMETHEUS's own listener, as the reference's: PROMETHEUS_ADDR (`:9090`, every interface),
- * answering GET PROMETHEUS_PATH (`/metrics`) with the mapped series (src/mapped-metrics.ts).
+ * answering GET PROMETHEUS_PATH (`/metrics`) with the mapped series (src/metrics/mapped-metrics.ts).
  */
 
 export interface PrometheusServerOptions {

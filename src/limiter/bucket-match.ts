@@ -57,7 +57,7 @@ export function matchBucket(config: RateLimitConfig, domain: string, pairs: read
   const entries: Entry[] = [];
   const node = order(d.rules, sorted, new Array<boolean>(sorted.length).fill(false), entries);
   if (node === undefined) return undefined;
-  // A node with a limit carries every MatchedRule field (load.ts sets keyPrefix with limit).
+  // A node with a limit carries every MatchedRule field (src/config/rule-reader.ts sets keyPrefix with limit).
   const rule = node as MatchedRule;
   const keys = rule.requestKeyed ? requestKeys(config, domain, entries, rule) : undefined;
   const entriesKeyed = keys === undefined ? entries : keys.entries;

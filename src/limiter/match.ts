@@ -35,7 +35,7 @@ export function matchDescriptor(config: RateLimitConfig, domain: string, entries
     if (node === undefined) return undefined;
     level = node.children;
   }
-  // A node with a limit carries every MatchedRule field (load.ts sets keyPrefix with limit).
+  // A node with a limit carries every MatchedRule field (src/config/rule-reader.ts sets keyPrefix with limit).
   return node === undefined || node.limit === undefined ? undefined : (node as MatchedRule);
 }
 

@@ -2,7 +2,7 @@ import type { Limit, OutcomeRule, StructFields } from './types';
 
 /**
  * The validated, frozen rule tree the decision walks (./match.ts): built by a config source
- * (src/config/load.ts from YAML files) and replaced as a whole on reload. Everything here is
+ * (src/config/rule-tree.ts from YAML files) and replaced as a whole on reload. Everything here is
  * computed once per load; nothing here knows where the rules came from.
  */
 
@@ -45,7 +45,7 @@ export type RuleSetting = BooleanRuleSetting | IntegerRuleSetting;
 
 /**
  * The per-rule keys that change a decision and are a plain flag or number, by the field they get on
- * RuleNode and MatchedRule. This table is their one declaration: the loader (src/config/load.ts)
+ * RuleNode and MatchedRule. This table is their one declaration: the loader (src/config/rule-reader.ts)
  * reads, validates and inherits each one from it, the xDS translation copies each from its proto
  * field, and the two types below get one field each. A new key is an entry here and its use in the
  * request's planning (./plan.ts, where the rule of a request's own limit, overrideRule, gets the field

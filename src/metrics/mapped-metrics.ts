@@ -126,30 +126,26 @@ export class MappedPrometheus {
 
   /** A statsd counter increment. */
   increment(stat: string, value: number): void {
-    let c = this.counters.get(stat);
-    if (c === undefined) {
-      if (this.full(stat)) {
-        this.dropped.inc(1);
-        return;
-      }
-      c = this.child(stat, 'counter') as Inc;
-      this.counters.set(stat, c);
-    }
-    c.inc(value);
+    this.childOf(this.counters, stat, 'counter')?.inc(value);
   }
 
   /** A statsd timer value, in milliseconds (scaled by its mapping). */
   timing(stat: string, milliseconds: number): void {
-    let t = this.timers.get(stat);
-    if (t === undefined) {
+    this.childOf(this.timers, stat, 'observer')?.observe(milliseconds);
+  }
+
+  /** The child of `stat` in `children`, made when first seen; undefined (the event dropped and counted) when no more names fit. */
+  private childOf<C extends Inc | Observe>(children: Map<string, C>, stat: string, type: StatsdMetricType): C | undefined {
+    let c = children.get(stat);
+    if (c === undefined) {
       if (this.full(stat)) {
         this.dropped.inc(1);
-        return;
+        return undefined;
       }
-      t = this.child(stat, 'observer') as Observe;
-      this.timers.set(stat, t);
+      c = this.child(stat, type) as C;
+      children.set(stat, c);
     }
-    t.observe(milliseconds);
+    return c;
   }
 
   /** Whether a new name would go beyond the bounds (or is too long to match); when not, it is counted in. */
@@ -193,7 +189,7 @@ export class MappedPrometheus {
       const conflict = this.conflicts.labels({ type });
       return { inc: () => conflict.inc(), observe: () => conflict.inc() };
     }
-    // Tallies: the request path adds to numbers; prom-client reads them at each scrape (./metric-tallies).
+    // Tallies: the request path adds to numbers; prom-client reads them at each scrape (./tallies.ts).
     if (family.histogram !== undefined) {
       const { metric, scale } = family.histogram;
       return { observe: scale === 1 ? (v: number) => metric.record(v) : (v: number) => metric.record(v * scale) };

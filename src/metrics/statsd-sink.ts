@@ -8,7 +8,7 @@ import { TcpStatsdClient } from './statsd-tcp';
  *   STATSD_MAX_QUEUED_BYTES held for the agent); EXTRA_TAGS are part of each name as the reference's
  *   stats library writes them (`name.__key=value`, keys sorted);
  * - USE_DOG_STATSD: DogStatsD over UDP to the same address, EXTRA_TAGS as `|#key:value` tags;
- * - USE_PROMETHEUS: the mapped registry (src/mapped-metrics.ts), beside either.
+ * - USE_PROMETHEUS: the mapped registry (./mapped-metrics.ts), beside either.
  * Counters are summed in the process and sent every STATS_FLUSH_INTERVAL, as the reference's
  * stats library does, so the request path only adds to a number; timings are sent as they come.
  * Send errors never reach a request (`onError` hears them).

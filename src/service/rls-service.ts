@@ -9,8 +9,8 @@ import { ServingStatusNumber } from '../wire/proto';
 import { DescriptorCache, frameResponse, RequestCache, requestKey } from '../wire/rls-codec';
 
 /**
- * The rate-limit service as every gRPC transport serves it (GRPC_TRANSPORT: ./http2-grpc-server on
- * the own HTTP/2 layer, ./grpc-server on grpc-js): ShouldRateLimit as bytes in, bytes out
+ * The rate-limit service as every gRPC transport serves it (GRPC_TRANSPORT: src/grpc/http2-server.ts on
+ * the own HTTP/2 layer, src/grpc/grpc-js-server.ts on grpc-js): ShouldRateLimit as bytes in, bytes out
  * (decode -> decide -> encode, one codec), grpc.health.v1 Check and Watch, and shutdown. A
  * transport only moves bytes and statuses; what they mean is decided here, and what a failure
  * answers comes from the error catalogue (src/errors.ts).

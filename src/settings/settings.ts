@@ -411,7 +411,7 @@ export interface TracingSettings {
 
 /**
  * What the default WORKERS is derived from. main.ts passes the container's cgroup quota
- * (src/cpu-quota.ts); without one, only the cores count.
+ * (./cpu-quota.ts); without one, only the cores count.
  */
 export interface HostCpus {
   /** Cores this process may run on. */

@@ -5,7 +5,7 @@ import type { WireDescriptor, WireEnum, WireRateLimitRequest, WireUnitName } fro
 /**
  * Wire facts (enum numbers, uint32 ranges) and the conversion of a decoded RateLimitRequest object
  * (proto JSON on HTTP /json) into the limiter's request. Responses are encoded by one encoder,
- * ./rls-wire-codec's frameResponse. Only wire-level facts are checked
+ * ./rls-codec's frameResponse. Only wire-level facts are checked
  * here (enum values, wrapper types, integer ranges); what a well-formed request means is the limiter's business.
  */
 

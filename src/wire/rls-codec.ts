@@ -8,7 +8,7 @@ import { encodeStruct } from './struct-codec';
 
 /**
  * Protobuf wire codec of the two hot messages, written by hand, used by both gRPC transports
- * (./rls-service): RateLimitRequest bytes straight into the limiter's RateLimitRequest, and a
+ * (src/service/rls-service.ts): RateLimitRequest bytes straight into the limiter's RateLimitRequest, and a
  * RateLimitResponse straight into a framed gRPC message. Skipping the generic decoded-object layer
  * halves the allocations per call. Semantics are those of protobufjs (with ./convert.ts for the
  * request), which test/unit/wire/rls-codec.test.ts checks against on random messages:

@@ -93,14 +93,7 @@ export class CallBatcher<Req, Res> {
 
   /** Rejects the unsettled calls among calls[from, to) of `batch` with `err`, calling `onEach` before each rejection. */
   reject(batch: CallBatch<Req, Res>, calls: readonly PendingCall<Req, Res>[], from: number, to: number, err: Error, onEach?: () => void): void {
-    for (let i = from; i < to; i++) {
-      const call = calls[i];
-      if (call.settled) continue;
-      call.settled = true;
-      onEach?.();
-      call.reject(err);
-      if (--batch.open === 0) this.finish(batch);
-    }
+    for (let i = from; i < to; i++) if (rejectCall(calls[i], err, onEach) && --batch.open === 0) this.finish(batch);
   }
 
   /** Rejects the calls not sent yet with `err`, and every later one; calls on the wire still settle. */
@@ -193,10 +186,14 @@ export class CallBatcher<Req, Res> {
 
 /** Rejects every call of a batch that was never sent (it has no deadline and is on no wire). */
 function rejectQueued<Req, Res>(batch: CallBatch<Req, Res>, err: Error, onEach: (() => void) | undefined): void {
-  for (const call of batch.calls) {
-    if (call.settled) continue;
-    call.settled = true;
-    onEach?.();
-    call.reject(err);
-  }
+  for (const call of batch.calls) rejectCall(call, err, onEach);
+}
+
+/** Rejects `call` with `err` unless it has settled, calling `onEach` first; whether it did. */
+function rejectCall<Req, Res>(call: PendingCall<Req, Res>, err: Error, onEach: (() => void) | undefined): boolean {
+  if (call.settled) return false;
+  call.settled = true;
+  onEach?.();
+  call.reject(err);
+  return true;
 }

@@ -3,25 +3,25 @@ import { algorithmCode } from '../../limiter/types';
 import type { CounterDecision, CounterRequest } from '../../limiter/store';
 
 /**
- * Calls decided in shares. Redis Cluster: a call whose counters lie in several hash slots is split
- * into one share per slot; any Redis: a call too large for one script is cut into shares (see
- * ./share-gate.ts). Each share is decided atomically for its own counters; when any share denies
- * (or fails), the shares that charged are refunded with REFUND_SCRIPT, which removes exactly what
- * DECIDE added. Guarantee across shares:
+ * Calls decided in parts. Redis Cluster: a call whose counters lie in several hash slots is split
+ * into one part per slot; any Redis: a call too large for one script is cut into parts (see
+ * ./part-gate.ts). Each part is decided atomically for its own counters; when any part denies
+ * (or fails), the parts that charged are refunded with REFUND_SCRIPT, which removes exactly what
+ * DECIDE added. Guarantee across parts:
  * - never more admitted than a single atomic store would admit: a charge is only ever kept when
- *   every share allowed, so no request is admitted on a quota it did not get;
- * - between a charge and its refund (a round trip; for a large call, until its last share has
+ *   every part allowed, so no request is admitted on a quota it did not get;
+ * - between a charge and its refund (a round trip; for a large call, until its last part has
  *   answered) other requests may see the extra hits and be denied when an atomic store would have
  *   admitted them (conservative, transient);
- * - a share that missed its deadline is refunded when its answer comes in after all (the store
+ * - a part that missed its deadline is refunded when its answer comes in after all (the store
  *   does that); a refund that cannot be delivered (node down) leaves the charge in place until its
  *   window expires: over-counting, never under-counting;
  * - a counter charged whatever the outcome (CounterRequest.countDenied) keeps its charge when
- *   another share denies the call, as it would in one atomic call; a failed call takes it back too.
+ *   another part denies the call, as it would in one atomic call; a failed call takes it back too.
  */
 
-/** A multi-slot call's share in one slot: its decisions, and its charge tokens for a refund ('' for a counter not charged). */
-export interface SlotShare {
+/** A multi-slot call's part in one slot: its decisions, and its charge tokens for a refund ('' for a counter not charged). */
+export interface PartAnswer {
   readonly decisions: CounterDecision[];
   readonly tokens: string[];
 }
@@ -41,23 +41,23 @@ export function splitBySlot(counters: readonly CounterRequest[], keyOf: (counter
   return [...groups.entries()];
 }
 
-/** What the shares of a multi-slot call add up to. */
-export interface MergedShares {
-  /** The call's decisions in its counters' order (holes where a share failed). */
+/** What the parts of a multi-slot call add up to. */
+export interface MergedParts {
+  /** The call's decisions in its counters' order (holes where a part failed). */
   readonly decisions: CounterDecision[];
-  /** The first share's failure, if any: the call fails with it. */
+  /** The first part's failure, if any: the call fails with it. */
   readonly failure: unknown;
-  /** The shares to take back (indexes into `parts`): every charged share when one failed, or denied without countDenied. */
+  /** The parts to take back (indexes into `parts`): every charged part when one failed, or denied without countDenied. */
   readonly refund: number[];
 }
 
-/** Merges the answers of a call's slot shares (all-or-nothing: a failed or denying slot undoes the others' charges). */
-export function mergeSlotShares(
+/** Merges the answers of a call's slot parts (all-or-nothing: a failed or denying slot undoes the others' charges). */
+export function mergePartAnswers(
   total: number,
   parts: readonly SlotPart[],
-  settled: readonly PromiseSettledResult<SlotShare>[],
+  settled: readonly PromiseSettledResult<PartAnswer>[],
   countDenied: boolean,
-): MergedShares {
+): MergedParts {
   const decisions = new Array<CounterDecision>(total);
   let failure: unknown;
   let anyDenied = false;
@@ -97,29 +97,29 @@ export function refundArgs(
   return [keys.length, ...keys, ...argv];
 }
 
-export interface DecideInSharesOptions {
+export interface DecideInPartsOptions {
   readonly counters: readonly CounterRequest[];
   readonly countDenied: boolean;
-  /** The shares: each one's slot and the indexes of its counters; together every counter once. */
+  /** The parts: each one's slot and the indexes of its counters; together every counter once. */
   readonly parts: readonly SlotPart[];
-  /** Decides one share (its counters share `slot`), keeping its charge tokens. */
-  readonly decideShare: (counters: readonly CounterRequest[], slot: number) => Promise<SlotShare>;
-  /** Takes back what a share charged (best effort, not awaited). */
+  /** Decides one part (its counters share `slot`), keeping its charge tokens. */
+  readonly decidePart: (counters: readonly CounterRequest[], slot: number) => Promise<PartAnswer>;
+  /** Takes back what a part charged (best effort, not awaited). */
   readonly refund: (counters: readonly CounterRequest[], tokens: readonly string[]) => void;
 }
 
-export interface DecideAcrossSlotsOptions extends Omit<DecideInSharesOptions, 'parts'> {
+export interface DecideAcrossSlotsOptions extends Omit<DecideInPartsOptions, 'parts'> {
   /** A counter's Redis key (its hash tag decides the slot). */
   readonly keyOf: (counter: CounterRequest) => string;
   /** Decides counters that share `slot` atomically. */
   readonly decideInSlot: (counters: readonly CounterRequest[], slot: number) => Promise<CounterDecision[]>;
 }
 
-/** Decides a call on a cluster: atomically when its counters share a slot, otherwise share by share with refunds (see the file comment). */
+/** Decides a call on a cluster: atomically when its counters share a slot, otherwise part by part with refunds (see the file comment). */
 export function decideAcrossSlots(options: DecideAcrossSlotsOptions): Promise<CounterDecision[]> {
   const parts = splitBySlot(options.counters, options.keyOf);
   if (parts.length === 1) return options.decideInSlot(options.counters, parts[0][0]);
-  return decideInShares({ ...options, parts });
+  return decideInParts({ ...options, parts });
 }
 
 /** Cuts every part into parts of at most `max` counters (same slot, same order). */
@@ -131,22 +131,22 @@ export function cutParts(parts: readonly SlotPart[], max: number): SlotPart[] {
   return out;
 }
 
-/** Decides a call share by share, all-or-nothing through refunds (see the file comment). */
-export async function decideInShares(options: DecideInSharesOptions): Promise<CounterDecision[]> {
+/** Decides a call part by part, all-or-nothing through refunds (see the file comment). */
+export async function decideInParts(options: DecideInPartsOptions): Promise<CounterDecision[]> {
   const { counters, countDenied, parts } = options;
   const settled = await Promise.allSettled(
     parts.map(([slot, idx]) =>
-      options.decideShare(
+      options.decidePart(
         idx.map((i) => counters[i]),
         slot,
       ),
     ),
   );
-  const merged = mergeSlotShares(counters.length, parts, settled, countDenied);
+  const merged = mergePartAnswers(counters.length, parts, settled, countDenied);
   for (const g of merged.refund) {
-    const share = parts[g][1].map((i) => counters[i]);
-    const tokens = (settled[g] as PromiseFulfilledResult<SlotShare>).value.tokens;
-    options.refund(share, merged.failure === undefined ? tokens.map((token, k) => (share[k].countDenied === true ? '' : token)) : tokens);
+    const part = parts[g][1].map((i) => counters[i]);
+    const tokens = (settled[g] as PromiseFulfilledResult<PartAnswer>).value.tokens;
+    options.refund(part, merged.failure === undefined ? tokens.map((token, k) => (part[k].countDenied === true ? '' : token)) : tokens);
   }
   if (merged.failure !== undefined) throw merged.failure;
   return merged.decisions;

@@ -1,12 +1,12 @@
 import { CallBatcher, type CallBatch, type PendingCall } from './batcher';
-import { cutParts, decideAcrossSlots, decideInShares, refundArgs, splitBySlot, type SlotPart, type SlotShare } from './cluster-slots';
+import { cutParts, decideAcrossSlots, decideInParts, refundArgs, splitBySlot, type SlotPart, type PartAnswer } from './cluster-slots';
 import type { RedisClient } from './connection';
 import { HealthProbe } from './health-probe';
 import { keySlot } from './key-slot';
 import { BODY_HEADROOM, PreparedScript, respArgument } from './script-command';
 import { RedisReservations } from './redis-reservations';
 import { RESERVE_COMMAND, RESERVE_SCRIPT } from './reserve-script';
-import { ShareGate, type GatedCall } from './share-gate';
+import { PartGate, type GatedCall } from './part-gate';
 import {
   counterProblem,
   counterSpec,
@@ -34,7 +34,7 @@ import {
  * DECIDE script call (./script.ts), which decides each call all-or-nothing on its own, in arrival
  * order; a batch is cut past MAX_BATCH_REQUESTS requests or MAX_BATCH_KEYS counters, so that one
  * script never blocks Redis for long. A call of more than MAX_ATOMIC_COUNTERS counters is decided
- * in shares that pass a gate (./share-gate.ts), so that it never does either. Redis Cluster: a
+ * in parts that pass a gate (./part-gate.ts), so that it never does either. Redis Cluster: a
  * batch piece holds one hash slot's calls; a call whose counters all share a slot (the common
  * case, and always for a single descriptor) is atomic; one across slots is split with refunds
  * (./cluster-slots.ts). Health: ./health-probe.ts.
@@ -71,15 +71,15 @@ export const MAX_BATCH_REQUESTS = 64;
 /** Counters per DECIDE script call, at most (a call of up to MAX_ATOMIC_COUNTERS still goes alone). */
 export const MAX_BATCH_KEYS = 256;
 /**
- * Counters of a call decided atomically in one script. A larger call is cut into shares of at most
- * this many, decided as a Cluster call across slots is (./cluster-slots.ts), through the share gate.
+ * Counters of a call decided atomically in one script. A larger call is cut into parts of at most
+ * this many, decided as a Cluster call across slots is (./cluster-slots.ts), through the part gate.
  */
 export const MAX_ATOMIC_COUNTERS = 64;
-/** Counters of large calls' shares on the wire at once, at most: each batch carries at most this much of their work. */
+/** Counters of large calls' parts on the wire at once, at most: each batch carries at most this much of their work. */
 export const LARGE_CALL_COUNTERS_ON_WIRE = 256;
 /** Counters of large calls waiting for their turn, at most; a large call that would exceed it fails at once. */
 export const LARGE_CALL_MAX_WAITING = 16_384;
-/** How long a share of a large call may wait for its turn, in call deadlines (timeoutMs), at least 500 ms; then its call fails. */
+/** How long a part of a large call may wait for its turn, in call deadlines (timeoutMs), at least 500 ms; then its call fails. */
 export const LARGE_CALL_MAX_WAIT_DEADLINES = 50;
 
 type ScriptCall = (args: (string | number)[]) => Promise<unknown>;
@@ -112,17 +112,17 @@ const COUNT_ARGUMENTS: readonly string[] = Array.from({ length: MAX_BATCH_KEYS +
 const CHARGE_DENIED_ARGUMENT = Buffer.from(respArgument('1'));
 const CHARGE_ADMITTED_ARGUMENT = Buffer.from(respArgument('0'));
 
-/** One decide() call (on a cluster, one slot's share of it) as the batcher carries it. */
+/** One decide() call (on a cluster, one slot's part of it) as the batcher carries it. */
 interface RedisCall {
   readonly counters: readonly CounterRequest[];
   readonly args: RequestArgs;
   readonly countDenied: boolean;
-  /** A share of a multi-slot call: answered with a SlotShare, and refunded if it answers too late. */
-  readonly share: boolean;
+  /** A part of a multi-slot call: answered with a PartAnswer, and refunded if it answers too late. */
+  readonly part: boolean;
 }
 
-type Batch = CallBatch<RedisCall, CounterDecision[] | SlotShare>;
-type Pending = PendingCall<RedisCall, CounterDecision[] | SlotShare>;
+type Batch = CallBatch<RedisCall, CounterDecision[] | PartAnswer>;
+type Pending = PendingCall<RedisCall, CounterDecision[] | PartAnswer>;
 
 const DISCONNECTED =
   /Stream isn't writeable|Connection is closed|MaxRetriesPerRequest|isn't ready|enableOfflineQueue|ECONNREFUSED|ECONNRESET|EPIPE|CLUSTERDOWN|None of startup nodes/i;
@@ -146,15 +146,15 @@ export class RedisStore implements Store {
   private readonly tagOpen: string;
   private readonly onError: (kind: RedisErrorKind) => void;
   private readonly isCluster: boolean;
-  private readonly batcher: CallBatcher<RedisCall, CounterDecision[] | SlotShare>;
+  private readonly batcher: CallBatcher<RedisCall, CounterDecision[] | PartAnswer>;
   private readonly probe: HealthProbe;
   // The limiter hands out one CounterRequest per distinct descriptor (src/limiter/plan.ts): its
   // arguments are encoded once, and joined into the blocks of each request it is part of.
   private readonly counterArgs = new WeakMap<CounterRequest, CounterArgs>();
   // PlannedCounters are the same array on every call of one request (Store.decide): their blocks
-  // are made once; other arrays (unkept requests, shares) are encoded per call.
+  // are made once; other arrays (unkept requests, parts) are encoded per call.
   private readonly requestArgs = new WeakMap<PlannedCounters, RequestArgs>();
-  private readonly gate: ShareGate;
+  private readonly gate: PartGate;
   private closed = false;
 
   constructor(options: RedisStoreOptions) {
@@ -174,7 +174,7 @@ export class RedisStore implements Store {
       timeoutError: () => new StoreUnavailableError(timeoutMessage),
       onExpired: () => this.failed('timeout'),
     });
-    this.gate = new ShareGate({
+    this.gate = new PartGate({
       capacity: LARGE_CALL_COUNTERS_ON_WIRE,
       maxWaiting: LARGE_CALL_MAX_WAITING,
       maxWaitMs: Math.max(LARGE_CALL_MAX_WAIT_DEADLINES * timeoutMs, 500),
@@ -251,9 +251,9 @@ export class RedisStore implements Store {
     if (counters.length <= MAX_ATOMIC_COUNTERS && (!this.isCluster || counters.length === 1)) {
       const args = this.argsOfRequest(counters);
       if (args.problem !== undefined) return Promise.reject(new Error(args.problem));
-      return this.batcher.enqueue({ counters, args, countDenied, share: false }, this.isCluster ? keySlot(args.firstKey) : 0) as Promise<CounterDecision[]>;
+      return this.batcher.enqueue({ counters, args, countDenied, part: false }, this.isCluster ? keySlot(args.firstKey) : 0) as Promise<CounterDecision[]>;
     }
-    // Cut into shares (or one slot's part), each encoded as it is sent: nothing encoded for the whole.
+    // Cut into parts (or one slot's part), each encoded as it is sent: nothing encoded for the whole.
     const problem = this.problemOf(counters);
     if (problem !== undefined) return Promise.reject(new Error(problem));
     if (counters.length > MAX_ATOMIC_COUNTERS) return this.decideLarge(counters, countDenied);
@@ -262,14 +262,14 @@ export class RedisStore implements Store {
       countDenied,
       keyOf: this.keyOf,
       decideInSlot: (inSlot, slot) => this.enqueue(inSlot, countDenied, false, slot) as Promise<CounterDecision[]>,
-      decideShare: (share, slot) => this.enqueue(share, countDenied, true, slot) as Promise<SlotShare>,
+      decidePart: (part, slot) => this.enqueue(part, countDenied, true, slot) as Promise<PartAnswer>,
       refund: this.refund,
     });
   }
 
   /**
-   * A call of more than MAX_ATOMIC_COUNTERS counters, in shares (per slot on a cluster) that pass
-   * the share gate: however large, it holds Redis no longer than a share at a time, and the small
+   * A call of more than MAX_ATOMIC_COUNTERS counters, in parts (per slot on a cluster) that pass
+   * the part gate: however large, it holds Redis no longer than a part at a time, and the small
    * calls beside it keep their deadlines. All-or-nothing through refunds, as across slots.
    */
   private decideLarge(counters: readonly CounterRequest[], countDenied: boolean): Promise<CounterDecision[]> {
@@ -278,11 +278,11 @@ export class RedisStore implements Store {
     }
     const whole: SlotPart[] = this.isCluster ? splitBySlot(counters, this.keyOf) : [[0, counters.map((_, i) => i)]];
     const call: GatedCall = { failed: false };
-    return decideInShares({
+    return decideInParts({
       counters,
       countDenied,
       parts: cutParts(whole, MAX_ATOMIC_COUNTERS),
-      decideShare: (share, slot) => this.gate.pass(share.length, call, () => this.enqueue(share, countDenied, true, slot) as Promise<SlotShare>),
+      decidePart: (part, slot) => this.gate.pass(part.length, call, () => this.enqueue(part, countDenied, true, slot) as Promise<PartAnswer>),
       refund: this.refund,
     });
   }
@@ -352,9 +352,9 @@ export class RedisStore implements Store {
     return a;
   }
 
-  /** Part of a call (a share, or one slot's counters) into the batch of its slot. */
-  private enqueue(counters: readonly CounterRequest[], countDenied: boolean, share: boolean, slot: number): Promise<CounterDecision[] | SlotShare> {
-    return this.batcher.enqueue({ counters, args: this.argsOfRequest(counters), countDenied, share }, slot);
+  /** Part of a call (a part, or one slot's counters) into the batch of its slot. */
+  private enqueue(counters: readonly CounterRequest[], countDenied: boolean, part: boolean, slot: number): Promise<CounterDecision[] | PartAnswer> {
+    return this.batcher.enqueue({ counters, args: this.argsOfRequest(counters), countDenied, part }, slot);
   }
 
   /** The RESP of a request's arguments, made once per PlannedCounters (else per call). */
@@ -426,14 +426,14 @@ export class RedisStore implements Store {
           );
           continue;
         }
-        if (!call.request.share) {
+        if (!call.request.part) {
           const decisions = readDecisions(reply, n, undefined);
           this.batcher.resolve(batch, call, decisions);
           continue;
         }
         const tokens = new Array<string>(n);
         const decisions = readDecisions(reply, n, tokens);
-        // A share that already failed (deadline): its slot's charges must not outlive it.
+        // A part that already failed (deadline): its slot's charges must not outlive it.
         if (call.settled) this.refund(counters, tokens);
         else this.batcher.resolve(batch, call, { decisions, tokens });
       }

@@ -8,6 +8,7 @@ import { descriptor } from '../../helpers/grpc-client';
 import { redisCli, startRedis, type RedisServer } from '../../helpers/redis';
 import { startTestService, type TestService } from '../../helpers/service';
 import { TOP_DOCUMENT_KIND } from '../../../src/top/live-top';
+import { TRANSPORT_DEFAULTS } from '../../helpers/transport-defaults';
 
 /**
  * The start-up warm-up (src/app/warm-up.ts): its calls are answered through the real HTTP/2 layer and
@@ -15,18 +16,15 @@ import { TOP_DOCUMENT_KIND } from '../../../src/top/live-top';
  * the service it warms reports none of it.
  */
 
-const SETTINGS: WarmUpOptions['settings'] = {
-  grpcMaxMessageBytes: 4 * 1024 * 1024,
-  defaultAlgorithm: 'sliding_window',
-  countDeniedRequests: false,
-  nearLimitRatio: 0.8,
-};
+const LIMITER: WarmUpOptions['limiter'] = { shadowMode: false, defaultAlgorithm: 'sliding_window', countDenied: false, nearLimitRatio: 0.8 };
+const TRANSPORT: WarmUpOptions['transport'] = { grpcMaxMessageBytes: 4 * 1024 * 1024, ...TRANSPORT_DEFAULTS };
 
 const options = (store: Store, o: Partial<WarmUpOptions> = {}): WarmUpOptions => ({
   calls: 2_000,
   maxMs: 10_000,
   store,
-  settings: SETTINGS,
+  limiter: LIMITER,
+  transport: TRANSPORT,
   replayMaxKeys: 100,
   logger: silentLogger(),
   ...o,

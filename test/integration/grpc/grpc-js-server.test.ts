@@ -8,6 +8,7 @@ import { HealthState } from '../../../src/service/health';
 import { Http2GrpcServer } from '../../../src/grpc/http2-server';
 import { StoreUnavailableError } from '../../../src/limiter/store';
 import { descriptor, grpc, grpcCode, rlsClient, type RlsClient } from '../../helpers/grpc-client';
+import { TRANSPORT_DEFAULTS } from '../../helpers/transport-defaults';
 
 /**
  * The gRPC edge alone, in front of a scripted limiter: error mapping, message size, graceful stop.
@@ -19,6 +20,7 @@ const settings = (over: Partial<{ grpcMaxMessageBytes: number }> = {}) => ({
   grpcPort: 0,
   grpcMaxMessageBytes: 4 * 1024 * 1024,
   grpcTls: { enabled: false },
+  ...TRANSPORT_DEFAULTS,
   ...over,
 });
 

@@ -6,6 +6,7 @@ import { Http2GrpcClient } from '../../../src/grpc/http2-client';
 import { Http2GrpcServer } from '../../../src/grpc/http2-server';
 import { protoRoot, RLS_SERVICE } from '../../../src/wire/proto';
 import { startTestService, type TestService } from '../../helpers/service';
+import { TRANSPORT_DEFAULTS } from '../../helpers/transport-defaults';
 
 /**
  * Http2GrpcClient (the start-up warm-up's client) making real ShouldRateLimit calls over the
@@ -106,7 +107,7 @@ describe('Http2GrpcClient and a server that shuts down', () => {
         },
       },
       health,
-      settings: { grpcHost: '127.0.0.1', grpcPort: 0, grpcMaxMessageBytes: 1024, grpcTls: { enabled: false } },
+      settings: { grpcHost: '127.0.0.1', grpcPort: 0, grpcMaxMessageBytes: 1024, grpcTls: { enabled: false }, ...TRANSPORT_DEFAULTS },
       logger: silentLogger(),
     });
     const port = await server.start();

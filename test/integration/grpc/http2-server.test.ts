@@ -12,6 +12,7 @@ import type { ServiceReplays } from '../../../src/service/rls-service';
 import { frameResponse } from '../../../src/wire/rls-codec';
 import { makeTestCerts, type CertFiles } from '../../helpers/certs';
 import { descriptor, grpc, grpcCode } from '../../helpers/grpc-client';
+import { TRANSPORT_DEFAULTS } from '../../helpers/transport-defaults';
 
 /**
  * The node:http2 transport seen from a raw HTTP/2 client: what a grpc-js client never sends
@@ -74,7 +75,7 @@ async function serve(
     limiter,
     replays,
     health,
-    settings: { grpcHost: '127.0.0.1', grpcPort: 0, grpcMaxMessageBytes: 1024, grpcTls: tls },
+    settings: { grpcHost: '127.0.0.1', grpcPort: 0, grpcMaxMessageBytes: 1024, grpcTls: tls, ...TRANSPORT_DEFAULTS },
     logger: silentLogger(),
   });
   const port = await server.start();

@@ -9,6 +9,7 @@ import { loadSettings } from '../../../src/settings/settings';
 import { frameMessage } from '../../../src/wire/grpc-framing';
 import { ECHO_PATH, EchoMethod } from '../../helpers/echo-streaming';
 import { dataFrame, headersFrame, isType, RawClient } from '../../helpers/h2-raw-client';
+import { TRANSPORT_DEFAULTS } from '../../helpers/transport-defaults';
 
 /**
  * Bidirectional streaming calls (src/service/streaming.ts) from a grpc-js client, on both
@@ -45,6 +46,7 @@ async function serve(transport: Transport, method: EchoMethod, over: Over = {}) 
       grpcTls: { enabled: false },
       grpcMaxConnectionAgeMs: over.maxConnectionAgeMs,
       grpcMaxConnectionAgeGraceMs: 10_000,
+      ...TRANSPORT_DEFAULTS,
       h2: { ...loadSettings({}).h2, idleTimeoutMs: over.idleTimeoutMs ?? 300_000 },
     },
     logger: silentLogger(),

@@ -8,6 +8,7 @@ import { HealthState } from '../../../src/service/health';
 import { Http2GrpcServer } from '../../../src/grpc/http2-server';
 import { loadSettings } from '../../../src/settings/settings';
 import { dataFrame, headersFrame, isType, RawClient, REQUEST } from '../../helpers/h2-raw-client';
+import { TRANSPORT_DEFAULTS } from '../../helpers/transport-defaults';
 
 /**
  * RFC 9113 and RFC 7541 conformance, one test per requirement that h2spec checks (its section
@@ -1152,7 +1153,7 @@ describe("the gRPC service's HTTP/2 port, as h2spec sees it (GET /, a request no
     server = new Http2GrpcServer({
       limiter: { shouldRateLimit: (request) => (decided.push(request), Promise.resolve({ overallCode: 'OK', statuses: [], responseHeaders: [] })) },
       health,
-      settings: { grpcHost: '127.0.0.1', grpcPort: 0, grpcMaxMessageBytes: 1024, grpcTls: { enabled: false }, h2 },
+      settings: { grpcHost: '127.0.0.1', grpcPort: 0, grpcMaxMessageBytes: 1024, grpcTls: { enabled: false }, ...TRANSPORT_DEFAULTS, h2 },
       logger: silentLogger(),
     });
     port = await server.start();

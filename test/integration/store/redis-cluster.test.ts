@@ -65,7 +65,7 @@ describe('the redis store on a cluster', () => {
       { allowed: true, remaining: 0 },
       { allowed: true, remaining: 9 },
     ]);
-    // Untagged, each call would have been two shares and the denied one two refunds.
+    // Untagged, each call would have been two parts and the denied one two refunds.
     expect(scriptCalls() - before).toBe(3);
     const slot = String(keySlot(`${PREFIX}{${a}}`));
     const inSlot = cluster.nodes.flatMap((node) => node.cli('CLUSTER', 'GETKEYSINSLOT', slot, '100').trim().split('\n'));

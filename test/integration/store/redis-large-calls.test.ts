@@ -5,8 +5,8 @@ import { connectStore, sleep, startCluster, startRedis, waitUntil, type RedisClu
 
 /**
  * A call of thousands of counters costs Redis tens of milliseconds as one script, and the small
- * calls queued behind it would miss their deadline. The store decides it in shares instead: the
- * small calls made beside it are answered between its shares, and it stays all-or-nothing.
+ * calls queued behind it would miss their deadline. The store decides it in parts instead: the
+ * small calls made beside it are answered between its parts, and it stays all-or-nothing.
  */
 
 const HOUR = 3_600_000;

@@ -1,4 +1,4 @@
-import { decideAcrossSlots, mergeSlotShares, refundArgs, splitBySlot, type SlotPart, type SlotShare } from '../../../../src/store/redis/cluster-slots';
+import { decideAcrossSlots, mergePartAnswers, refundArgs, splitBySlot, type SlotPart, type PartAnswer } from '../../../../src/store/redis/cluster-slots';
 import { keySlot } from '../../../../src/store/redis/key-slot';
 import { algorithmCode } from '../../../../src/limiter/types';
 import type { CounterDecision, CounterRequest } from '../../../../src/limiter/store';
@@ -7,7 +7,7 @@ const counter = (key: string, hits = 1): CounterRequest => ({ key, limit: 10, wi
 const keyOf = (c: CounterRequest): string => `p{${c.key}}`;
 const allowed = (remaining: number): CounterDecision => ({ allowed: true, remaining, resetMs: 1000 });
 const denied: CounterDecision = { allowed: false, remaining: 0, resetMs: 1000 };
-const fulfilled = (decisions: CounterDecision[], tokens: string[]): PromiseSettledResult<SlotShare> => ({ status: 'fulfilled', value: { decisions, tokens } });
+const fulfilled = (decisions: CounterDecision[], tokens: string[]): PromiseSettledResult<PartAnswer> => ({ status: 'fulfilled', value: { decisions, tokens } });
 
 describe('splitBySlot', () => {
   it('groups counters by the slot of their hash tag, in order of first appearance', () => {
@@ -21,27 +21,27 @@ describe('splitBySlot', () => {
   });
 });
 
-describe('mergeSlotShares', () => {
+describe('mergePartAnswers', () => {
   const parts: SlotPart[] = [
     [1, [0, 2]],
     [2, [1]],
   ];
 
   it('keeps every charge when every slot allows, decisions in the call order', () => {
-    const merged = mergeSlotShares(3, parts, [fulfilled([allowed(5), allowed(7)], ['t0', 't2']), fulfilled([allowed(6)], ['t1'])], false);
+    const merged = mergePartAnswers(3, parts, [fulfilled([allowed(5), allowed(7)], ['t0', 't2']), fulfilled([allowed(6)], ['t1'])], false);
     expect(merged).toEqual({ decisions: [allowed(5), allowed(6), allowed(7)], failure: undefined, refund: [] });
   });
 
   it('refunds every slot when one denies, unless denied calls count', () => {
     const settled = [fulfilled([allowed(5), allowed(7)], ['t0', 't2']), fulfilled([denied], [''])];
-    expect(mergeSlotShares(3, parts, settled, false).refund).toEqual([0, 1]);
-    expect(mergeSlotShares(3, parts, settled, false).decisions).toEqual([allowed(5), denied, allowed(7)]);
-    expect(mergeSlotShares(3, parts, settled, true).refund).toEqual([]);
+    expect(mergePartAnswers(3, parts, settled, false).refund).toEqual([0, 1]);
+    expect(mergePartAnswers(3, parts, settled, false).decisions).toEqual([allowed(5), denied, allowed(7)]);
+    expect(mergePartAnswers(3, parts, settled, true).refund).toEqual([]);
   });
 
   it('fails with the first failure and refunds the slots that answered', () => {
     const down = new Error('down');
-    const merged = mergeSlotShares(3, parts, [{ status: 'rejected', reason: down }, fulfilled([allowed(6)], ['t1'])], true);
+    const merged = mergePartAnswers(3, parts, [{ status: 'rejected', reason: down }, fulfilled([allowed(6)], ['t1'])], true);
     expect(merged.failure).toBe(down);
     expect(merged.refund).toEqual([1]);
   });
@@ -82,8 +82,8 @@ describe('decideAcrossSlots', () => {
           calls.push(`atomic ${slot} ${counters.map((c) => c.key).join(',')}`);
           return decide(counters);
         },
-        decideShare: async (counters: readonly CounterRequest[], slot: number) => {
-          calls.push(`share ${slot} ${counters.map((c) => c.key).join(',')}`);
+        decidePart: async (counters: readonly CounterRequest[], slot: number) => {
+          calls.push(`part ${slot} ${counters.map((c) => c.key).join(',')}`);
           return { decisions: await decide(counters), tokens: counters.map((c) => `tok-${c.key}`) };
         },
         refund: (counters: readonly CounterRequest[], tokens: readonly string[]) => refunds.push([counters.map((c) => c.key), tokens]),
@@ -98,11 +98,11 @@ describe('decideAcrossSlots', () => {
     expect(f.calls).toEqual([`atomic ${slot} x,x`]);
   });
 
-  it('decides one share per slot and refunds them all when one slot denies', async () => {
+  it('decides one part per slot and refunds them all when one slot denies', async () => {
     const f = fakeSlots((cs) => cs.map((c) => (c.key === 'b' ? denied : allowed(1))));
     const decisions = await decideAcrossSlots({ counters: [counter('a'), counter('b')], countDenied: false, ...f.options });
     expect(decisions).toEqual([allowed(1), denied]);
-    expect(f.calls).toEqual([`share ${keySlot('a')} a`, `share ${keySlot('b')} b`]);
+    expect(f.calls).toEqual([`part ${keySlot('a')} a`, `part ${keySlot('b')} b`]);
     expect(f.refunds).toEqual([
       [['a'], ['tok-a']],
       [['b'], ['tok-b']],

@@ -1,10 +1,10 @@
-import { ShareGate, type GatedCall } from '../../../../src/store/redis/share-gate';
+import { PartGate, type GatedCall } from '../../../../src/store/redis/part-gate';
 import { FakeTimers, settlePromises } from '../../../helpers/fake-timers';
 
-/** A gate of capacity 10 whose shares' sends are held open until answered by hand. */
+/** A gate of capacity 10 whose parts' sends are held open until answered by hand. */
 function setUp(options: { capacity?: number; maxWaiting?: number } = {}) {
   const timers = new FakeTimers();
-  const gate = new ShareGate({
+  const gate = new PartGate({
     capacity: options.capacity ?? 10,
     maxWaiting: options.maxWaiting ?? 100,
     maxWaitMs: 50,
@@ -13,7 +13,7 @@ function setUp(options: { capacity?: number; maxWaiting?: number } = {}) {
   });
   const sent: { label: string; answer: (ok: boolean) => void }[] = [];
   const outcomes = new Map<string, string>();
-  /** Passes a share of `weight` for `call`; its send is recorded, and answered later with answer(). */
+  /** Passes a part of `weight` for `call`; its send is recorded, and answered later with answer(). */
   const pass = (label: string, weight: number, call: GatedCall): void => {
     gate
       .pass(
@@ -33,8 +33,8 @@ function setUp(options: { capacity?: number; maxWaiting?: number } = {}) {
   return { timers, gate, sent, outcomes, pass, answer, labels: () => sent.map((s) => s.label) };
 }
 
-describe('the share gate', () => {
-  it('lets shares on the wire up to its capacity, then one by one as others answer, in arrival order', async () => {
+describe('the part gate', () => {
+  it('lets parts on the wire up to its capacity, then one by one as others answer, in arrival order', async () => {
     const t = setUp();
     const a: GatedCall = { failed: false };
     const b: GatedCall = { failed: false };
@@ -54,7 +54,7 @@ describe('the share gate', () => {
     expect([...t.outcomes.values()]).toEqual(['ok', 'ok', 'ok', 'ok']);
   });
 
-  it('lets a share heavier than its capacity pass alone', async () => {
+  it('lets a part heavier than its capacity pass alone', async () => {
     const t = setUp();
     t.pass('big', 25, { failed: false });
     t.pass('small', 1, { failed: false });
@@ -64,7 +64,7 @@ describe('the share gate', () => {
     expect(t.labels()).toEqual(['big', 'small']);
   });
 
-  it('fails a share that waited too long, and turns away the other waiting shares of its call', async () => {
+  it('fails a part that waited too long, and turns away the other waiting parts of its call', async () => {
     const t = setUp();
     const a: GatedCall = { failed: false };
     const b: GatedCall = { failed: false };
@@ -74,8 +74,8 @@ describe('the share gate', () => {
     await settlePromises();
     t.timers.advance(50);
     await settlePromises();
-    expect(t.outcomes.get('a1')).toBe('busy: a share waited 50 ms for its turn');
-    expect(t.outcomes.get('a2')).toBe('busy: another share of this call failed');
+    expect(t.outcomes.get('a1')).toBe('busy: a part waited 50 ms for its turn');
+    expect(t.outcomes.get('a2')).toBe('busy: another part of this call failed');
     expect(a.failed).toBe(true);
     expect(t.gate.waiting).toBe(0);
     await t.answer('b1');
@@ -83,7 +83,7 @@ describe('the share gate', () => {
     expect(t.timers.pendingTimers).toBe(0);
   });
 
-  it('turns away the waiting shares of a call whose share on the wire failed, and lets the next call on', async () => {
+  it('turns away the waiting parts of a call whose part on the wire failed, and lets the next call on', async () => {
     const t = setUp();
     const a: GatedCall = { failed: false };
     const b: GatedCall = { failed: false };
@@ -93,12 +93,12 @@ describe('the share gate', () => {
     await settlePromises();
     await t.answer('a1', false);
     expect(t.outcomes.get('a1')).toBe('failed');
-    expect(t.outcomes.get('a2')).toBe('busy: another share of this call failed');
+    expect(t.outcomes.get('a2')).toBe('busy: another part of this call failed');
     expect(t.labels()).toEqual(['a1', 'b1']);
-    // A share of a failed call arriving later is turned away at once.
+    // A part of a failed call arriving later is turned away at once.
     t.pass('a3', 1, a);
     await settlePromises();
-    expect(t.outcomes.get('a3')).toBe('busy: another share of this call failed');
+    expect(t.outcomes.get('a3')).toBe('busy: another part of this call failed');
   });
 
   it('admits a call only while its counters fit in the waiting room', async () => {

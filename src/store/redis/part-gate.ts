@@ -1,30 +1,30 @@
 import { nodeTimers, type Timers } from './timers';
 
 /**
- * The gate in front of the shares of large calls. A call of thousands of counters sent as one
+ * The gate in front of the parts of large calls. A call of thousands of counters sent as one
  * script holds Redis for tens of milliseconds, and every call behind it on the connection misses
- * its deadline. The Redis store cuts such a call into shares and lets them on the wire only
- * through this gate: together the shares of every large call hold at most `capacity` counters on
+ * its deadline. The Redis store cuts such a call into parts and lets them on the wire only
+ * through this gate: together the parts of every large call hold at most `capacity` counters on
  * the wire at a time, so each batch carries at most that much of their work beside the small calls
- * (which never wait here). Shares pass in arrival order; one that waits too long, or would overfill
+ * (which never wait here). Parts pass in arrival order; one that waits too long, or would overfill
  * the waiting room, fails (its call fails with it), so a flood of large calls costs bounded memory
  * and slows only itself.
  */
 
-export interface ShareGateOptions {
-  /** Counters of shares on the wire at once, at most (a heavier share still passes alone). */
+export interface PartGateOptions {
+  /** Counters of parts on the wire at once, at most (a heavier part still passes alone). */
   readonly capacity: number;
   /** Counters waiting at the gate, at most. */
   readonly maxWaiting: number;
-  /** How long a share may wait at the gate, ms. */
+  /** How long a part may wait at the gate, ms. */
   readonly maxWaitMs: number;
-  /** The error of a share turned away (waiting room full, or waited too long). */
+  /** The error of a part turned away (waiting room full, or waited too long). */
   readonly busyError: (why: string) => Error;
   /** Node's timers by default. */
   readonly timers?: Timers;
 }
 
-/** A large call, as the gate knows it: once one of its shares fails, its other waiting shares are turned away. */
+/** A large call, as the gate knows it: once one of its parts fails, its other waiting parts are turned away. */
 export interface GatedCall {
   failed: boolean;
 }
@@ -38,20 +38,20 @@ interface Waiter {
 }
 
 /** A FIFO counting semaphore over counters, with a bounded, deadlined waiting room; see the file comment. */
-export class ShareGate {
-  private readonly options: ShareGateOptions;
+export class PartGate {
+  private readonly options: PartGateOptions;
   private readonly timers: Timers;
   private onWire = 0;
   private waitingWeight = 0;
   private readonly queue: Waiter[] = [];
   private head = 0;
 
-  constructor(options: ShareGateOptions) {
+  constructor(options: PartGateOptions) {
     this.options = options;
     this.timers = options.timers ?? nodeTimers({ unref: false });
   }
 
-  /** Counters of shares on the wire now. */
+  /** Counters of parts on the wire now. */
   get inFlight(): number {
     return this.onWire;
   }
@@ -68,7 +68,7 @@ export class ShareGate {
 
   /** Runs `send` once `weight` counters may go on the wire (in arrival order), and frees them when it settles. */
   async pass<T>(weight: number, call: GatedCall, send: () => Promise<T>): Promise<T> {
-    if (call.failed) throw this.options.busyError('another share of this call failed');
+    if (call.failed) throw this.options.busyError('another part of this call failed');
     if (this.onWire > 0 && (this.head < this.queue.length || this.onWire + weight > this.options.capacity)) await this.wait(weight, call);
     else this.onWire += weight;
     try {
@@ -91,7 +91,7 @@ export class ShareGate {
     });
   }
 
-  /** Lets waiting shares on while they fit, in order. */
+  /** Lets waiting parts on while they fit, in order. */
   private admit(): void {
     while (this.head < this.queue.length) {
       const w = this.queue[this.head];
@@ -110,11 +110,11 @@ export class ShareGate {
     if (i < 0) return;
     this.queue.splice(i, 1);
     this.waitingWeight -= w.weight;
-    w.reject(this.options.busyError(`a share waited ${this.options.maxWaitMs} ms for its turn`));
+    w.reject(this.options.busyError(`a part waited ${this.options.maxWaitMs} ms for its turn`));
     this.abandon(w.call);
   };
 
-  /** `call` has failed: its waiting shares leave the line at once, and those behind them may fit now. */
+  /** `call` has failed: its waiting parts leave the line at once, and those behind them may fit now. */
   private abandon(call: GatedCall): void {
     call.failed = true;
     let kept = this.head;
@@ -126,7 +126,7 @@ export class ShareGate {
       }
       this.waitingWeight -= w.weight;
       this.timers.clearTimeout(w.timer);
-      w.reject(this.options.busyError('another share of this call failed'));
+      w.reject(this.options.busyError('another part of this call failed'));
     }
     this.queue.length = kept;
     this.admit();
