@@ -133,8 +133,10 @@ describe('the redis store on a busy event loop with a healthy redis', () => {
     const sampler = setInterval(() => health.push(store.isHealthy()), 5);
     try {
       for (let burst = 0; burst < 5; burst++) {
-        // Redis stalls for 60 ms: every call in the burst misses its 10 ms deadline, PING is only late.
-        const stall = rawCommand(redis.port, 'DEBUG SLEEP 0.06', 2_000);
+        // Redis stalls for 150 ms: every call in the burst misses its 10 ms deadline, PING (250 ms) is
+        // only late. The calls go 15 ms after the stall: a loaded machine may send them 100 ms later
+        // and they still wait behind it (a 60 ms stall was over before them at load average 13).
+        const stall = rawCommand(redis.port, 'DEBUG SLEEP 0.15', 2_000);
         await sleep(15);
         const results = await Promise.all(Array.from({ length: 20 }, (_, i) => timed(store, `burst-${i}`)));
         await stall;
