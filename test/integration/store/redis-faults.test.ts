@@ -1,5 +1,6 @@
 import type { RedisErrorKind, RedisStore } from '../../../src/store/redis/redis-store';
 import { StoreUnavailableError, type CounterRequest } from '../../../src/limiter/store';
+import { Stretched, untilUnstretched } from '../../helpers/deadline';
 import { connectStore, rawCommand, sleep, startRedis, startSentinel, waitUntil, type RedisServer, type SentinelSetup } from '../../helpers/redis';
 
 const DEADLINE = 25;
@@ -133,15 +134,17 @@ describe('the redis store on a busy event loop with a healthy redis', () => {
     const sampler = setInterval(() => health.push(store.isHealthy()), 5);
     try {
       for (let burst = 0; burst < 5; burst++) {
-        // Redis stalls for 150 ms: every call in the burst misses its 10 ms deadline, PING (250 ms) is
-        // only late. The calls go 15 ms after the stall: a loaded machine may send them 100 ms later
-        // and they still wait behind it (a 60 ms stall was over before them at load average 13).
-        const stall = rawCommand(redis.port, 'DEBUG SLEEP 0.15', 2_000);
-        await sleep(15);
-        const results = await Promise.all(Array.from({ length: 20 }, (_, i) => timed(store, `burst-${i}`)));
-        await stall;
-        expect(results.filter((r) => !r.ok).length).toBeGreaterThan(0);
-        await sleep(30);
+        await untilUnstretched(async () => {
+          // Redis holds every client for 150 ms, from its answer to the pause on: every call in the
+          // burst misses its 10 ms deadline, PING (250 ms) is only late. (A stall sent on its own
+          // socket 15 ms before the calls could reach Redis after them on a loaded machine.)
+          expect(await rawCommand(redis.port, 'CLIENT PAUSE 150 ALL', 2_000)).toMatch(/^\+OK/);
+          const results = await Promise.all(Array.from({ length: 20 }, (_, i) => timed(store, `burst-${i}`)));
+          // Every call answered within its deadline: a loaded machine sent them after the pause.
+          if (results.every((r) => r.ok && r.ms < deadline)) throw new Stretched('the burst went after the pause had ended');
+          expect(results.filter((r) => !r.ok).length).toBeGreaterThan(0);
+          await sleep(150);
+        });
       }
     } finally {
       clearInterval(sampler);
