@@ -57,9 +57,12 @@ format-check: install ## list the files prettier would change
 	npx prettier --check $(PRETTIER_FILES)
 
 # `build` is the typecheck (tsc with noUnusedLocals/noUnusedParameters fails on any error); jest
-# then runs every test with coverage, failing under the core's floor (jest.config.js).
+# then runs every test with coverage, failing under the core's floor (jest.config.js). Lint, the
+# format check and the build are three single-threaded processes: they run side by side (-j3, each
+# one's output kept together), and jest starts only if all three passed.
 # --forceExit: a child process a failed test left running must not hold the run open.
-test: install tools lint format-check build ## install, lint, check formatting, build and run every test with coverage
+test: install tools ## install, lint, check formatting, build and run every test with coverage
+	@$(MAKE) --no-print-directory -j3 --output-sync=target lint format-check build
 	npx jest --ci --coverage --forceExit
 
 validate: build ## check a config file or directory: make validate CONFIG=path

@@ -1,3 +1,5 @@
+const os = require('node:os');
+
 /** @type {import('jest').Config} */
 module.exports = {
   testEnvironment: 'node',
@@ -8,6 +10,10 @@ module.exports = {
     '^.+\\.ts$': ['ts-jest', { isolatedModules: true }],
   },
   testTimeout: 30000,
+  // Most test files wait (on timers, child processes, redis-server, real windows) more than they
+  // compute: half again as many workers as cores, three on two (jest's default is one fewer than the
+  // cores). A number, as jest reads a percentage over 100 as a count of workers.
+  maxWorkers: Math.ceil(1.5 * os.availableParallelism()),
   // With --coverage (as `make test` runs it): a report of src/, and a floor for the core. Integration
   // tests drive dist/ in child processes, so only in-process tests count here.
   collectCoverageFrom: ['src/**/*.ts', '!src/**/*.generated.ts'],

@@ -1,4 +1,3 @@
-import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -18,7 +17,6 @@ import { MAIN, spawnService, waitForServing } from '../../helpers/service-proces
  * within SHUTDOWN_GRACE_MS.
  */
 
-const ROOT = path.resolve(__dirname, '../../..');
 const GRACE_MS = 5_000;
 const PAUSE_MS = 1_500;
 
@@ -33,17 +31,11 @@ let redis: RedisServer;
 let configDir: string;
 
 beforeAll(async () => {
-  // Type errors elsewhere in the tree do not stop tsc from emitting; only a missing entry point does.
-  try {
-    execFileSync(process.execPath, [path.join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: ROOT, stdio: 'pipe' });
-  } catch {
-    // reported below if the entry point is missing
-  }
-  if (!fs.existsSync(MAIN)) throw new Error(`${MAIN} was not built`);
+  if (!fs.existsSync(MAIN)) throw new Error(`${MAIN} is missing: build first (npx tsc -p tsconfig.json, or make test)`);
   redis = await startRedis();
   configDir = fs.mkdtempSync(path.join(os.tmpdir(), 'slidegate-shutdown-'));
   fs.writeFileSync(path.join(configDir, 'edge.yaml'), EDGE);
-}, 240_000);
+});
 
 afterAll(async () => {
   await redis?.stop();
@@ -90,7 +82,8 @@ describe('SIGTERM', () => {
       // The listening sockets are closed: a new connection is refused on both ports.
       const late = rlsClient(address);
       try {
-        expect(await grpcCode(late.shouldRateLimit({ domain: 'edge', descriptors: [descriptor([['user', 'late']])] }, { deadlineMs: 1_000 }))).toBe(
+        // Refused at once; the deadline only bounds a loaded machine (1 s ran out at load average 13).
+        expect(await grpcCode(late.shouldRateLimit({ domain: 'edge', descriptors: [descriptor([['user', 'late']])] }, { deadlineMs: 4_000 }))).toBe(
           grpc.status.UNAVAILABLE,
         );
       } finally {

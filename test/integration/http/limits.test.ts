@@ -3,6 +3,7 @@ import * as net from 'node:net';
 import { DEFAULT_HTTP_LIMITS } from '../../../src/http/http-base';
 import { HttpServer } from '../../../src/http/http-server';
 import { createLogger } from '../../../src/log';
+import { requireBefore, untilUnstretched } from '../../helpers/deadline';
 import { spawnService, type SpawnedService } from '../../helpers/spawned-service';
 import { Writable } from 'node:stream';
 
@@ -81,7 +82,8 @@ describe('slow and many peers on the HTTP port', () => {
     for (let i = 0; i < 100; i++) {
       peers.push(peer(svc.httpPort, `POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n`, body));
     }
-    await until(() => peers.every((p) => p.closedAt !== undefined), REQUEST_TIMEOUT_MS + 4_000);
+    // Generous: a loaded machine reads the refused bodies and fires the deadline late.
+    await until(() => peers.every((p) => p.closedAt !== undefined), REQUEST_TIMEOUT_MS + 15_000);
     clearInterval(sampler);
     expect(peers.filter((p) => p.closedAt === undefined)).toHaveLength(0);
     // A refused peer still sending its body may be reset before it reads the 503 (the kernel drops
@@ -109,7 +111,7 @@ describe('slow and many peers on the HTTP port', () => {
       body: JSON.stringify({ domain: 'edge', descriptors: [{ entries: [{ key: 'user', value: 'a' }] }] }),
     });
     expect(after.status).toBe(200);
-  });
+  }, 45_000);
 
   it('refuses a body announced larger than HTTP_JSON_MAX_BODY_BYTES before reading it', async () => {
     const p = peer(svc.httpPort, `POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: ${2 * MIB}\r\n\r\n`);
@@ -125,19 +127,26 @@ describe('slow and many peers on the HTTP port', () => {
     expect(p.closedAt! - started).toBeLessThan(2_500);
   });
 
-  it('closes connections past HTTP_MAX_CONNECTIONS as they arrive and serves again once there is room', async () => {
-    const idle: Peer[] = [];
-    for (let i = 0; i < 120; i++) idle.push(peer(svc.httpPort, ''));
-    // Within the header deadline (1 s), which would close them all.
-    await until(() => idle.filter((p) => p.closedAt !== undefined).length >= 20, 700);
-    const closed = idle.filter((p) => p.closedAt !== undefined).length;
-    expect(closed).toBeGreaterThanOrEqual(20);
-    expect(closed).toBeLessThanOrEqual(21);
-    for (const p of idle) p.socket.destroy();
-    await until(() => idle.every((p) => p.closedAt !== undefined), 2_000);
-    await sleep(100);
-    expect((await fetch(`http://127.0.0.1:${svc.httpPort}/healthcheck`)).status).toBe(200);
-  });
+  it('closes connections past HTTP_MAX_CONNECTIONS as they arrive and serves again once there is room', () =>
+    untilUnstretched(async () => {
+      const idle: Peer[] = [];
+      const started = Date.now();
+      for (let i = 0; i < 120; i++) idle.push(peer(svc.httpPort, ''));
+      // Closes seen within the header deadline (1 s from the first connect), which would close them
+      // all: those are the cap's. A loaded machine that could not see 20 in that time tries again.
+      await until(() => idle.filter((p) => p.closedAt !== undefined).length >= 20, 700);
+      const closed = idle.filter((p) => p.closedAt !== undefined && p.closedAt - started < 1_000).length;
+      try {
+        if (closed < 20) requireBefore(started + 1_000, Date.now(), 'waiting for the closes past the cap');
+        expect(closed).toBeGreaterThanOrEqual(20);
+        expect(closed).toBeLessThanOrEqual(21);
+      } finally {
+        for (const p of idle) p.socket.destroy();
+        await until(() => idle.every((p) => p.closedAt !== undefined), 2_000);
+        await sleep(100);
+      }
+      expect((await fetch(`http://127.0.0.1:${svc.httpPort}/healthcheck`)).status).toBe(200);
+    }));
 });
 
 describe('GRPC_MAX_CONNECTIONS on the gRPC port', () => {

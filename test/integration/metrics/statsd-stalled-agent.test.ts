@@ -102,5 +102,6 @@ describe('statsd over TCP to an agent that never reads', () => {
     // more than without statsd: runs of the same calls differ by 15 MiB), not by the lines it could not
     // send, which alone are more than the margin.
     expect(stalled.rssGrowth - without.rssGrowth).toBeLessThan(48 * MIB);
-  }, 60_000);
+    // 33 s at load average 7 beside the other test files, 72 s at 15: the work is fixed, the time is not.
+  }, 150_000);
 });

@@ -24,14 +24,20 @@ describe('calendar periods', () => {
   });
 
   it('agrees with the JavaScript calendar on every first of a month from 1600 to 2600', () => {
+    // Every month is checked; the disagreements are gathered into one expectation (36,000 of them
+    // took 5 s), which names each month that disagrees.
+    const disagreements: string[] = [];
+    const same = (a: { year: number; month: number }, b: { year: number; month: number }): boolean => a.year === b.year && a.month === b.month;
     for (let year = 1600; year <= 2600; year++) {
       for (let month = 1; month <= 12; month++) {
         const days = Date.UTC(year, month - 1, 1) / DAY;
-        expect(daysFromCivil(year, month)).toBe(days);
-        expect(civilFromDays(days)).toEqual({ year, month });
-        expect(civilFromDays(days - 1)).toEqual(month === 1 ? { year: year - 1, month: 12 } : { year, month: month - 1 });
+        const before = month === 1 ? { year: year - 1, month: 12 } : { year, month: month - 1 };
+        if (daysFromCivil(year, month) !== days) disagreements.push(`daysFromCivil(${year}, ${month}) = ${daysFromCivil(year, month)}, not ${days}`);
+        if (!same(civilFromDays(days), { year, month })) disagreements.push(`civilFromDays(${days}) = ${JSON.stringify(civilFromDays(days))}`);
+        if (!same(civilFromDays(days - 1), before)) disagreements.push(`civilFromDays(${days - 1}) = ${JSON.stringify(civilFromDays(days - 1))}`);
       }
     }
+    expect(disagreements).toEqual([]);
   });
 
   it('gives February 29 days in a leap year and 28 otherwise', () => {
