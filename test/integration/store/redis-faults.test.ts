@@ -189,13 +189,15 @@ describe('the redis store behind sentinel', () => {
           return false;
         }
       },
-      10_000,
+      // Sentinel's promotion and the client's reconnection both slow down on a loaded machine (three
+      // test files at once on two cores): seconds on a quiet one, past 10 s seen under load.
+      25_000,
       50,
     );
-    expect(Date.now() - killed).toBeLessThan(15_000);
+    expect(Date.now() - killed).toBeLessThan(35_000);
     expect(store.isHealthy()).toBe(true);
     // Writes land on the promoted replica.
     expect(setup.replica.cli('ROLE').split('\n')[0]).toBe('master');
     expect(Number(setup.replica.cli('DBSIZE').trim())).toBeGreaterThan(0);
-  });
+  }, 60_000);
 });
