@@ -147,8 +147,9 @@ describe('on Redis', () => {
       const baselineErrors = Math.max(alone.errors / alone.calls, after.errors / after.calls);
       console.log('the same calls alone after the flood', after);
       expect(legit.errors).toBeLessThan(Math.max(0.005, 2 * baselineErrors) * legit.calls);
-      // 50 ms on a quiet machine (27 to 31 ms measured); on a loaded one, within 3 times the calls alone.
-      expect(legit.p99).toBeLessThan(Math.max(100, 3 * baselineP99));
+      // 50 ms on a quiet machine (27 to 31 ms measured); beside other test files, within 4 times the
+      // calls alone (116 ms seen against 34 alone). The flood's cost on a2f60ed was seconds and errors.
+      expect(legit.p99).toBeLessThan(Math.max(200, 4 * baselineP99));
       expect(growthMb).toBeLessThan(64);
     } finally {
       client.close();
