@@ -1,9 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { loadavg } from 'node:os';
 import Redis from 'ioredis';
 import { DECIDE_SCRIPT } from '../src/store/redis/script';
+import { freePort } from './processes';
 
 /**
  * Redis CPU per counter of the DECIDE script, measured by Redis itself (INFO commandstats: usec per
@@ -29,17 +29,6 @@ const COUNTERS = 5;
 // The bench's five descriptors (second, second, second, minute, hour), limits high enough that
 // every request is allowed and charged, as under its load.
 const SPECS = [1_000, 1_000, 1_000, 60_000, 3_600_000].map((w) => `sw:${w}:1000000000:1:1`);
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 /** The EVALSHA arguments of one batch: `clients` distinct clients, requests spread over them in turn. */
 function batchArgs(sha: string, clients: number): (string | number)[] {

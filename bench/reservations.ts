@@ -1,5 +1,4 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { loadavg } from 'node:os';
 import { buildConfig } from '../src/config/rule-tree';
 import { parseConfigText } from '../src/config/rule-reader';
@@ -10,6 +9,7 @@ import type { RateLimitRequest, RateLimitResponse } from '../src/limiter/types';
 import { createRedisClient, parseRedisTarget } from '../src/store/redis/connection';
 import { RedisStore } from '../src/store/redis/redis-store';
 import { loadSettings } from '../src/settings/settings';
+import { freePort } from './processes';
 
 /**
  * Reservations: what they cost, and what they prevent. Starts its own redis-server on a free port
@@ -125,17 +125,6 @@ export async function rate(limiter: RateLimiter, mode: RateRow['mode'], o: { sec
   await Promise.all(Array.from({ length: o.concurrency }, (_, w) => loop(w)));
   const seconds = (performance.now() - started) / 1000;
   return { mode, perSecond: calls / seconds, calls, seconds };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
 }
 
 /** A redis-server of its own on a free loopback port, no persistence. */

@@ -47,7 +47,8 @@ interface Types {
 
 let types: Types | undefined;
 
-function reflectionTypes(): Types {
+/** The v1 request and response types (v1alpha's are the same messages under another package). */
+export function reflectionTypes(): Types {
   if (types === undefined) {
     const root = loadProtoFiles([REFLECTION_V1_PROTO]);
     types = {

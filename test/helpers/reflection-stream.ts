@@ -1,26 +1,11 @@
 import * as grpc from '@grpc/grpc-js';
-import type * as protobuf from 'protobufjs';
-import { loadProtoFiles } from '../../src/wire/proto';
-import { REFLECTION_V1_PATH, REFLECTION_V1_PROTO, REFLECTION_V1ALPHA_PATH } from '../../src/wire/reflection-codec';
+import { REFLECTION_V1_PATH, REFLECTION_V1ALPHA_PATH, reflectionTypes } from '../../src/wire/reflection-codec';
 
 /**
  * One gRPC server reflection stream from a grpc-js client, as grpcurl and ghz hold one: questions
  * written one after another on the same stream, each answer read in order. Messages as plain
  * objects (camelCase fields, bytes as Buffers).
  */
-
-let types: { request: protobuf.Type; response: protobuf.Type } | undefined;
-
-function reflectionTypes(): { request: protobuf.Type; response: protobuf.Type } {
-  if (types === undefined) {
-    const root = loadProtoFiles([REFLECTION_V1_PROTO]);
-    types = {
-      request: root.lookupType('grpc.reflection.v1.ServerReflectionRequest'),
-      response: root.lookupType('grpc.reflection.v1.ServerReflectionResponse'),
-    };
-  }
-  return types;
-}
 
 export type ReflectionVersion = 'v1' | 'v1alpha';
 

@@ -2,6 +2,7 @@ import * as grpc from '@grpc/grpc-js';
 import { descriptor, grpcCode, type RlsClient } from '../../helpers/grpc-client';
 import { startCluster, startRedis } from '../../helpers/redis';
 import { request } from '../../helpers/http-request';
+import { RESERVATION_RULES } from '../../helpers/reservation-rules';
 import { startTestService, type TestService } from '../../helpers/service';
 
 /**
@@ -13,16 +14,7 @@ import { startTestService, type TestService } from '../../helpers/service';
  * without ever committing fills its own book to its bound and no more, beside a legit one.
  */
 
-const RULES = `
-domain: llm
-descriptors:
-  - key: api_key
-    rate_limits:
-      - {name: tokens_per_minute, unit: minute, requests_per_unit: 1000}
-      - {name: tokens_per_day, unit: day, requests_per_unit: 100000}
-  - key: tenant
-    rate_limit: {name: in_flight, concurrency: 5}
-`;
+const RULES = RESERVATION_RULES;
 
 const PER_KEY = 100;
 

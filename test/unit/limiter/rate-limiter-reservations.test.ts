@@ -6,6 +6,7 @@ import type { Descriptor, DescriptorOutcome, RateLimitRequest, RateLimitResponse
 import { MemoryStore } from '../../../src/store/memory-store';
 import { FakeClock } from '../../helpers/fake-clock';
 import { LIMITER_DEFAULTS } from '../../helpers/limiter-defaults';
+import { RESERVATION_RULES } from '../../helpers/reservation-rules';
 
 /**
  * Reservations in the decision: a descriptor ending in (reserve, ID) holds its hits_addend on its
@@ -13,15 +14,7 @@ import { LIMITER_DEFAULTS } from '../../helpers/limiter-defaults';
  * limits holds in flight; all-or-nothing with the request's other descriptors; bad input named.
  */
 
-const RULES = `
-domain: llm
-descriptors:
-  - key: api_key
-    rate_limits:
-      - {name: tokens_per_minute, unit: minute, requests_per_unit: 1000}
-      - {name: tokens_per_day, unit: day, requests_per_unit: 100000}
-  - key: tenant
-    rate_limit: {name: in_flight, concurrency: 5}
+const RULES = `${RESERVATION_RULES.trimEnd()}
   - key: both
     rate_limits:
       - {name: in_flight, concurrency: 2}
