@@ -107,7 +107,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     teardown.push(() => top.stop());
   }
   // What each descriptor's reservations held at its last call here (/rlmatch, /top/rules).
-  const held = new HeldReservations();
+  const held = new HeldReservations({ ttlMs: settings.reservations.ttlMs });
   const observer = held.observing(top?.observing(metrics) ?? metrics);
 
   // Replays (src/limiter/replay.ts) are built from the denial cache, which only the Redis store has.

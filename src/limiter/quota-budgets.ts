@@ -298,6 +298,11 @@ export function chargeCap(c: Pick<CounterRequest, 'limit' | 'windowMs' | 'burst'
   return Math.ceil(Math.max(c.limit, c.burst ?? 0) + (c.limit * Math.max(0, intervalMs)) / c.windowMs);
 }
 
+/** Adds hits to a budget counter's pending charge, kept up to twice what the counter could take at once (a store that fails). */
+function addPending(b: Budget, j: number, hits: number): void {
+  b.pending[j] = Math.min(b.pending[j] + hits, 2 * chargeCap(b.counters[j] ?? b.counters[0], 0));
+}
+
 export class QuotaBudgets {
   private readonly store: Store;
   private readonly exchange: ReplicaExchange | undefined;
@@ -591,8 +596,7 @@ export class QuotaBudgets {
       sub.admitted!.add(first, now);
       budget.counters.forEach((c, j) => {
         const charge = j === 0 ? first : Math.min(allowed, chargeCap(c, intervalMs));
-        // Pending hits (a store that fails) are kept up to twice what the counter could take at once.
-        budget.pending[j] = Math.min(budget.pending[j] + charge, 2 * chargeCap(c, 0));
+        addPending(budget, j, charge);
       });
       if (allowed > 0) budget.dirty = true;
       this.observer.onReport?.(budget.domain, budget.statKey, allowed, denied);
@@ -792,7 +796,7 @@ export class QuotaBudgets {
         b.charged.add(taken[0], now);
         this.charged(b, charged.value);
       } else {
-        taken.forEach((hits, j) => (b.pending[j] = Math.min(b.pending[j] + hits, 2 * chargeCap(b.counters[j] ?? b.counters[0], 0))));
+        taken.forEach((hits, j) => addPending(b, j, hits));
         b.dirty = true;
         this.observer.onStoreError?.(charged.reason);
       }

@@ -1,6 +1,10 @@
 import type { ReservationEvent } from '../../../src/limiter/types';
 import { HeldReservations, MAX_DESCRIPTORS, MAX_NAME_CHARS } from '../../../src/top/held-reservations';
+import { FakeClock } from '../../helpers/fake-clock';
 import { FIVE_PER_MINUTE } from '../../helpers/top-fixtures';
+
+const TTL = 600_000;
+const clock = new FakeClock(1_000_000);
 
 /** What each descriptor's book held at its last reservation call, per descriptor and per rule, bounded. */
 
@@ -17,7 +21,7 @@ const event = (value: string, held: number, statKey = 'tenant'): ReservationEven
 
 describe('HeldReservations', () => {
   it("keeps each descriptor's latest count and sums them per rule", () => {
-    const h = new HeldReservations();
+    const h = new HeldReservations({ ttlMs: TTL, clock });
     h.record(event('a', 1));
     h.record(event('a', 3));
     h.record(event('b', 2));
@@ -36,7 +40,7 @@ describe('HeldReservations', () => {
   });
 
   it('keeps at most MAX_DESCRIPTORS books, the least recently heard of dropped first, and no over-long name', () => {
-    const h = new HeldReservations();
+    const h = new HeldReservations({ ttlMs: TTL, clock });
     for (let i = 0; i <= MAX_DESCRIPTORS; i++) h.record(event(`d${i}`, 1));
     expect(h.heldOf('llm', [{ key: 'tenant', value: 'd0' }])).toBe(0);
     expect(h.heldOf('llm', [{ key: 'tenant', value: `d${MAX_DESCRIPTORS}` }])).toBe(1);
@@ -46,11 +50,21 @@ describe('HeldReservations', () => {
   });
 
   it('passes every event on to the observer it wraps', () => {
-    const h = new HeldReservations();
+    const h = new HeldReservations({ ttlMs: TTL, clock });
     const seen: string[] = [];
     const observer = h.observing({ onDescriptor: () => seen.push('descriptor'), onReservation: (e) => seen.push(`reservation ${e.held}`) });
     observer.onReservation!(event('a', 2));
     expect(seen).toEqual(['reservation 2']);
     expect(h.heldOf('llm', [{ key: 'tenant', value: 'a' }])).toBe(2);
+  });
+
+  it('forgets a book not heard of for the reservation TTL: every hold it counted has lapsed', () => {
+    const h = new HeldReservations({ ttlMs: TTL, clock });
+    h.record(event('old', 2));
+    clock.advance(TTL / 2);
+    h.record(event('new', 1));
+    clock.advance(TTL / 2);
+    expect(h.heldOf('llm', [{ key: 'tenant', value: 'old' }])).toBe(0);
+    expect(h.byRule()).toEqual([{ domain: 'llm', rule: 'tenant', held: 1, descriptors: 1 }]);
   });
 });
