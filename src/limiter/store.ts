@@ -48,7 +48,56 @@ export interface Store {
    * descriptors.
    */
   readonly reservations?: Reservations;
+  /**
+   * Optional: settlements of leased counters (./leases.ts), charges a replica decided in process
+   * and writes in the background, each applied once however often it is sent. A store without it
+   * takes no leases: leased limits are decided by decide() as any other.
+   */
+  readonly settlements?: Settlements;
 }
+
+/**
+ * Charges decided in process (leases, ./leases.ts), written to the shared counters once each.
+ *
+ * Contract (every adapter, checked by test/contract):
+ * - settle charges every counter its hits whatever the outcome (as countDenied), atomically with
+ *   the counters' decision, and records (member, seq) in the ledger of `key` for `ttlMs`;
+ * - a call whose seq is not above the last one recorded for its member on that ledger charges
+ *   nothing: its counters are answered as checks (hits 0) and `applied` is false. So a settlement
+ *   sent again after a timeout (that Redis may have run) is never charged twice;
+ * - the ledger holds one entry per member (the highest seq), at most MAX_SETTLE_MEMBERS members;
+ *   a member beyond is charged without being recorded (its resend may then charge again);
+ * - a call that cannot be answered rejects with StoreUnavailableError within its deadline.
+ */
+export interface Settlements {
+  settle(call: SettleCall): Promise<SettleAnswer>;
+}
+
+export interface SettleCall {
+  /**
+   * The ledger: the counters' tag (or the one counter's key), free of `{` and `}`, so that the Redis
+   * store keeps it in their hash slot.
+   */
+  readonly key: string;
+  /** The replica settling (unique among every process sharing the store). */
+  readonly member: string;
+  /** Increases with every settlement the member sends, on any ledger (a positive safe integer). */
+  readonly seq: number;
+  /** The counters, each with the hits to charge. */
+  readonly counters: readonly CounterRequest[];
+  /** How long the ledger keeps the member's seq after this call, ms (longer than any resend). */
+  readonly ttlMs: number;
+}
+
+export interface SettleAnswer {
+  /** One per counter, in order: after the charge, or a check when nothing was charged. */
+  readonly decisions: readonly CounterDecision[];
+  /** False when the seq had been applied already (nothing charged). */
+  readonly applied: boolean;
+}
+
+/** Members one settlement ledger records at most. */
+export const MAX_SETTLE_MEMBERS = 256;
 
 /**
  * Reservations of descriptors, kept beside their counters (on Redis in their hash slot).
@@ -136,6 +185,11 @@ export interface CounterRequest {
    * (./calendar.ts calendarPeriod), not an epoch-aligned windowMs (then the unit's nominal length).
    */
   readonly calendar?: CalendarWindow;
+  /**
+   * A `lease: true` limit: decided in process against this replica's part of the limit by the
+   * lease layer (./leases.ts) when the store takes leases (Store.settlements); stores ignore it.
+   */
+  readonly lease?: boolean;
 }
 
 declare const planned: unique symbol;
