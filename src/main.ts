@@ -1,5 +1,5 @@
 import cluster from 'node:cluster';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { availableParallelism, hostname } from 'node:os';
 import { configEvents } from './app/config-events';
 import { describeConfig, ruleMatch } from './config/describe';
@@ -24,7 +24,9 @@ import { HttpServer } from './http/http-server';
 import { HealthState, isReady, watchStoreHealth } from './service/health';
 import { maskSettings } from './settings/masking';
 import { loadSettings, SettingsError, type Settings } from './settings/settings';
-import { createStore, denialCacheEnabled } from './store/create-store';
+import { createStore, denialCacheEnabled, type Backend } from './store/create-store';
+import { LeasedStore } from './limiter/leases';
+import { monotonicClock } from './limiter/types';
 import { warmUp, type LimiterSettings } from './app/warm-up';
 import { clusterMetrics, isSupervisor, reportReady, superviseWorkers } from './app/workers';
 import type { Store } from './limiter/store';
@@ -90,12 +92,19 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   // The warm-up's calls reach the real store; their cache hits and store errors are not the service's.
   const warmingUp = settings.warmUpCalls > 0 && settings.grpcTransport === 'http2';
   const storeEvents = new Mute(warmingUp);
-  const { store, exchange, shared } = await createStore(
+  const backend = await createStore(
     settings,
     logger,
     metrics.storeHooks(() => storeEvents.muted),
   );
-  teardown.push(() => store.close());
+  const { exchange, shared } = backend;
+  teardown.push(() => backend.store.close());
+  // This process among the replicas sharing the store (quota demand, lease parts).
+  const replicaId = randomBytes(6).toString('hex');
+  // Leased limits (`lease: true`) are decided here against this replica's part, on a store shared with other replicas.
+  const leases = shared ? startLeases(settings, backend, replicaId, metrics) : undefined;
+  if (leases !== undefined) teardown.push(() => leases.stop());
+  const store = leases?.store ?? backend.store;
   storeCache.set(() => store.clearCache?.());
   teardown.push(watchStoreHealth({ store, health }));
   metrics.watchStore(() => store.isHealthy());
@@ -129,6 +138,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   const rlqs = new RlqsService({
     store,
     exchange,
+    replicaId,
     config: () => rules.current(),
     logger,
     limits: settings.rlqs,
@@ -171,6 +181,34 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     })());
 
   return { settings, logger, ...ports, metrics, health, limiter, configSource: rules, store, rlqs, close };
+}
+
+/**
+ * The lease layer over a shared store that settles (src/limiter/leases.ts), its background sync
+ * every LEASE_SYNC_INTERVAL, and its stop: what is pending settled and this replica's demand withdrawn.
+ */
+function startLeases(settings: Settings, backend: Backend, replicaId: string, metrics: Metrics): { store: LeasedStore; stop(): Promise<void> } | undefined {
+  const settlements = backend.store.settlements;
+  if (settlements === undefined) return undefined;
+  const store = new LeasedStore({
+    store: backend.store,
+    settlements,
+    exchange: backend.exchange,
+    clock: monotonicClock,
+    replicaId,
+    limits: settings.leases,
+    observer: metrics.leaseObserver,
+  });
+  metrics.attachLeases(store);
+  const timer = setInterval(() => void store.tick(), settings.leases.syncIntervalMs);
+  timer.unref();
+  return {
+    store,
+    stop: () => {
+      clearInterval(timer);
+      return store.shutdown();
+    },
+  };
 }
 
 /** The limiter's options that come from the settings: the service's limiter and the warm-up's take the same. */

@@ -28,6 +28,7 @@ function limitLine(name: string, limit: Limit, replaces: readonly string[], node
     : limit.concurrency !== undefined
       ? `concurrency=${limit.concurrency}`
       : `unit=${limit.unit.toUpperCase()} requests_per_unit=${limit.requestsPerUnit} unit_multiplier=${limit.unitMultiplier} algorithm=${limit.algorithm}${shapeOf(limit)}`;
+  if (limit.lease === true) line += ' lease=true';
   if (limit.name !== undefined) line += ` name=${limit.name}`;
   if (replaces.length > 0) line += ` replaces=${replaces.join(',')}`;
   if (node.countDeniedRequests) line += ' count_denied_requests=true';
@@ -67,6 +68,8 @@ export interface LimitMatch {
   readonly unlimited: boolean;
   /** An in-flight limit (`concurrency`): reservations held at once; absent for a window limit (unit and window are then placeholders). */
   readonly concurrency?: number;
+  /** Leased (`lease: true`): decided in process against this replica's part on a shared store; absent otherwise. */
+  readonly lease?: boolean;
 }
 
 /** What /rlmatch answers (JSON). */
@@ -100,7 +103,8 @@ function limitMatch(limit: Limit): LimitMatch {
     name: limit.name ?? null,
     unlimited,
   };
-  return limit.concurrency === undefined ? match : { ...match, concurrency: limit.concurrency };
+  if (limit.concurrency !== undefined) return { ...match, concurrency: limit.concurrency };
+  return limit.lease === true ? { ...match, lease: true } : match;
 }
 
 /** The debug port's /rlmatch answer: the rule `entries` match in `domain` under `config`, with the reservations its book held at its last reservation call here (`held`, shown when above 0). */

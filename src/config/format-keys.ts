@@ -29,6 +29,7 @@ export const LIMIT_KEYS = [
   'strict',
   'calendar',
   'concurrency',
+  'lease',
 ] as const;
 export const REPLACES_KEYS = ['name'] as const;
 

@@ -35,7 +35,7 @@ const MAX_SUB_WINDOWS = 100;
 // Reservations in flight on one descriptor: each is an entry its book keeps (RESERVATIONS_MAX_PER_KEY bounds them too).
 const MAX_CONCURRENCY = 1_000_000;
 /** The keys of a rate_limit mapping that an in-flight limit (`concurrency`) has no use for. */
-const WINDOW_KEYS = ['unit', 'requests_per_unit', 'unlimited', 'unit_multiplier', 'algorithm', 'burst', 'sub_windows', 'strict', 'calendar'] as const;
+const WINDOW_KEYS = ['unit', 'requests_per_unit', 'unlimited', 'unit_multiplier', 'algorithm', 'burst', 'sub_windows', 'strict', 'calendar', 'lease'] as const;
 
 interface ParsedLimit {
   readonly limit: Limit;
@@ -86,6 +86,7 @@ function readLimit(ctx: Context, node: unknown, path: string): ParsedLimit | und
     );
   }
   const shape = readAlgorithmShape(ctx, f, path, { algorithm, requestsPerUnit, windowMs, unlimited });
+  const lease = readLease(ctx, f, path, { algorithm, unlimited, strict: shape.strict });
 
   const nameText = text(ctx, f.get('name'), child(path, 'name'));
   const name = nameText === '' ? undefined : nameText;
@@ -99,6 +100,7 @@ function readLimit(ctx: Context, node: unknown, path: string): ParsedLimit | und
     algorithm,
     ...shape,
     ...(calendar ? { calendar } : {}),
+    ...(lease ? { lease } : {}),
     name,
     unlimited,
   });
@@ -175,6 +177,23 @@ function readAlgorithmShape(
   }
   const strict = sliding ? bool(ctx, f.get('strict'), child(path, 'strict')) : false;
   return { burst, subWindows, strict };
+}
+
+/** Algorithms a lease may decide in process: their state adds up across replicas (README, Leases). */
+const LEASABLE: readonly Algorithm[] = ['sliding_window', 'fixed_window', 'token_bucket', 'leaky_bucket'];
+
+/**
+ * `lease: true`: decided in process against this replica's part of the limit (src/limiter/leases.ts).
+ * Refused where a replica's part would not add up to the limit: a log of timestamps, the strict
+ * sliding window (each replica would keep its own oldest sub-window), and no limit at all.
+ */
+function readLease(ctx: Context, f: Map<string, unknown>, path: string, o: { algorithm: Algorithm; unlimited: boolean; strict: boolean }): boolean {
+  const lease = bool(ctx, f.get('lease'), child(path, 'lease'));
+  if (!lease) return false;
+  if (o.unlimited) fail(ctx, child(path, 'lease'), 'not allowed with unlimited: true (nothing to lease)');
+  if (!LEASABLE.includes(o.algorithm)) fail(ctx, child(path, 'lease'), `not available with algorithm ${o.algorithm} (leasable: ${LEASABLE.join(', ')})`);
+  if (o.strict) fail(ctx, child(path, 'lease'), 'not available with strict: true (each replica would keep its own oldest sub-window)');
+  return true;
 }
 
 function readReplaces(ctx: Context, node: unknown, path: string, ownName: string | undefined): readonly string[] {

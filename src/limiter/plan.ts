@@ -4,6 +4,7 @@ import { InvalidRequestError, NotReadyError } from './errors';
 import { plannedCounters, type CounterRequest, type HoldCall, type PlannedCounters } from './store';
 import { counterKey, counterKeyPrefix } from './keys';
 import type { CalendarWindow } from './calendar';
+import { leaseMark } from './leases';
 import {
   DEFAULT_RESERVATION_KEYS,
   reservationEntryOf,
@@ -317,7 +318,7 @@ export class RequestPlanner {
         // Checked where the counter is made: once per kept descriptor (a descriptor refused here never gets one).
         if (limit.concurrency !== undefined) throw this.inFlightOnly(i, rule);
         const keys = rule.requestKeyed ? requestKeys(config, domain, d.entries, rule) : undefined;
-        counter = this.counterOf(counterKey(rule.keyPrefix, keys === undefined ? d.entries : keys.entries), limit, hits, rule, undefined);
+        counter = this.counterOf(counterKey(rule.keyPrefix, keys === undefined ? d.entries : keys.entries), limit, hits, rule, undefined, domain);
         statKey = keys?.statKey;
         if (memo !== undefined) {
           memo.counter = counter;
@@ -404,7 +405,7 @@ export class RequestPlanner {
       const keys = rule.requestKeyed ? requestKeys(p.config, p.domain, d.entries, rule) : undefined;
       const entries = keys === undefined ? d.entries : keys.entries;
       const tag = counterKey(limits[0].keyPrefix, entries);
-      counters = limits.map(({ limit, keyPrefix }, j) => this.counterOf(j === 0 ? tag : counterKey(keyPrefix, entries), limit, hits, rule, tag));
+      counters = limits.map(({ limit, keyPrefix }, j) => this.counterOf(j === 0 ? tag : counterKey(keyPrefix, entries), limit, hits, rule, tag, p.domain));
       statKey = keys?.statKey;
       if (memo !== undefined) {
         memo.counters = counters;
@@ -435,9 +436,10 @@ export class RequestPlanner {
    * The store request of one limit of `rule`, counted under `key` (and `tag`, for the limits of a
    * `rate_limits` rule). A rule with `count_denied_requests` marks its counters to be charged even
    * when the call is denied. Every counter has the same fields, unset ones undefined: the stores
-   * read them on every call, and one object shape keeps those reads fast.
+   * read them on every call, and one object shape keeps those reads fast. A `lease: true` limit's
+   * counter carries its rule (leaseMark); reservations (no `domain` here) are never leased.
    */
-  private counterOf(key: string, limit: Limit, hits: number, rule: MatchedRule, tag: string | undefined): CounterRequest {
+  private counterOf(key: string, limit: Limit, hits: number, rule: MatchedRule, tag: string | undefined, domain?: string): CounterRequest {
     return {
       key,
       limit: limit.requestsPerUnit,
@@ -450,6 +452,7 @@ export class RequestPlanner {
       calendar: limit.calendar === true ? this.calendars[limit.unit] : undefined,
       countDenied: rule.countDeniedRequests ? true : undefined,
       tag,
+      lease: limit.lease === true && domain !== undefined ? leaseMark(domain, rule.statKey) : undefined,
     };
   }
 

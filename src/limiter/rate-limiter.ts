@@ -1,4 +1,13 @@
-import type { CounterDecision, CounterRequest, HoldAnswer, LocalAnswer, Reservations, Store } from './store';
+import {
+  isChargedAnyway,
+  judgeCheck,
+  type CounterDecision,
+  type CounterRequest,
+  type HoldAnswer,
+  type LocalAnswer,
+  type Reservations,
+  type Store,
+} from './store';
 import { InvalidRequestError } from './errors';
 import { rateLimitHeaders, type HeaderValue, type ResponseHeaderOptions } from './headers';
 import { RequestPlanner, type Plan, type PlannedHold, type PlannerOptions } from './plan';
@@ -94,8 +103,9 @@ export class RateLimiter extends RequestPlanner {
       const local = store.decideLocally?.(counters);
       if (local !== undefined) return Promise.resolve(this.answerLocally(plan, local, onLocalDenial));
       // A store deciding in this process: the call's one promise is its answer's.
-      if (store.decideNow !== undefined) {
-        this.applyDecisions(plan, store.decideNow(counters, this.decideOptions), undefined, undefined);
+      const decided = store.decideNow?.(counters, this.decideOptions);
+      if (decided !== undefined) {
+        this.applyDecisions(plan, decided, undefined, undefined);
         return Promise.resolve(this.answer(plan));
       }
       // The store's own promise and one then: no async frame on the hot path.
@@ -387,25 +397,6 @@ function overallOverLimit(statuses: readonly DescriptorStatus[], quotaAt: readon
 function decidesOver(next: CounterDecision, current: CounterDecision): boolean {
   if (next.allowed !== current.allowed) return !next.allowed;
   return next.allowed ? next.remaining < current.remaining : next.resetMs > current.resetMs;
-}
-
-/** A counter charged even when its call is denied (a `count_denied_requests` rule's, with hits). */
-function isChargedAnyway(counter: CounterRequest): boolean {
-  return counter.countDenied === true && counter.hits > 0;
-}
-
-/**
- * A shadow counter checked with hits 0 after the enforced ones denied the request. Whether its
- * own hits would have fitted is `remaining >= hits` (remaining = L - used); when they would not, the
- * wait is unknown without another call, so one window is reported (an upper bound). A calendar
- * period may be longer than its unit's nominal window (a 31-day month), but it is a fixed window:
- * hits that fit in a fresh one wait exactly until its end, which the check reported.
- */
-function judgeCheck(check: CounterDecision, counter: CounterRequest): CounterDecision {
-  const hits = counter.hits;
-  if (check.remaining >= hits) return { allowed: true, remaining: check.remaining - hits, resetMs: check.resetMs };
-  const toEnd = counter.calendar !== undefined && hits <= counter.limit;
-  return { allowed: false, remaining: 0, resetMs: toEnd ? check.resetMs : counter.windowMs };
 }
 
 function headerBuilder(option: RateLimiterOptions['responseHeaders']): ResponseHeadersBuilder | undefined {

@@ -34,9 +34,10 @@ export interface Store {
   decideLocally?(counters: readonly CounterRequest[]): LocalAnswer | undefined;
   /**
    * Optional, for a store that decides in this process: decide() done at once, its decisions
-   * returned (thrown where decide() would reject). Callers that have it use it instead of decide().
+   * returned (thrown where decide() would reject), or undefined when this call cannot be decided
+   * at once (then call decide()). Callers that have it ask it first.
    */
-  decideNow?(counters: readonly CounterRequest[], options?: DecideOptions): CounterDecision[];
+  decideNow?(counters: readonly CounterRequest[], options?: DecideOptions): CounterDecision[] | undefined;
   /** True while the store can answer (drives gRPC health). */
   isHealthy(): boolean;
   close(): Promise<void>;
@@ -186,10 +187,30 @@ export interface CounterRequest {
    */
   readonly calendar?: CalendarWindow;
   /**
-   * A `lease: true` limit: decided in process against this replica's part of the limit by the
-   * lease layer (./leases.ts) when the store takes leases (Store.settlements); stores ignore it.
+   * A `lease: true` limit's rule (its stat key): the counter is decided in process against this
+   * replica's part of the limit by the lease layer (./leases.ts) when the store stack has one;
+   * stores themselves ignore it.
    */
-  readonly lease?: boolean;
+  readonly lease?: string;
+}
+
+/** A counter charged even when its call is denied (a `count_denied_requests` rule's, with hits). */
+export function isChargedAnyway(counter: CounterRequest): boolean {
+  return counter.countDenied === true && counter.hits > 0;
+}
+
+/**
+ * A counter checked with hits 0 after another counter denied its call, judged for its own hits.
+ * Whether they would have fitted is `remaining >= hits` (remaining = L - used); when they would
+ * not, the wait is unknown without another call, so one window is reported (an upper bound). A
+ * calendar period may be longer than its unit's nominal window (a 31-day month), but it is a fixed
+ * window: hits that fit in a fresh one wait exactly until its end, which the check reported.
+ */
+export function judgeCheck(check: CounterDecision, counter: CounterRequest): CounterDecision {
+  const hits = counter.hits;
+  if (check.remaining >= hits) return { allowed: true, remaining: check.remaining - hits, resetMs: check.resetMs };
+  const toEnd = counter.calendar !== undefined && hits <= counter.limit;
+  return { allowed: false, remaining: 0, resetMs: toEnd ? check.resetMs : counter.windowMs };
 }
 
 declare const planned: unique symbol;

@@ -87,6 +87,8 @@ export interface Limit {
    * (./reservations.ts). requestsPerUnit is N; the unit and window are placeholders never counted with.
    */
   readonly concurrency?: number;
+  /** `lease: true`: decided in process against this replica's part of the limit, settled in the background (./leases.ts). */
+  readonly lease?: boolean;
 }
 
 /** One key/value entry of a descriptor, in request order. */

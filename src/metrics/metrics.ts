@@ -5,6 +5,7 @@ import { classify, type ErrorMetric } from '../errors';
 import type { DescriptorOutcome, LocalDenialListener, RateLimitDecider, RateLimitRequest, RateLimitResponse, ReservationEvent } from '../limiter/types';
 import type { ServiceReplays } from '../service/rls-service';
 import type { QuotaRuleTotals } from '../limiter/quota-budgets';
+import type { LeaseObserver, LeaseView } from '../limiter/leases';
 import type { RlqsObserver } from '../service/rlqs-service';
 import { TalliedCounter, TalliedHistogram } from './tallies';
 import type { Settings } from '../settings/settings';
@@ -138,6 +139,22 @@ function statsdSafe(s: string): string {
   return s.replace(STATSD_UNSAFE, '_');
 }
 
+/** What the lease gauges read of the leases at a scrape. */
+export interface LeaseSource {
+  readonly size: number;
+  /** Estimated bytes the leases hold. */
+  readonly bytes: number;
+  view(max: number): { readonly leases: readonly LeaseView[] };
+}
+
+/** Leases summed per rule at a scrape. */
+interface LeaseRuleTotals {
+  readonly domain: string;
+  readonly descriptor: string;
+  share: number;
+  demand: number;
+}
+
 /** What the RLQS gauges read of the quota service at a scrape. */
 export interface QuotaSource {
   readonly streamCount: number;
@@ -184,6 +201,13 @@ export class Metrics {
   private readonly quotaSeries = new Set<string>();
   /** The quota service, read at each scrape by the RLQS gauges; undefined until attached. */
   private quota: QuotaSource | undefined;
+  /** The leases, read at each scrape by the lease gauges; undefined until attached (a store without leases). */
+  private leases: LeaseSource | undefined;
+  private readonly leaseSettled: Counter<'domain' | 'descriptor'>;
+  private readonly leaseRefused: Counter;
+  private readonly leaseStoreErrors: Counter;
+  /** Rule label sets of the settled-hits counter (bounded by maxSeries like the rule counters). */
+  private readonly leaseSeries = new Set<string>();
   private readonly storeErrorsByKind: Counter<'kind'>;
   private readonly storeFallbacks: Counter<'policy'>;
   // Children by label value: the label sets are small and fixed, the lookups repeat.
@@ -352,6 +376,65 @@ export class Metrics {
     perRule('assigned', "Requests per second assigned to this process's proxies of a rule.", (r) => r.assigned);
     perRule('overshoot', 'Requests per window the proxies of a rule admitted above its limit (every replica).', (r) => r.overshoot);
 
+    this.leaseSettled = new Counter({
+      name: 'ratelimit_service_lease_settled_hits_total',
+      help: 'Hits decided in process on leased limits (lease: true) and written to the shared counter, by rule.',
+      labelNames: RULE_LABELS,
+      registers,
+    });
+    this.leaseRefused = new Counter({
+      name: 'ratelimit_service_lease_refused_total',
+      help: 'Calls on a leased counter decided by the store because the leases of this process were full (LEASE_MAX_KEYS, LEASE_MAX_BYTES).',
+      registers,
+    });
+    this.leaseStoreErrors = new Counter({
+      name: 'ratelimit_service_lease_store_errors_total',
+      help: 'Lease settlements and demand exchanges that failed; the part stayed in force until LEASE_TTL and the hits pending.',
+      registers,
+    });
+    const leases = (): LeaseSource | undefined => this.leases;
+    new Gauge({
+      name: 'ratelimit_service_leases',
+      help: 'Leased counters this process holds a part of.',
+      registers,
+      collect() {
+        this.set(leases()?.size ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'ratelimit_service_lease_memory_bytes',
+      help: 'Estimated bytes the leases of this process hold (LEASE_MAX_BYTES bounds it).',
+      registers,
+      collect() {
+        this.set(leases()?.bytes ?? 0);
+      },
+    });
+    let leaseTotals: { readonly at: number; readonly rules: readonly LeaseRuleTotals[] } | undefined;
+    const maxSeries = this.maxSeries;
+    const leaseRules = (): readonly LeaseRuleTotals[] => {
+      const now = performance.now();
+      if (leaseTotals === undefined || now - leaseTotals.at > 100) leaseTotals = { at: now, rules: leaseRuleTotals(leases(), maxSeries) };
+      return leaseTotals.rules;
+    };
+    const perLeaseRule = (name: string, help: string, value: (r: LeaseRuleTotals) => number): void => {
+      new Gauge({
+        name: `ratelimit_service_lease_${name}`,
+        help,
+        labelNames: RULE_LABELS,
+        registers,
+        collect() {
+          this.reset();
+          for (const r of leaseRules()) this.set({ domain: r.domain, descriptor: r.descriptor }, value(r));
+        },
+      });
+    };
+    perLeaseRule(
+      'share',
+      "Hits per second of a leased rule's limits that this process may admit (its parts, summed over the rule's counters).",
+      (r) => r.share,
+    );
+    perLeaseRule('demand', 'Hits per second asked of a leased rule on this process (admitted or not, measured at the last syncs).', (r) => r.demand);
+
     const drops = options.statsdDrops;
     if (drops !== undefined) {
       const dropCounter = (name: string, help: string, value: (d: StatsdDrops) => number): void => {
@@ -458,6 +541,26 @@ export class Metrics {
       },
     };
   }
+
+  /** The leases the lease gauges read at each scrape. */
+  attachLeases(leases: LeaseSource): void {
+    this.leases = leases;
+  }
+
+  /** The leases' observer: settled hits per rule, refusals and failed store calls. */
+  readonly leaseObserver: LeaseObserver = {
+    onSettled: (domain, statKey, hits) => {
+      const key = `${domain}\u0000${statKey}`;
+      let descriptor = statKey;
+      if (!this.leaseSeries.has(key)) {
+        if (this.leaseSeries.size >= this.maxSeries) descriptor = OVERFLOW_LABEL;
+        else this.leaseSeries.add(key);
+      }
+      this.leaseSettled.inc({ domain, descriptor }, hits);
+    },
+    onLeaseRefused: () => this.leaseRefused.inc(),
+    onStoreError: () => this.leaseStoreErrors.inc(),
+  };
 
   /** The quota service whose streams and budgets the RLQS gauges read at each scrape. */
   attachQuota(quota: QuotaSource): void {
@@ -670,4 +773,27 @@ function labelled(children: Map<string, Inc>, value: string, create: () => Inc):
     children.set(value, child);
   }
   return child;
+}
+
+/** The leases' parts and demand summed per rule (at most maxSeries rules; the rest under OVERFLOW_LABEL). */
+function leaseRuleTotals(source: LeaseSource | undefined, maxSeries: number): LeaseRuleTotals[] {
+  if (source === undefined) return [];
+  const byRule = new Map<string, LeaseRuleTotals>();
+  for (const l of source.view(Number.MAX_SAFE_INTEGER).leases) {
+    const domain = l.domain;
+    let descriptor = l.rule;
+    let id = `${domain}\u0000${descriptor}`;
+    if (!byRule.has(id) && byRule.size >= maxSeries) {
+      descriptor = OVERFLOW_LABEL;
+      id = `${domain}\u0000${OVERFLOW_LABEL}`;
+    }
+    let t = byRule.get(id);
+    if (t === undefined) {
+      t = { domain, descriptor, share: 0, demand: 0 };
+      byRule.set(id, t);
+    }
+    t.share += l.share;
+    if (Number.isFinite(l.demand)) t.demand += l.demand;
+  }
+  return [...byRule.values()];
 }

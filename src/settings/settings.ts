@@ -1,4 +1,5 @@
 import { availableParallelism } from 'node:os';
+import type { LeaseLimits } from '../limiter/leases';
 import { ALGORITHMS, DEFAULT_REQUEST_LIMITS, REQUEST_LIMIT_SETTINGS, type Algorithm, type RequestLimits } from '../limiter/types';
 import type { RlqsLimits } from '../limiter/quota-budgets';
 import { referenceSettingWarnings } from './reference-settings';
@@ -269,6 +270,8 @@ export interface Settings {
   readonly metricLimits: MetricLimits;
   /** Quota streams (RLQS): caps and timing (RLQS_*). */
   readonly rlqs: RlqsLimits;
+  /** Leases (`lease: true` limits on Redis): timing and caps (LEASE_*). */
+  readonly leases: LeaseLimits;
   /** gRPC server reflection (GRPC_REFLECTION, on by default) and its caps (GRPC_REFLECTION_*). */
   readonly grpcReflection: {
     readonly enabled: boolean;
@@ -549,6 +552,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
       maxSeriesBytes: int(env, 'METRICS_MAX_SERIES_BYTES', 16 * MIB, 64 * 1024, 2 ** 34),
       maxLabelLength: int(env, 'METRICS_MAX_LABEL_LENGTH', 256, 32, 65_536),
     }),
+    leases: leaseSettings(env),
     rlqs: Object.freeze({
       maxStreams: int(env, 'RLQS_MAX_STREAMS', 10_000, 1, 1_000_000),
       maxStreamsPerConnection: int(env, 'RLQS_MAX_STREAMS_PER_CONNECTION', 16, 1, 1_000_000),
@@ -759,6 +763,21 @@ function reservationSettings(env: Env): ReservationSettings {
     maxPerKey: int(env, 'RESERVATIONS_MAX_PER_KEY', 10_000, 1, 1_000_000),
     maxEntries: int(env, 'RESERVATIONS_MAX_ENTRIES', 1_000_000, 1, 1e9),
     maxBytes: int(env, 'RESERVATIONS_MAX_BYTES', 128 * MIB, MIB, 2 ** 40),
+  });
+}
+
+/** LEASE_*: a part lives at least one second without news from the store, and longer than two syncs. */
+function leaseSettings(env: Env): LeaseLimits {
+  const syncIntervalMs = positive('LEASE_SYNC_INTERVAL', duration(env, 'LEASE_SYNC_INTERVAL', 250));
+  if (syncIntervalMs > 10_000) throw new SettingsError('LEASE_SYNC_INTERVAL', `at most 10s, got ${syncIntervalMs} ms`);
+  const ttlMs = duration(env, 'LEASE_TTL', 2_000);
+  if (ttlMs < 1_000) throw new SettingsError('LEASE_TTL', `at least 1s, got ${ttlMs} ms`);
+  if (ttlMs < 2 * syncIntervalMs) throw new SettingsError('LEASE_TTL', `at least twice LEASE_SYNC_INTERVAL (${syncIntervalMs} ms), got ${ttlMs} ms`);
+  return Object.freeze({
+    syncIntervalMs,
+    ttlMs,
+    maxLeases: int(env, 'LEASE_MAX_KEYS', 1_000, 1, 1_000_000),
+    maxBytes: int(env, 'LEASE_MAX_BYTES', 16 * MIB, 64 * 1024, 2 ** 34),
   });
 }
 

@@ -112,7 +112,7 @@ describe('slidegate validate', () => {
     );
     expect(io.stdout[io.stdout.length - 1]).toMatch(/OK \(1 domain\)/);
     expect(io.stderr).toEqual([
-      `warning: ${path.join(ref, 'ratelimit')}: descriptors[0].rate_limit.shadow_mode: ignored (not a setting at this level; expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency)`,
+      `warning: ${path.join(ref, 'ratelimit')}: descriptors[0].rate_limit.shadow_mode: ignored (not a setting at this level; expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency, lease)`,
     ]);
     // MERGE_DOMAIN_CONFIG from the environment, as the server reads it.
     expect(await runValidate([ref], capture(), { MERGE_DOMAIN_CONFIG: 'true' })).toBe(0);

@@ -56,7 +56,7 @@ const INVALID: Record<string, string> = {
     'descriptors[0].rate_limit.algorithm: unknown algorithm "gcra" (expected one of: sliding_window, sliding_log, fixed_window, token_bucket, leaky_bucket)',
   'unknown-rate-limit-key.yaml':
     'descriptors[0].descriptors[0].rate_limit.requests_per_second: unknown key ' +
-    '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency)',
+    '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency, lease)',
   'unknown-root-key.yaml': 'descriptor: unknown key (expected one of: domain, descriptors)',
   'unknown-rule-key.yaml':
     'descriptors[0].limit: unknown key (expected one of: key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, ' +
@@ -492,7 +492,7 @@ describe('several limits on one rule (rate_limits)', () => {
     [
       'an unknown key in an item',
       text('      - {unit: second, limit: 1}\n'),
-      'descriptors[0].rate_limits[0].limit: unknown key (expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency)',
+      'descriptors[0].rate_limits[0].limit: unknown key (expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency, lease)',
     ],
   ])('%s is an error naming the file and the path', (_, yaml, message) => {
     expect(errorOf(yaml)).toBe(`budgets.yaml: ${message}`);
@@ -590,5 +590,61 @@ describe('in-flight limits (concurrency)', () => {
     ],
   ])('%s is an error naming the file and the path', (_label, rules, message) => {
     expect(errorOf(rules)).toBe(`flight.yaml: ${message}`);
+  });
+});
+
+describe('leased limits (lease: true)', () => {
+  const load = (rules: string): ReturnType<typeof parseConfigText> => parseConfigText('lease.yaml', `domain: d\ndescriptors:\n${rules}`, opts);
+  const errorOf = (rules: string): string => {
+    try {
+      load(rules);
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      return (err as Error).message;
+    }
+    throw new Error('expected the file to be rejected');
+  };
+
+  test.each(['sliding_window', 'fixed_window', 'token_bucket', 'leaky_bucket'])('%s may be leased, alone or in rate_limits', (algorithm) => {
+    const config = load(
+      `  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100, algorithm: ${algorithm}, lease: true}\n` +
+        `  - key: l\n    rate_limits:\n      - {unit: second, requests_per_unit: 10, algorithm: ${algorithm}, lease: true}\n      - {unit: day, requests_per_unit: 1000}\n`,
+    );
+    const built = buildConfig([config]);
+    expect(ruleMatch(built, 'd', [{ key: 'k', value: 'x' }]).rule).toMatchObject({ algorithm, lease: true });
+    expect(ruleMatch(built, 'd', [{ key: 'l', value: 'x' }]).rule?.limits?.map((x) => x.lease)).toEqual([true, undefined]);
+    expect(describeConfig(built)).toContain(
+      `d.k: unit=SECOND requests_per_unit=100 unit_multiplier=1 algorithm=${algorithm}${algorithm.endsWith('bucket') ? ' burst=100' : ''} lease=true, shadow_mode: false, quota_mode: false`,
+    );
+  });
+
+  test.each([
+    [
+      'sliding_log',
+      '  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: sliding_log, lease: true}\n',
+      'descriptors[0].rate_limit.lease: not available with algorithm sliding_log (leasable: sliding_window, fixed_window, token_bucket, leaky_bucket)',
+    ],
+    [
+      'a strict sliding window',
+      '  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, strict: true, lease: true}\n',
+      'descriptors[0].rate_limit.lease: not available with strict: true (each replica would keep its own oldest sub-window)',
+    ],
+    [
+      'an unlimited rule',
+      '  - key: k\n    rate_limit: {unlimited: true, lease: true}\n',
+      'descriptors[0].rate_limit.lease: not allowed with unlimited: true (nothing to lease)',
+    ],
+    [
+      'an in-flight limit',
+      '  - key: k\n    rate_limit: {concurrency: 5, lease: true}\n',
+      'descriptors[0].rate_limit.lease: not allowed with concurrency (an in-flight limit has no window)',
+    ],
+    [
+      'not a boolean',
+      '  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, lease: yes please}\n',
+      'descriptors[0].rate_limit.lease: expected true or false',
+    ],
+  ])('%s is an error naming the file and the path', (_label, rules, message) => {
+    expect(errorOf(rules)).toContain(`lease.yaml: ${message}`);
   });
 });

@@ -1,0 +1,581 @@
+import { IN_PROCESS_STATE, newCounterState, type CounterState } from './algorithms';
+import { divideCapacity } from './quota-share';
+import type { ReplicaDemand, ReplicaExchange } from './replica-exchange';
+import {
+  counterIdentity,
+  isChargedAnyway,
+  judgeCheck,
+  type CounterDecision,
+  type CounterRequest,
+  type DecideOptions,
+  type LocalAnswer,
+  type Reservations,
+  type SettleAnswer,
+  type Settlements,
+  type Store,
+} from './store';
+import type { Clock } from './types';
+
+/**
+ * Leases (`lease: true` limits): a limit shared through the store, decided in this process.
+ *
+ * Each replica holds a part of every leased counter it uses and decides against it alone, with the
+ * in-process arithmetic of the memory store (./algorithms.ts), on its own hits. In the background,
+ * every `syncIntervalMs`, per lease:
+ * - the hits admitted here since the last settlement are charged to the shared counter
+ *   (Store.settlements: each (replica, seq) applied once, so a settlement sent again after a
+ *   timeout is never charged twice), and the counter's usage comes back;
+ * - this replica's demand (hits asked per second, admitted or not) is exchanged with the other
+ *   replicas' (ReplicaExchange, one entry per replica living `ttlMs`);
+ * - the limit is divided among the replicas by demand, as quota shares are (./quota-share.ts: a
+ *   replica asking less than an even part gets what it asks and headroom, the busy ones the rest,
+ *   the parts add up to the limit), and this replica's part is also held under what the counter
+ *   says the others use (their settled hits and any calls on the counter that are not leased).
+ *
+ * A part is a fraction f of the counter: the local counter has limit floor(f x limit) (and a
+ * bucket's capacity floor(f x burst)). Under steady demand the parts add up to the limit, and a
+ * sliding window's estimate, a fixed window's count and a bucket's level are sums over replicas, so
+ * what all replicas admit together is what one counter would; when demand moves, the cap by the
+ * others' usage keeps the sum within the limit plus what the others admitted since their last
+ * settlement (one sync interval of their rate).
+ *
+ * A counter without a live lease (not yet synced once, or without news from the store for `ttlMs`)
+ * is decided by the wrapped store, as any other: exact, and under the failure policy when the store
+ * is down. What was admitted here stays pending until the store takes it.
+ *
+ * A call mixing leased and other counters stays all-or-nothing: the leased ones are judged here
+ * first (nothing charged), the others decided by the store only if those admit (else only checked),
+ * and the leased ones charged only if the store admitted too.
+ */
+
+/** Caps and timing of the leases (settings LEASE_*). */
+export interface LeaseLimits {
+  /** How often a lease settles its hits and exchanges its demand, ms. */
+  readonly syncIntervalMs: number;
+  /** A part lives this long after the store last answered its settlement; so does a replica's demand entry, ms. */
+  readonly ttlMs: number;
+  /** Leases held at once; a counter beyond is decided by the store. */
+  readonly maxLeases: number;
+  /** Estimated bytes of every lease together; a counter beyond is decided by the store. */
+  readonly maxBytes: number;
+}
+
+export interface LeaseObserver {
+  /** Hits of a rule (its domain and stat key) the shared counter took from this replica. */
+  onSettled?(domain: string, statKey: string, hits: number): void;
+  /** A settlement or exchange that failed; the lease keeps its part until it expires, and its hits pending. */
+  onStoreError?(err: unknown): void;
+  /** A leased counter decided by the store because the leases were full. */
+  onLeaseRefused?(): void;
+}
+
+export interface LeasedStoreOptions {
+  /** The store stack every call that is not decided here goes to (with its failure policy). */
+  readonly store: Store;
+  /** Where settlements go: the shared counters (not through a denial cache). */
+  readonly settlements: Settlements;
+  readonly exchange: ReplicaExchange;
+  readonly clock: Clock;
+  /** This process's name among the replicas (unique). */
+  readonly replicaId: string;
+  readonly limits: LeaseLimits;
+  readonly observer?: LeaseObserver;
+}
+
+/** The `lease` mark of a leased counter (CounterRequest.lease): its rule's domain and stat key. */
+export function leaseMark(domain: string, statKey: string): string {
+  return `${domain}\u0000${statKey}`;
+}
+
+/** A `lease` mark's domain and stat key. */
+export function markedRule(mark: string): { readonly domain: string; readonly statKey: string } {
+  const at = mark.indexOf('\u0000');
+  return at < 0 ? { domain: '', statKey: mark } : { domain: mark.slice(0, at), statKey: mark.slice(at + 1) };
+}
+
+/** One lease as the views show it (metrics, debug port). */
+export interface LeaseView {
+  readonly domain: string;
+  /** The rule's stat key. */
+  readonly rule: string;
+  readonly counter: string;
+  readonly limit: number;
+  readonly windowMs: number;
+  /** This replica's part of the limit (0..1) and its hits per second. */
+  readonly fraction: number;
+  readonly share: number;
+  /** Hits per second asked here at the last sync (Infinity: not measured yet). */
+  readonly demand: number;
+  /** Hits this replica settled to the shared counter since the lease began. */
+  readonly settled: number;
+  /** Hits admitted here and not yet taken by the store. */
+  readonly pending: number;
+  /** Whether the lease decides now (synced, and heard from the store within ttlMs). */
+  readonly live: boolean;
+  /** Other replicas holding the counter, as the last exchange said. */
+  readonly replicas: number;
+}
+
+/** Estimated bytes of one lease beyond its key (objects, map entries, the state). */
+const LEASE_BYTES = 1_024;
+/** Demand is measured over this many sync intervals. */
+const DEMAND_INTERVALS = 2;
+
+interface Lease {
+  readonly id: string;
+  readonly rule: string;
+  readonly bytes: number;
+  /** The counter as last asked (its limit may change with a reload), with hits 0. */
+  counter: CounterRequest;
+  /** This replica's own admitted hits, by the counter's algorithm. */
+  state: CounterState | undefined;
+  /**
+   * The hits this replica settled, charged to the real counter when each settlement was made: what
+   * of the shared counter's usage is this replica's, in the shared counter's time (a hit admitted
+   * here reaches it up to one sync interval later).
+   */
+  mirror: CounterState | undefined;
+  /** The counter decided here (limit and capacity scaled to `fraction`), made again when either changes; keyed by hits. */
+  local: CounterRequest | undefined;
+  fraction: number;
+  share: number;
+  live: boolean;
+  /** Until when the part holds without news from the store. */
+  liveUntilMs: number;
+  /** Hits asked (admitted or not) in the current and the previous sync interval, and when the current began. */
+  asked: number;
+  askedBefore: number;
+  askedSinceMs: number;
+  askedBeforeMs: number;
+  demand: number;
+  pending: number;
+  /** A settlement sent and not yet acknowledged: sent again as it is, so that it is applied once. */
+  unsettled: { readonly seq: number; readonly hits: number } | undefined;
+  settled: number;
+  others: readonly ReplicaDemand[];
+  othersAtMs: number;
+  lastUsedMs: number;
+  syncing: Promise<void> | undefined;
+  dropped: boolean;
+}
+
+/** A Store that decides `lease` counters in process (see above) and hands every other call to the store it wraps. */
+export class LeasedStore implements Store {
+  readonly name: string;
+  readonly reservations: Reservations | undefined;
+  readonly settlements: Settlements | undefined;
+  private readonly store: Store;
+  private readonly ledger: Settlements;
+  private readonly exchange: ReplicaExchange;
+  private readonly clock: Clock;
+  private readonly replicaId: string;
+  private readonly limits: LeaseLimits;
+  private readonly observer: LeaseObserver;
+  private readonly leases = new Map<string, Lease>();
+  /** The lease of a counter object (a kept plan's counters are the same objects on every call). */
+  private readonly byCounter = new WeakMap<CounterRequest, Lease>();
+  private usedBytes = 0;
+  private seq = 0;
+  private ticking: Promise<void> | undefined;
+
+  constructor(options: LeasedStoreOptions) {
+    this.store = options.store;
+    this.name = options.store.name;
+    this.reservations = options.store.reservations;
+    this.settlements = options.store.settlements;
+    this.ledger = options.settlements;
+    this.exchange = options.exchange;
+    this.clock = options.clock;
+    this.replicaId = options.replicaId;
+    this.limits = options.limits;
+    this.observer = options.observer ?? {};
+  }
+
+  /** Leases held. */
+  get size(): number {
+    return this.leases.size;
+  }
+
+  /** Estimated bytes of the leases held. */
+  get bytes(): number {
+    return this.usedBytes;
+  }
+
+  decideLocally(counters: readonly CounterRequest[]): LocalAnswer | undefined {
+    if (this.store.decideLocally === undefined || anyLeased(counters)) return undefined;
+    return this.store.decideLocally(counters);
+  }
+
+  /** The decisions of a call whose every counter has a live lease; undefined for any other call (then decide()). */
+  decideNow(counters: readonly CounterRequest[], options?: DecideOptions): CounterDecision[] | undefined {
+    const n = counters.length;
+    if (n === 0) return undefined;
+    for (let i = 0; i < n; i++) if (counters[i].lease === undefined) return undefined;
+    const now = this.clock.nowMs();
+    for (let i = 0; i < n; i++) {
+      const lease = this.leaseOf(counters[i], now);
+      if (lease === undefined || !this.isLive(lease, now)) return undefined;
+    }
+    return this.decideLeased(counters, now, options?.countDenied === true);
+  }
+
+  decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
+    if (!anyLeased(counters)) return this.store.decide(counters, options);
+    try {
+      const now = this.decideNow(counters, options);
+      if (now !== undefined) return Promise.resolve(now);
+      return this.decideMixed(counters, options);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  isHealthy(): boolean {
+    return this.store.isHealthy();
+  }
+
+  clearCache(): void {
+    this.store.clearCache?.();
+  }
+
+  close(): Promise<void> {
+    return this.store.close();
+  }
+
+  /**
+   * The background work, every syncIntervalMs: each lease settles, exchanges its demand and is
+   * divided again; a lease unused for two TTLs with nothing pending withdraws its demand and is
+   * dropped. Never rejects.
+   */
+  tick(): Promise<void> {
+    if (this.ticking !== undefined) return this.ticking;
+    const now = this.clock.nowMs();
+    const syncs: Promise<void>[] = [];
+    for (const lease of this.leases.values()) {
+      const idle = now - lease.lastUsedMs > 2 * this.limits.ttlMs && lease.pending === 0 && lease.unsettled === undefined;
+      syncs.push(idle ? this.withdraw(lease) : this.sync(lease, now));
+    }
+    if (syncs.length === 0) return Promise.resolve();
+    this.ticking = Promise.all(syncs).then(() => {
+      this.ticking = undefined;
+    });
+    return this.ticking;
+  }
+
+  /** Settles what is pending and withdraws this replica's demand from every lease (at shutdown). */
+  async shutdown(): Promise<void> {
+    await this.ticking;
+    const now = this.clock.nowMs();
+    await Promise.all([...this.leases.values()].map((l) => this.sync(l, now)));
+    await Promise.all([...this.leases.values()].map((l) => this.withdraw(l)));
+  }
+
+  /** Every lease (at most `max`), for the metrics and the debug port. */
+  view(max: number): { readonly leases: readonly LeaseView[]; readonly total: number } {
+    const leases: LeaseView[] = [];
+    const now = this.clock.nowMs();
+    for (const l of this.leases.values()) {
+      if (leases.length >= max) break;
+      const { domain, statKey } = markedRule(l.rule);
+      leases.push({
+        domain,
+        rule: statKey,
+        counter: l.counter.key,
+        limit: l.counter.limit,
+        windowMs: l.counter.windowMs,
+        fraction: l.fraction,
+        share: l.share,
+        demand: l.demand,
+        settled: l.settled,
+        pending: l.pending + (l.unsettled?.hits ?? 0),
+        live: this.isLive(l, now),
+        replicas: l.others.length,
+      });
+    }
+    return { leases, total: this.leases.size };
+  }
+
+  /* ---------- deciding ---------- */
+
+  /** The counter's lease (made when there is room), or undefined. */
+  private leaseOf(c: CounterRequest, now: number): Lease | undefined {
+    let lease = this.byCounter.get(c);
+    if (lease !== undefined && !lease.dropped) return lease;
+    const id = counterIdentity(c);
+    lease = this.leases.get(id);
+    if (lease === undefined) {
+      lease = this.open(id, c, now);
+      if (lease === undefined) return undefined;
+    }
+    this.byCounter.set(c, lease);
+    return lease;
+  }
+
+  private open(id: string, c: CounterRequest, now: number): Lease | undefined {
+    const bytes = LEASE_BYTES + 2 * id.length + 8 * (c.subWindows ?? 1);
+    if (this.leases.size >= this.limits.maxLeases || this.usedBytes + bytes > this.limits.maxBytes) {
+      this.observer.onLeaseRefused?.();
+      return undefined;
+    }
+    const lease: Lease = {
+      id,
+      rule: c.lease ?? '',
+      bytes,
+      counter: c.hits === 0 ? c : { ...c, hits: 0 },
+      state: undefined,
+      mirror: undefined,
+      local: undefined,
+      fraction: 0,
+      share: 0,
+      live: false,
+      liveUntilMs: -Infinity,
+      asked: 0,
+      askedBefore: 0,
+      askedSinceMs: now,
+      askedBeforeMs: now,
+      demand: Infinity,
+      pending: 0,
+      unsettled: undefined,
+      settled: 0,
+      others: [],
+      othersAtMs: -Infinity,
+      lastUsedMs: now,
+      syncing: undefined,
+      dropped: false,
+    };
+    this.leases.set(id, lease);
+    this.usedBytes += bytes;
+    // The first sync makes it live; until then its calls go to the store.
+    void this.sync(lease, now);
+    return lease;
+  }
+
+  private isLive(lease: Lease, now: number): boolean {
+    if (lease.live && now > lease.liveUntilMs) lease.live = false;
+    return lease.live;
+  }
+
+  /** The counter as decided here: the limit (and a bucket's capacity) scaled to this replica's part, with `c`'s hits. */
+  private localOf(lease: Lease, c: CounterRequest): CounterRequest {
+    const local = lease.local;
+    if (local !== undefined && local.hits === c.hits && local.windowMs === c.windowMs && lease.counter.limit === c.limit) return local;
+    if (lease.counter.limit !== c.limit || lease.counter.burst !== c.burst) lease.counter = { ...c, hits: 0 };
+    const f = lease.fraction;
+    const made: CounterRequest = {
+      ...c,
+      limit: Math.floor(f * c.limit + 1e-9),
+      burst: c.burst === undefined ? undefined : Math.floor(f * c.burst + 1e-9),
+      countDenied: undefined,
+    };
+    lease.local = made;
+    return made;
+  }
+
+  /** Every counter leased and live: judged and charged here, all-or-nothing among themselves. */
+  private decideLeased(counters: readonly CounterRequest[], now: number, countDenied: boolean): CounterDecision[] {
+    const n = counters.length;
+    const decisions = new Array<CounterDecision>(n);
+    let allAllowed = true;
+    for (let i = 0; i < n; i++) {
+      const c = counters[i];
+      const lease = this.leaseOf(c, now)!;
+      lease.lastUsedMs = now;
+      lease.asked += c.hits;
+      const verdict = IN_PROCESS_STATE[c.algorithm].decide(this.localOf(lease, c), lease.state, now, earlierHits(counters, decisions, i, countDenied));
+      decisions[i] = verdict;
+      if (!verdict.allowed) allAllowed = false;
+    }
+    for (let i = 0; i < n; i++) {
+      const c = counters[i];
+      if (c.hits > 0 && (allAllowed || countDenied || c.countDenied === true)) this.charge(this.leaseOf(c, now)!, c, now);
+    }
+    return decisions;
+  }
+
+  private charge(lease: Lease, c: CounterRequest, now: number): void {
+    const local = this.localOf(lease, c);
+    lease.state ??= newCounterState(local, now);
+    IN_PROCESS_STATE[c.algorithm].charge(local, lease.state, now);
+    lease.pending += c.hits;
+  }
+
+  /**
+   * A call with leased counters that are not all live, or with other counters: the live leased
+   * ones judged here first, the rest decided by the store (only checked when a leased one denied),
+   * the leased ones charged only if the whole call was admitted.
+   */
+  private async decideMixed(counters: readonly CounterRequest[], options: DecideOptions | undefined): Promise<CounterDecision[]> {
+    const countDenied = options?.countDenied === true;
+    const n = counters.length;
+    const now = this.clock.nowMs();
+    const decisions = new Array<CounterDecision>(n);
+    const here: number[] = [];
+    const there: number[] = [];
+    let allowedHere = true;
+    for (let i = 0; i < n; i++) {
+      const c = counters[i];
+      const lease = c.lease === undefined ? undefined : this.leaseOf(c, now);
+      if (lease !== undefined) {
+        lease.lastUsedMs = now;
+        lease.asked += c.hits;
+      }
+      if (lease === undefined || !this.isLive(lease, now)) {
+        there.push(i);
+        continue;
+      }
+      here.push(i);
+      const verdict = IN_PROCESS_STATE[c.algorithm].decide(this.localOf(lease, c), lease.state, now, earlierHits(counters, decisions, i, countDenied));
+      decisions[i] = verdict;
+      if (!verdict.allowed) allowedHere = false;
+    }
+    let admitted = allowedHere;
+    if (there.length > 0) {
+      const asked = there.map((i) => (allowedHere || countDenied || isChargedAnyway(counters[i]) ? counters[i] : { ...counters[i], hits: 0 }));
+      const answers = await this.store.decide(asked, options);
+      for (let j = 0; j < there.length; j++) {
+        const i = there[j];
+        const charged = asked[j] === counters[i];
+        decisions[i] = charged ? answers[j] : judgeCheck(answers[j], counters[i]);
+        if (!decisions[i].allowed) admitted = false;
+      }
+    }
+    const after = this.clock.nowMs();
+    for (const i of here) {
+      const c = counters[i];
+      if (c.hits > 0 && (admitted || countDenied || c.countDenied === true)) {
+        const lease = this.leaseOf(c, after);
+        if (lease !== undefined) this.charge(lease, c, after);
+      }
+    }
+    return decisions;
+  }
+
+  /* ---------- in the background ---------- */
+
+  /**
+   * Settles the lease's pending hits (or sends its unacknowledged settlement again), exchanges its
+   * demand, then divides the limit again and renews the part. A failure keeps the hits for the
+   * next sync and the part until it expires.
+   */
+  private sync(lease: Lease, now: number): Promise<void> {
+    if (lease.syncing !== undefined) return lease.syncing;
+    const c = lease.counter;
+    if (lease.unsettled === undefined) {
+      this.seq += 1;
+      lease.unsettled = { seq: this.seq, hits: lease.pending };
+      if (lease.pending > 0) {
+        const charged = { ...c, hits: lease.pending };
+        lease.mirror ??= newCounterState(charged, now);
+        IN_PROCESS_STATE[c.algorithm].charge(charged, lease.mirror, now);
+      }
+      lease.pending = 0;
+    }
+    const settlement = lease.unsettled;
+    // This replica's part of the counter's usage once the settlement is in: the rest is the others'.
+    const ownUsed = lease.mirror === undefined ? 0 : usedOf(c, lease.mirror, now);
+    // Demand over the last two intervals: steady enough to divide by, recent enough to follow a change.
+    const span = now - lease.askedBeforeMs;
+    if (span > 0) lease.demand = ((lease.asked + lease.askedBefore) * 1000) / span;
+    lease.askedBefore = lease.asked;
+    lease.askedBeforeMs = lease.askedSinceMs;
+    lease.asked = 0;
+    lease.askedSinceMs = now;
+    const ttlMs = this.limits.ttlMs;
+    const settling = this.ledger.settle({
+      key: c.tag ?? c.key,
+      member: this.replicaId,
+      seq: settlement.seq,
+      counters: [{ ...c, hits: settlement.hits, countDenied: true }],
+      ttlMs: Math.max(ttlMs, DEMAND_INTERVALS * this.limits.syncIntervalMs) * 4,
+    });
+    const exchanging = this.exchange.exchangeDemand({
+      key: `${c.key}|lease`,
+      publish: { member: this.replicaId, demand: Number.isFinite(lease.demand) ? lease.demand : Number.MAX_SAFE_INTEGER, admitted: 0, proxies: 1 },
+      ttlMs,
+    });
+    lease.syncing = Promise.allSettled([settling, exchanging]).then(([settled, exchanged]) => {
+      lease.syncing = undefined;
+      if (exchanged.status === 'fulfilled') {
+        lease.others = exchanged.value.filter((d) => d.member !== this.replicaId);
+        lease.othersAtMs = now;
+      } else {
+        this.observer.onStoreError?.(exchanged.reason);
+        if (now - lease.othersAtMs > ttlMs) lease.others = [];
+      }
+      if (settled.status === 'rejected') {
+        this.observer.onStoreError?.(settled.reason);
+        return;
+      }
+      // Not applied: an earlier send of it was (its reply lost). Taken either way.
+      if (lease.unsettled === settlement) lease.unsettled = undefined;
+      lease.settled += settlement.hits;
+      if (settlement.hits > 0 && this.observer.onSettled !== undefined) {
+        const { domain, statKey } = markedRule(lease.rule);
+        this.observer.onSettled(domain, statKey, settlement.hits);
+      }
+      this.divide(lease, settled.value, ownUsed, now);
+    });
+    return lease.syncing;
+  }
+
+  /** The part from the division by demand, capped by what the counter says the others use; renewed for ttlMs. */
+  private divide(lease: Lease, answer: SettleAnswer, ownUsed: number, now: number): void {
+    const c = lease.counter;
+    const capacity = c.burst ?? c.limit;
+    const decision = answer.decisions[0];
+    const used = decision.allowed ? capacity - decision.remaining : capacity;
+    const othersUsed = Math.max(0, used - ownUsed);
+    const perSecond = c.limit / (c.windowMs / 1000);
+    const demands = [lease.demand, ...lease.others.map((o) => o.demand)];
+    const share = divideCapacity(perSecond, demands)[0];
+    const byDemand = perSecond > 0 ? share / perSecond : 0;
+    const byUsage = capacity > 0 ? Math.max(0, capacity - othersUsed) / capacity : 0;
+    const fraction = Math.max(0, Math.min(1, byDemand, byUsage));
+    if (fraction !== lease.fraction) {
+      lease.fraction = fraction;
+      lease.local = undefined;
+    }
+    lease.share = fraction * perSecond;
+    lease.live = true;
+    lease.liveUntilMs = now + this.limits.ttlMs;
+  }
+
+  /** Withdraws this replica's demand and drops the lease (its hits are all settled). */
+  private withdraw(lease: Lease): Promise<void> {
+    this.drop(lease);
+    return this.exchange.exchangeDemand({ key: `${lease.counter.key}|lease`, withdraw: this.replicaId, ttlMs: this.limits.ttlMs }).then(
+      () => undefined,
+      (err: unknown) => this.observer.onStoreError?.(err),
+    );
+  }
+
+  private drop(lease: Lease): void {
+    if (this.leases.get(lease.id) !== lease) return;
+    lease.dropped = true;
+    this.leases.delete(lease.id);
+    this.usedBytes -= lease.bytes;
+  }
+}
+
+function anyLeased(counters: readonly CounterRequest[]): boolean {
+  for (let i = 0; i < counters.length; i++) if (counters[i].lease !== undefined) return true;
+  return false;
+}
+
+/** Hits that earlier counters of this call add to the same counter first (as the memory store counts them). */
+function earlierHits(counters: readonly CounterRequest[], decisions: readonly CounterDecision[], i: number, countDenied: boolean): number {
+  const c = counters[i];
+  let hits = 0;
+  for (let j = 0; j < i; j++) {
+    const o = counters[j];
+    if (o.key === c.key && o.algorithm === c.algorithm && o.windowMs === c.windowMs && decisions[j] !== undefined && (decisions[j].allowed || countDenied))
+      hits += o.hits;
+  }
+  return hits;
+}
+
+/** How much of counter `c`'s capacity (hits 0) `state` uses at `now`, in hits. */
+function usedOf(c: CounterRequest, state: CounterState, now: number): number {
+  const check = IN_PROCESS_STATE[c.algorithm].decide(c, state, now, 0);
+  return Math.max(0, (c.burst ?? c.limit) - check.remaining);
+}

@@ -1,0 +1,293 @@
+import { LeasedStore, type LeaseLimits } from '../../../src/limiter/leases';
+import { StoreUnavailableError, type CounterRequest, type SettleAnswer, type SettleCall, type Settlements } from '../../../src/limiter/store';
+import { MemoryExchange } from '../../../src/store/memory-exchange';
+import { MemoryStore } from '../../../src/store/memory-store';
+import { FakeClock } from '../../helpers/fake-clock';
+import { SwitchableStore } from '../../helpers/switchable-store';
+
+/** Leases on a fake clock: replicas sharing one memory store and exchange, synced by tick(). */
+
+const SYNC_MS = 250;
+const TTL_MS = 1_000;
+const LIMITS: LeaseLimits = { syncIntervalMs: SYNC_MS, ttlMs: TTL_MS, maxLeases: 100, maxBytes: 1 << 20 };
+
+const LEASED: CounterRequest = Object.freeze({
+  key: 'd_k_v',
+  limit: 100,
+  windowMs: 1_000,
+  algorithm: 'sliding_window',
+  hits: 1,
+  burst: 100,
+  subWindows: 1,
+  lease: 'd.k',
+});
+const PLAIN: CounterRequest = Object.freeze({ key: 'd_p_v', limit: 5, windowMs: 60_000, algorithm: 'fixed_window', hits: 1, burst: 5, subWindows: 1 });
+
+/** The shared counters' settlements: applied once per (ledger, member, seq); `down` fails them, `loseReplies` applies them and fails. */
+class FakeLedger implements Settlements {
+  down = false;
+  loseReplies = false;
+  calls = 0;
+  private readonly seqs = new Map<string, number>();
+  constructor(private readonly counters: MemoryStore) {}
+
+  settle(call: SettleCall): Promise<SettleAnswer> {
+    this.calls++;
+    if (this.down) return Promise.reject(new StoreUnavailableError('down'));
+    const id = `${call.key}|${call.member}`;
+    const applied = call.seq > (this.seqs.get(id) ?? 0);
+    if (applied) this.seqs.set(id, call.seq);
+    const decisions = this.counters.decideNow(applied ? call.counters : call.counters.map((c) => ({ ...c, hits: 0 })), { countDenied: true });
+    if (this.loseReplies) return Promise.reject(new StoreUnavailableError('reply lost'));
+    return Promise.resolve({ decisions, applied });
+  }
+}
+
+function world(limits: Partial<LeaseLimits> = {}) {
+  const clock = new FakeClock(1_000_000_000);
+  const shared = new MemoryStore({ clock, maxKeys: 10_000, sweepIntervalMs: 0 });
+  const exchange = new MemoryExchange({ clock });
+  const ledger = new FakeLedger(shared);
+  const inner = new SwitchableStore(shared);
+  const refused: number[] = [];
+  const replica = (replicaId: string): LeasedStore =>
+    new LeasedStore({
+      store: inner,
+      settlements: ledger,
+      exchange,
+      clock,
+      replicaId,
+      limits: { ...LIMITS, ...limits },
+      observer: { onLeaseRefused: () => refused.push(clock.nowMs()) },
+    });
+  return { clock, shared, exchange, ledger, inner, replica, refused };
+}
+
+/** The shared counter's usage (a check with hits 0 on the store itself). */
+async function usedOf(shared: MemoryStore, c: CounterRequest): Promise<number> {
+  const [d] = await shared.decide([{ ...c, hits: 0, lease: undefined }]);
+  return c.limit - d.remaining;
+}
+
+interface Traffic {
+  readonly replica: LeasedStore;
+  /** Calls per second, by time since the start (ms). */
+  readonly rate: (atMs: number) => number;
+  due: number;
+  readonly admitted: number[];
+  /** Admitted per 10 ms step. */
+  readonly steps: number[];
+}
+
+/**
+ * Drives replicas at their rates in 10 ms steps for `ms`, each tick()ed every SYNC_MS (a dead one
+ * neither calls nor ticks from `deadAtMs`); returns each one's admitted count per 10 ms step.
+ */
+async function drive(clock: FakeClock, traffic: Traffic[], ms: number, dead?: { index: number; atMs: number }): Promise<void> {
+  const start = clock.nowMs();
+  for (let t = 0; t < ms; t += 10) {
+    for (let r = 0; r < traffic.length; r++) {
+      const tr = traffic[r];
+      let admitted = 0;
+      if (!(dead !== undefined && dead.index === r && t >= dead.atMs)) {
+        tr.due += tr.rate(t) / 100;
+        while (tr.due >= 1) {
+          tr.due -= 1;
+          const [d] = await tr.replica.decide([LEASED]);
+          if (d.allowed) admitted++;
+        }
+      }
+      tr.steps.push(admitted);
+    }
+    clock.advance(10);
+    if ((clock.nowMs() - start) % SYNC_MS === 0) {
+      await Promise.all(traffic.filter((_, r) => !(dead !== undefined && dead.index === r && t >= dead.atMs)).map((tr) => tr.replica.tick()));
+    }
+  }
+}
+
+function traffic(replica: LeasedStore, rate: (atMs: number) => number): Traffic {
+  return { replica, rate, due: 0, admitted: [], steps: [] };
+}
+
+/** The most admitted by all together in any span of `spanMs` starting at or after `fromMs`. */
+function worstSpan(all: Traffic[], fromMs: number, spanMs = 1_000, toMs = Infinity): number {
+  const n = Math.min(all[0].steps.length, Math.floor(toMs / 10));
+  const total = Array.from({ length: n }, (_, i) => all.reduce((s, tr) => s + tr.steps[i], 0));
+  const w = spanMs / 10;
+  let worst = 0;
+  for (let i = Math.floor(fromMs / 10); i + w <= n; i++) {
+    let s = 0;
+    for (let j = i; j < i + w; j++) s += total[j];
+    worst = Math.max(worst, s);
+  }
+  return worst;
+}
+
+function admittedBetween(tr: Traffic, fromMs: number, toMs: number): number {
+  let s = 0;
+  for (let i = Math.floor(fromMs / 10); i < Math.floor(toMs / 10) && i < tr.steps.length; i++) s += tr.steps[i];
+  return s;
+}
+
+describe('LeasedStore', () => {
+  test('a call without leased counters goes to the store as it is', async () => {
+    const w = world();
+    const a = w.replica('a');
+    const decisions = await a.decide([PLAIN, PLAIN]);
+    expect(decisions.map((d) => d.allowed)).toEqual([true, true]);
+    expect(a.decideNow([PLAIN])).toBeUndefined();
+    expect(a.size).toBe(0);
+    expect(await usedOf(w.shared, PLAIN)).toBe(2);
+  });
+
+  test('a new lease is decided by the store until its first sync, then in process with no store call', async () => {
+    const w = world();
+    const a = w.replica('a');
+    expect(a.decideNow([LEASED])).toBeUndefined();
+    const [first] = await a.decide([LEASED]);
+    expect(first.allowed).toBe(true);
+    expect(await usedOf(w.shared, LEASED)).toBe(1);
+    await a.tick();
+    const settles = w.ledger.calls;
+    const local = a.decideNow([LEASED]);
+    expect(local).toBeDefined();
+    expect(local![0].allowed).toBe(true);
+    // Decided here: the store has not seen it yet; the next sync settles it, once.
+    expect(await usedOf(w.shared, LEASED)).toBe(1);
+    expect(w.ledger.calls).toBe(settles);
+    w.clock.advance(SYNC_MS);
+    await a.tick();
+    expect(await usedOf(w.shared, LEASED)).toBe(2);
+    expect(a.view(10).leases[0]).toMatchObject({ rule: 'd.k', counter: 'd_k_v', settled: 1, pending: 0, live: true });
+  });
+
+  test('alone, a replica holds the whole limit: 100 of 100 in a window, then denials', async () => {
+    const w = world();
+    const a = w.replica('a');
+    await a.decide([{ ...LEASED, hits: 0 }]);
+    await a.tick();
+    let allowed = 0;
+    for (let i = 0; i < 150; i++) if ((await a.decide([LEASED]))[0].allowed) allowed++;
+    expect(allowed).toBe(100);
+  });
+
+  test('two replicas with even demand above the limit admit the limit together in any span of a window', async () => {
+    const w = world();
+    const all = [traffic(w.replica('a'), () => 150), traffic(w.replica('b'), () => 150)];
+    await drive(w.clock, all, 10_000);
+    // After the first second (both leases known to each other): the bound.
+    const worst = worstSpan(all, 2_000);
+    expect(worst).toBeLessThanOrEqual(105);
+    expect(worst).toBeGreaterThanOrEqual(95);
+    expect(admittedBetween(all[0], 2_000, 10_000)).toBeGreaterThan(0.4 * 800);
+    expect(admittedBetween(all[1], 2_000, 10_000)).toBeGreaterThan(0.4 * 800);
+  });
+
+  test('uneven demand (3:1): the quiet replica gets what it asks, the busy one the rest', async () => {
+    const w = world();
+    const busy = traffic(w.replica('a'), () => 120);
+    const quiet = traffic(w.replica('b'), () => 40);
+    await drive(w.clock, [busy, quiet], 10_000);
+    expect(worstSpan([busy, quiet], 2_000)).toBeLessThanOrEqual(105);
+    // The quiet one asks 40/s and gets all of it (its part keeps 25% headroom: 50/s); the busy one the other 50/s.
+    expect(admittedBetween(quiet, 2_000, 10_000) / 8).toBeGreaterThanOrEqual(39);
+    expect(admittedBetween(busy, 2_000, 10_000) / 8).toBeGreaterThanOrEqual(48);
+  });
+
+  test('a demand shift: the replica whose demand rises gets the freed part within 3 sync intervals', async () => {
+    const w = world();
+    const a = traffic(w.replica('a'), (t) => (t < 5_000 ? 200 : 0));
+    const b = traffic(w.replica('b'), (t) => (t < 5_000 ? 20 : 200));
+    await drive(w.clock, [a, b], 10_000);
+    // Steady before the switch: within 5%. Across it, the bound's second term (one sync interval
+    // of the limit's rate, 25): b's admissions rise within a window, which a sliding window's
+    // estimate weighs as if they were even (108 measured).
+    expect(worstSpan([a, b], 2_000, 1_000, 5_000)).toBeLessThanOrEqual(105);
+    expect(worstSpan([a, b], 2_000)).toBeLessThanOrEqual(105 + 25);
+    // From 3 intervals + one window after the switch, b admits the whole limit.
+    const from = 5_000 + 3 * SYNC_MS + 1_000;
+    expect(admittedBetween(b, from, 10_000) / ((10_000 - from) / 1_000)).toBeGreaterThanOrEqual(95);
+  });
+
+  test('a replica that dies stops holding its part within its TTL and 3 sync intervals', async () => {
+    const w = world();
+    const a = traffic(w.replica('a'), () => 200);
+    const b = traffic(w.replica('b'), () => 200);
+    await drive(w.clock, [a, b], 10_000, { index: 0, atMs: 4_000 });
+    expect(worstSpan([a, b], 2_000)).toBeLessThanOrEqual(105);
+    const from = 4_000 + TTL_MS + 3 * SYNC_MS + 1_000;
+    expect(admittedBetween(b, from, 10_000) / ((10_000 - from) / 1_000)).toBeGreaterThanOrEqual(95);
+  });
+
+  test('the store down: the part holds for its TTL, then calls fail; what was admitted is settled once when it is back', async () => {
+    const w = world();
+    const a = w.replica('a');
+    await a.decide([{ ...LEASED, hits: 0 }]);
+    await a.tick();
+    w.ledger.down = true;
+    w.inner.down = true;
+    let admitted = 0;
+    for (let i = 0; i < 30; i++) if ((await a.decide([LEASED]))[0].allowed) admitted++;
+    expect(admitted).toBe(30);
+    w.clock.advance(SYNC_MS);
+    await a.tick();
+    // Still live (heard from the store within the TTL): decided here.
+    expect(a.decideNow([LEASED])?.[0].allowed).toBe(true);
+    admitted++;
+    w.clock.advance(TTL_MS);
+    await a.tick();
+    expect(a.decideNow([LEASED])).toBeUndefined();
+    await expect(a.decide([LEASED])).rejects.toBeInstanceOf(StoreUnavailableError);
+    // Back, but the first settlement's reply is lost after it was applied: the resend charges nothing.
+    w.ledger.down = false;
+    w.inner.down = false;
+    w.ledger.loseReplies = true;
+    w.clock.advance(SYNC_MS);
+    await a.tick();
+    w.ledger.loseReplies = false;
+    w.clock.advance(SYNC_MS);
+    await a.tick();
+    w.clock.advance(SYNC_MS);
+    await a.tick();
+    expect(await usedOf(w.shared, LEASED)).toBe(admitted);
+    expect(a.view(1).leases[0]).toMatchObject({ settled: admitted, pending: 0, live: true });
+  });
+
+  test('a call mixing leased and other counters is all-or-nothing', async () => {
+    const w = world();
+    const a = w.replica('a');
+    await a.decide([{ ...LEASED, hits: 0 }]);
+    await a.tick();
+    // The plain counter (5 a minute) denies the sixth call: its leased hit is not charged.
+    for (let i = 0; i < 5; i++) expect((await a.decide([LEASED, PLAIN])).map((d) => d.allowed)).toEqual([true, true]);
+    expect((await a.decide([LEASED, PLAIN])).map((d) => d.allowed)).toEqual([true, false]);
+    w.clock.advance(SYNC_MS);
+    await a.tick();
+    expect(await usedOf(w.shared, LEASED)).toBe(5);
+    // A leased counter that denies (hits over its part) charges the plain one nothing.
+    const other: CounterRequest = { ...PLAIN, key: 'd_p_w' };
+    const big: CounterRequest = { ...LEASED, hits: 96 };
+    expect((await a.decide([big, other])).map((d) => d.allowed)).toEqual([false, true]);
+    expect(await usedOf(w.shared, other)).toBe(0);
+  });
+
+  test('leases are bounded: a counter past maxLeases is decided by the store, and an idle lease leaves', async () => {
+    const w = world({ maxLeases: 2 });
+    const a = w.replica('a');
+    const keyed = (k: string): CounterRequest => ({ ...LEASED, key: k });
+    for (const k of ['x', 'y', 'z']) await a.decide([keyed(k)]);
+    expect(a.size).toBe(2);
+    expect(w.refused.length).toBeGreaterThan(0);
+    await a.tick();
+    // z is exact through the store all the same.
+    expect(await usedOf(w.shared, keyed('z'))).toBe(1);
+    // Unused for two TTLs: withdrawn and dropped.
+    for (let t = 0; t <= 2 * TTL_MS + SYNC_MS; t += SYNC_MS) {
+      w.clock.advance(SYNC_MS);
+      await a.tick();
+    }
+    expect(a.size).toBe(0);
+    expect(await w.exchange.exchangeDemand({ key: 'x|lease', ttlMs: TTL_MS, withdraw: 'nobody' })).toEqual([]);
+  });
+});
