@@ -62,12 +62,16 @@ export interface Store {
  *
  * Contract (every adapter, checked by test/contract):
  * - settle charges every counter its hits whatever the outcome (as countDenied), atomically with
- *   the counters' decision, and records (member, seq) in the ledger of `key` for `ttlMs`;
+ *   the counters' decision, and records (member, seq) in the ledger of `key` for `ttlMs` (the
+ *   member's entry lapses ttlMs after the call that wrote it, whatever other members write);
  * - a call whose seq is not above the last one recorded for its member on that ledger charges
  *   nothing: its counters are answered as checks (hits 0) and `applied` is false. So a settlement
  *   sent again after a timeout (that Redis may have run) is never charged twice;
- * - the ledger holds one entry per member (the highest seq), at most MAX_SETTLE_MEMBERS members;
- *   a member beyond is charged without being recorded (its resend may then charge again);
+ * - the ledger holds one entry per member (the highest seq), at most MAX_SETTLE_MEMBERS members
+ *   (lapsed entries make room first); a member beyond is charged without being recorded (its
+ *   resend may then charge again);
+ * - a call the adapter cannot take (settleCallProblem, a counter it cannot decide) rejects before
+ *   anything is charged or recorded;
  * - a call that cannot be answered rejects with StoreUnavailableError within its deadline.
  */
 export interface Settlements {
@@ -99,6 +103,19 @@ export interface SettleAnswer {
 
 /** Members one settlement ledger records at most. */
 export const MAX_SETTLE_MEMBERS = 256;
+
+/**
+ * Why no adapter takes `call` (a caller's bug, rejected before anything is charged), or undefined
+ * when they all do: a ledger key free of `{` and `}`, a member named, seq and ttlMs positive safe
+ * integers.
+ */
+export function settleCallProblem(call: SettleCall): string | undefined {
+  if (call.key.length === 0 || /[{}]/.test(call.key)) return `settlement ledger ${JSON.stringify(call.key)} is empty or holds a brace`;
+  if (call.member.length === 0) return 'settlement member is empty';
+  if (!Number.isSafeInteger(call.seq) || call.seq < 1) return `settlement seq ${call.seq} is not a positive safe integer`;
+  if (!Number.isSafeInteger(call.ttlMs) || call.ttlMs < 1) return `settlement ttl ${call.ttlMs} ms is not a positive safe integer`;
+  return undefined;
+}
 
 /**
  * Reservations of descriptors, kept beside their counters (on Redis in their hash slot).

@@ -7,6 +7,7 @@ import {
   type LocalAnswer,
   type Store,
   type Reservations,
+  type Settlements,
 } from '../limiter/store';
 import { BoundedCache, entryBytes, type CacheEntry } from '../limiter/bounded-cache';
 
@@ -82,6 +83,8 @@ export class DenialCache implements Store {
   readonly name: string;
   /** The wrapped store's reservations, forwarded as they are (they bypass this wrapper's own work). */
   readonly reservations: Reservations | undefined;
+  /** The wrapped store's settlements, forwarded as they are (they bypass this wrapper's own work). */
+  readonly settlements: Settlements | undefined;
   private readonly store: Store;
   private readonly clock: Clock;
   private readonly onHit: () => void;
@@ -96,6 +99,7 @@ export class DenialCache implements Store {
     this.denials = new BoundedCache({ maxEntries: options.maxKeys, maxBytes: options.maxBytes ?? DEFAULT_DENIAL_CACHE_MAX_BYTES });
     this.clock = options.clock ?? monotonicClock;
     this.reservations = options.store.reservations;
+    this.settlements = options.store.settlements;
     this.onHit = options.onHit ?? (() => {});
   }
 

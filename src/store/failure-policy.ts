@@ -7,6 +7,7 @@ import {
   type LocalAnswer,
   type Store,
   type Reservations,
+  type Settlements,
 } from '../limiter/store';
 
 /**
@@ -37,6 +38,8 @@ export class FailurePolicyStore implements Store {
   readonly name: string;
   /** The wrapped store's reservations, forwarded as they are (they bypass this wrapper's own work). */
   readonly reservations: Reservations | undefined;
+  /** The wrapped store's settlements, forwarded as they are (they bypass this wrapper's own work). */
+  readonly settlements: Settlements | undefined;
   private readonly store: Store;
   private readonly policy: FailurePolicy;
   private readonly fallback: Store | undefined;
@@ -49,6 +52,7 @@ export class FailurePolicyStore implements Store {
     this.store = options.store;
     this.name = options.store.name;
     this.reservations = options.store.reservations;
+    this.settlements = options.store.settlements;
     this.policy = options.policy;
     this.fallback = options.fallback;
     this.onFallback = options.onFallback ?? (() => {});

@@ -3,6 +3,7 @@ import { monotonicClock, type Clock } from '../limiter/types';
 import { counterIdentity, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../limiter/store';
 import { BoundedCache, entryBytes } from '../limiter/bounded-cache';
 import { MemoryReservations, type MemoryReservationsOptions } from './memory-reservations';
+import { MemorySettlements, type MemorySettlementsOptions } from './memory-settlements';
 
 /**
  * The embedded store: counters in one process, bounded in memory.
@@ -34,6 +35,8 @@ export interface MemoryStoreOptions {
   readonly sweepBatch?: number;
   /** Reservations: their TTL and bounds (./memory-reservations.ts); defaults when omitted. */
   readonly reservations?: Omit<MemoryReservationsOptions, 'clock' | 'decide'>;
+  /** Settlements: their bounds (./memory-settlements.ts); defaults when omitted. */
+  readonly settlements?: Omit<MemorySettlementsOptions, 'clock' | 'decide'>;
 }
 
 /** A record's own fields, estimated; sub-window counts and log entries are added per element. */
@@ -66,6 +69,8 @@ export class MemoryStore implements Store {
   private readonly timer: NodeJS.Timeout | undefined;
   /** Reservations of descriptors, decided with these counters (see the Store port). */
   readonly reservations: MemoryReservations;
+  /** Settlements of leased counters, decided with these counters (see the Store port). */
+  readonly settlements: MemorySettlements;
 
   constructor(options: MemoryStoreOptions) {
     if (!Number.isInteger(options.maxKeys) || options.maxKeys < 1) {
@@ -74,7 +79,9 @@ export class MemoryStore implements Store {
     this.records = new BoundedCache({ maxEntries: options.maxKeys, maxBytes: options.maxBytes ?? DEFAULT_MEMORY_MAX_BYTES });
     this.clock = options.clock ?? monotonicClock;
     this.sweepBatch = options.sweepBatch ?? DEFAULT_SWEEP_BATCH;
-    this.reservations = new MemoryReservations({ ...options.reservations, clock: this.clock, decide: (counters, o) => this.decideNow(counters, o) });
+    const decide = (counters: readonly CounterRequest[], o?: DecideOptions): CounterDecision[] => this.decideNow(counters, o);
+    this.reservations = new MemoryReservations({ ...options.reservations, clock: this.clock, decide });
+    this.settlements = new MemorySettlements({ ...options.settlements, clock: this.clock, decide });
     const interval = options.sweepIntervalMs ?? DEFAULT_SWEEP_INTERVAL_MS;
     if (interval > 0) {
       this.timer = setInterval(() => this.sweep(), interval);
@@ -119,6 +126,7 @@ export class MemoryStore implements Store {
    */
   sweep(budget: number = this.sweepBatch): number {
     this.reservations.sweep();
+    this.settlements.sweep(budget);
     return this.records.sweep(this.clock.nowMs(), budget);
   }
 

@@ -7,6 +7,7 @@ import { requireBefore, untilUnstretched } from '../helpers/deadline';
 import { describeBudgetContract } from './budget-contract';
 import { describeCalendarContract } from './calendar-contract';
 import { describeReservationContract } from './reservation-contract';
+import { describeSettlementContract } from './settlement-contract';
 
 /**
  * The behaviour every Store adapter shares, run once per adapter (see *.test.ts next to this file).
@@ -388,6 +389,8 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
     describeBudgetContract(() => h, lineUp);
 
     describeReservationContract(() => ({ store: h.store, peer: h.peer ?? h.store, advance: (ms) => h.advance(ms), nowMs: () => h.nowMs?.() ?? Date.now() }));
+
+    describeSettlementContract(() => ({ store: h.store, peer: h.peer ?? h.store, advance: (ms) => h.advance(ms), nowMs: () => h.nowMs?.() ?? Date.now() }));
 
     describe('the replica exchange on the same backend', () => {
       const sorted = (entries: ReplicaDemand[]): ReplicaDemand[] => [...entries].sort((a, b) => (a.member < b.member ? -1 : 1));

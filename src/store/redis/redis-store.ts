@@ -6,6 +6,8 @@ import { keySlot } from './key-slot';
 import { BODY_HEADROOM, PreparedScript, respArgument } from './script-command';
 import { RedisReservations } from './redis-reservations';
 import { RESERVE_COMMAND, RESERVE_SCRIPT } from './reserve-script';
+import { RedisSettlements } from './redis-settlements';
+import { SETTLE_COMMAND, SETTLE_SCRIPT } from './settle-script';
 import { PartGate, type GatedCall } from './part-gate';
 import {
   counterProblem,
@@ -139,6 +141,8 @@ export class RedisStore implements Store {
   readonly name = 'redis';
   /** Reservations of descriptors, each book in its counters' slot (./reserve-script.ts). */
   readonly reservations: RedisReservations;
+  /** Settlements of leased counters, each ledger in its counters' slot (./settle-script.ts). */
+  readonly settlements: RedisSettlements;
   private readonly client: RedisClient;
   private readonly decideScript: PreparedScript;
   private readonly refundCall: ScriptCall;
@@ -197,30 +201,36 @@ export class RedisStore implements Store {
     const ignored = clientOptions.autoPipeliningIgnoredCommands ?? (clientOptions.autoPipeliningIgnoredCommands = []);
     if (!ignored.includes(REFUND_COMMAND)) ignored.push(REFUND_COMMAND);
     if (!ignored.includes(RESERVE_COMMAND)) ignored.push(RESERVE_COMMAND);
+    if (!ignored.includes(SETTLE_COMMAND)) ignored.push(SETTLE_COMMAND);
     // EVALSHA by hash, and EVAL when the server answers NOSCRIPT (restart, failover, SCRIPT FLUSH):
     // defineCommand's for the rare calls, ./script-command's for DECIDE.
     this.decideScript = new PreparedScript(this.client, DECIDE_SCRIPT);
     this.client.defineCommand(REFUND_COMMAND, { lua: REFUND_SCRIPT });
     const commands = this.client as unknown as Record<string, ScriptCall>;
     this.refundCall = (args) => commands[REFUND_COMMAND](args);
-    this.client.defineCommand(RESERVE_COMMAND, { lua: RESERVE_SCRIPT });
+    // The scripts of single calls (reservations, settlements): sent while open, their failures
+    // counted as DECIDE's are (an error reply alone does not start the health probe).
+    const single = (command: string, lua: string): ScriptCall => {
+      this.client.defineCommand(command, { lua });
+      return (args) => (this.closed ? Promise.reject(new StoreUnavailableError('redis store is closed')) : commands[command](args));
+    };
+    const failed = (err: unknown): Error => {
+      if (err instanceof StoreUnavailableError && this.closed) return err;
+      const kind = err instanceof StoreUnavailableError ? 'timeout' : this.classify(err);
+      if (kind === 'error') this.onError(kind);
+      else this.failed(kind);
+      return err instanceof StoreUnavailableError ? err : unavailable(kind, err);
+    };
     this.reservations = new RedisReservations({
-      call: (args) => (this.closed ? Promise.reject(new StoreUnavailableError('redis store is closed')) : commands[RESERVE_COMMAND](args)),
+      call: single(RESERVE_COMMAND, RESERVE_SCRIPT),
       keyOf: this.keyOf,
       tagOpen: this.tagOpen,
       timeoutMs,
       ttlMs: options.reservationTtlMs,
       maxPerKey: options.reservationsPerKey,
-      failed: (err) => {
-        if (err instanceof StoreUnavailableError && this.closed) return err;
-        const kind = err instanceof StoreUnavailableError ? 'timeout' : this.classify(err);
-        if (kind === 'error') this.onError(kind);
-        else this.failed(kind);
-        return err instanceof StoreUnavailableError
-          ? err
-          : new StoreUnavailableError(`redis ${kind === 'disconnected' ? 'unavailable' : 'error'}: ${messageOf(err)}`, { cause: err });
-      },
+      failed,
     });
+    this.settlements = new RedisSettlements({ call: single(SETTLE_COMMAND, SETTLE_SCRIPT), keyOf: this.keyOf, tagOpen: this.tagOpen, timeoutMs, failed });
 
     const onChange = options.onConnectionChange;
     let connected = false;

@@ -34,6 +34,13 @@ describe('DenialCache', () => {
 
   afterEach(() => cache.close());
 
+  it("forwards the wrapped store's reservations and settlements as they are", () => {
+    const wrapped = new DenialCache({ store: memory, maxKeys: 100, clock });
+    expect(wrapped.reservations).toBe(memory.reservations);
+    expect(wrapped.settlements).toBe(memory.settlements);
+    expect(cache.settlements).toBeUndefined();
+  });
+
   it('answers nothing locally before it knows a denial, and decide() never answers from it', async () => {
     expect(cache.decideLocally([counter('a')])).toBeUndefined();
     for (let i = 0; i < 3; i++) await cache.decide([counter('a')]);

@@ -37,6 +37,16 @@ function make(policy: FailurePolicy, fallback?: Store): { primary: SwitchableSto
 }
 
 describe('FailurePolicyStore', () => {
+  it("forwards the primary's reservations and settlements as they are, and a primary's lack of them", () => {
+    const memory = new MemoryStore({ maxKeys: 10, sweepIntervalMs: 0 });
+    const wrapped = new FailurePolicyStore({ store: memory, policy: 'deny' });
+    expect(wrapped.reservations).toBe(memory.reservations);
+    expect(wrapped.settlements).toBe(memory.settlements);
+    const { store } = make('deny');
+    expect(store.reservations).toBeUndefined();
+    expect(store.settlements).toBeUndefined();
+  });
+
   it("passes the primary's local answers on, except under the local policy while the primary is down", () => {
     const local = { decisions: [{ allowed: false, remaining: 0, resetMs: 5 }], deniedUntilMs: [105] };
     for (const policy of ['error', 'allow', 'deny', 'local'] as const) {

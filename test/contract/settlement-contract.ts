@@ -1,0 +1,232 @@
+import { MAX_SETTLE_MEMBERS, type CounterRequest, type SettleAnswer, type SettleCall, type Store } from '../../src/limiter/store';
+import { requireBefore, untilUnstretched } from '../helpers/deadline';
+
+/**
+ * Settlements on each store (part of the store contract, see ./store-contract.ts): charges applied
+ * once per (member, seq) on a ledger, whichever replica (`peer`, a second connection to the same
+ * Redis; the memory store is one process, so its peer is itself) sends them, forgotten ttlMs after
+ * they were written, at most MAX_SETTLE_MEMBERS members per ledger. Each call carries its own TTL:
+ * the fixtures need nothing for them.
+ */
+
+interface SettlementHarness {
+  readonly store: Store;
+  readonly peer: Store;
+  /** Moves the store's clock forward by at least `ms`. */
+  advance(ms: number): Promise<void>;
+  /** The store's clock now, ms. */
+  nowMs(): number;
+}
+
+const DAY = 86_400_000;
+/** A TTL no case waits out. */
+const LONG_TTL = DAY;
+/** The TTL of the cases that wait one out (real time on Redis): short, with room for a slow machine before it. */
+const SHORT_TTL = 2_000;
+/** Room past an instant that the store's clock and ours read alike (a Redis server on this machine). */
+const MARGIN = 100;
+
+let sequence = 0;
+const run = `${process.pid}-${Date.now().toString(36)}`;
+
+function freshKey(label: string): string {
+  sequence += 1;
+  return `settle|${run}|${sequence}|${label}`;
+}
+
+/** A counter of a day's window (no boundary passes during a case), charged `hits`. */
+const counter = (key: string, limit: number, hits: number, extra: Partial<CounterRequest> = {}): CounterRequest => ({
+  key,
+  algorithm: 'sliding_window',
+  limit,
+  windowMs: DAY,
+  hits,
+  ...extra,
+});
+
+const settlement = (key: string, member: string, seq: number, counters: readonly CounterRequest[], ttlMs = LONG_TTL): SettleCall => ({
+  key,
+  member,
+  seq,
+  counters,
+  ttlMs,
+});
+
+export function describeSettlementContract(harness: () => SettlementHarness): void {
+  describe('settlements', () => {
+    const settle = (store: Store, call: SettleCall): Promise<SettleAnswer> => store.settlements!.settle(call);
+
+    /** Hits counted on `c`'s counter: a check under a limit far above anything a case charges. */
+    const counted = async (store: Store, c: CounterRequest): Promise<number> => {
+      const [d] = await store.decide([{ ...c, limit: 1_000_000, hits: 0 }]);
+      return 1_000_000 - d.remaining;
+    };
+
+    /** Waits until the store's clock is past `instant` by MARGIN. */
+    const after = async (h: SettlementHarness, instant: number): Promise<void> => {
+      const left = instant + MARGIN - h.nowMs();
+      if (left > 0) await h.advance(left);
+    };
+
+    it('charges every counter its hits, past the limit, and answers the same (member, seq) again as a check through either replica', async () => {
+      const h = harness();
+      const key = freshKey('once');
+      const c = counter(key, 100, 60);
+      expect(await settle(h.store, settlement(key, 'replica-a', 1, [c]))).toEqual({
+        applied: true,
+        decisions: [{ allowed: true, remaining: 40, resetMs: expect.any(Number) }],
+      });
+      // Sent again (a timeout that Redis had run): nothing charged, wherever it lands.
+      expect(await settle(h.peer, settlement(key, 'replica-a', 1, [c]))).toMatchObject({ applied: false, decisions: [{ allowed: true, remaining: 40 }] });
+      expect(await settle(h.store, settlement(key, 'replica-a', 1, [c]))).toMatchObject({ applied: false, decisions: [{ allowed: true, remaining: 40 }] });
+      expect(await counted(h.store, c)).toBe(60);
+      // Past the limit: denied, and counted all the same (decided in process, too late to refuse).
+      expect(await settle(h.peer, settlement(key, 'replica-a', 2, [c]))).toMatchObject({ applied: true, decisions: [{ allowed: false, remaining: 0 }] });
+      expect(await counted(h.peer, c)).toBe(120);
+      expect(await settle(h.store, settlement(key, 'replica-a', 2, [c]))).toMatchObject({ applied: false, decisions: [{ allowed: false, remaining: 0 }] });
+      expect(await counted(h.store, c)).toBe(120);
+    });
+
+    it('charges nothing for a lower seq, charges a higher one, and keeps each member to its own seq', async () => {
+      const h = harness();
+      const key = freshKey('seqs');
+      const c = counter(key, 1_000, 10);
+      const applied = async (store: Store, member: string, seq: number): Promise<boolean> => (await settle(store, settlement(key, member, seq, [c]))).applied;
+      expect(await applied(h.store, 'a', 5)).toBe(true);
+      expect(await applied(h.peer, 'a', 3)).toBe(false);
+      expect(await applied(h.store, 'a', 5)).toBe(false);
+      expect(await counted(h.store, c)).toBe(10);
+      // Another member's seq, below a's: its own.
+      expect(await applied(h.peer, 'b', 1)).toBe(true);
+      expect(await applied(h.store, 'b', 1)).toBe(false);
+      expect(await counted(h.store, c)).toBe(20);
+      expect(await applied(h.peer, 'a', 6)).toBe(true);
+      expect(await applied(h.store, 'b', 4)).toBe(true);
+      expect(await applied(h.store, 'a', 4)).toBe(false);
+      expect(await counted(h.store, c)).toBe(40);
+      // A ledger is its key's: the same member and seq on another ledger is charged there.
+      const other = freshKey('seqs-other');
+      const d = counter(other, 1_000, 10);
+      expect((await settle(h.peer, settlement(other, 'a', 6, [d]))).applied).toBe(true);
+      expect(await counted(h.store, d)).toBe(10);
+      expect(await counted(h.store, c)).toBe(40);
+    });
+
+    it('charges a settlement sent twice at once through two replicas exactly once', async () => {
+      const h = harness();
+      const key = freshKey('race');
+      const c = counter(key, 1_000, 7);
+      const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => settle(i % 2 ? h.peer : h.store, settlement(key, 'racer', 1, [c]))));
+      expect(answers.filter((a) => a.applied)).toHaveLength(1);
+      expect(await counted(h.store, c)).toBe(7);
+    });
+
+    it('settles every limit of one tag in one call, each its own hits, and answers a resend with checks of them all', async () => {
+      const h = harness();
+      const tag = freshKey('limits');
+      const counters = [counter(tag, 100, 30, { tag }), counter(`${tag}|day`, 1_000, 40, { tag, algorithm: 'fixed_window' })];
+      const first = await settle(h.store, settlement(tag, 'm', 1, counters));
+      expect(first.applied).toBe(true);
+      expect(first.decisions.map((d) => d.remaining)).toEqual([70, 960]);
+      const again = await settle(h.peer, settlement(tag, 'm', 1, counters));
+      expect(again).toMatchObject({
+        applied: false,
+        decisions: [
+          { allowed: true, remaining: 70 },
+          { allowed: true, remaining: 960 },
+        ],
+      });
+      // One limit denies: both charged whatever the outcome.
+      const heavy = counters.map((c) => ({ ...c, hits: 80 }));
+      const second = await settle(h.peer, settlement(tag, 'm', 2, heavy));
+      expect(second).toMatchObject({
+        applied: true,
+        decisions: [
+          { allowed: false, remaining: 0 },
+          { allowed: true, remaining: 880 },
+        ],
+      });
+      expect(await counted(h.store, counters[0])).toBe(110);
+      expect(await counted(h.store, counters[1])).toBe(120);
+    });
+
+    it('records a settlement of no counters all the same', async () => {
+      const h = harness();
+      const key = freshKey('empty');
+      expect(await settle(h.store, settlement(key, 'm', 1, []))).toEqual({ applied: true, decisions: [] });
+      expect(await settle(h.peer, settlement(key, 'm', 1, []))).toEqual({ applied: false, decisions: [] });
+    });
+
+    it('rejects a call no store takes, charging and recording nothing', async () => {
+      const h = harness();
+      const key = freshKey('invalid');
+      const c = counter(key, 100, 5);
+      const bad: SettleCall[] = [
+        settlement(key, 'm', 0, [c]),
+        settlement(key, 'm', 1.5, [c]),
+        settlement(key, 'm', 2 ** 53, [c]),
+        settlement(key, 'm', 1, [c], 0),
+        settlement(key, '', 1, [c]),
+        settlement(`${key}{x}`, 'm', 1, [c]),
+      ];
+      for (const call of bad) await expect(settle(h.store, call)).rejects.toThrow(/settlement/);
+      expect(await counted(h.store, c)).toBe(0);
+      // Nothing recorded either: the first valid call is applied.
+      expect((await settle(h.store, settlement(key, 'm', 1, [c]))).applied).toBe(true);
+    });
+
+    it("forgets a member's seq ttlMs after the call that wrote it, while another member keeps writing to the ledger", async () => {
+      const h = harness();
+      await untilUnstretched(async () => {
+        const key = freshKey('lapse');
+        const c = counter(key, 1_000, 1);
+        const sent = h.nowMs();
+        expect((await settle(h.store, settlement(key, 'a', 1, [c], SHORT_TTL))).applied).toBe(true);
+        // Written no later than this answer: lapsed by answeredAt + SHORT_TTL.
+        const answeredAt = h.nowMs();
+        expect((await settle(h.peer, settlement(key, 'a', 1, [c], SHORT_TTL))).applied).toBe(false);
+        requireBefore(sent + SHORT_TTL, h.nowMs(), 'the resend within the TTL');
+        await h.advance(SHORT_TTL / 2);
+        const bSent = h.nowMs();
+        expect((await settle(h.peer, settlement(key, 'b', 1, [c], 4 * SHORT_TTL))).applied).toBe(true);
+        await after(h, answeredAt + SHORT_TTL);
+        expect((await settle(h.store, settlement(key, 'a', 1, [c], SHORT_TTL))).applied).toBe(true);
+        expect((await settle(h.store, settlement(key, 'b', 1, [c], 4 * SHORT_TTL))).applied).toBe(false);
+        requireBefore(bSent + 4 * SHORT_TTL, h.nowMs(), "b's resend within its TTL");
+        expect(await counted(h.store, c)).toBe(3);
+      });
+    });
+
+    it(`records at most ${MAX_SETTLE_MEMBERS} members: one beyond is charged on every resend, until lapsed entries make room`, async () => {
+      const h = harness();
+      await untilUnstretched(async () => {
+        const key = freshKey('cap');
+        const c = counter(key, 1_000_000, 1);
+        const sent = h.nowMs();
+        const fill = await Promise.all(
+          Array.from({ length: MAX_SETTLE_MEMBERS }, (_, i) => settle(i % 2 ? h.peer : h.store, settlement(key, `member-${i}`, 1, [c], SHORT_TTL))),
+        );
+        const filledAt = h.nowMs();
+        expect(fill.every((a) => a.applied)).toBe(true);
+        // Beyond the cap: charged, applied, and not recorded (its resend is charged again).
+        expect((await settle(h.store, settlement(key, 'late', 1, [c], SHORT_TTL))).applied).toBe(true);
+        expect((await settle(h.peer, settlement(key, 'late', 1, [c], SHORT_TTL))).applied).toBe(true);
+        // The members recorded still are.
+        expect((await settle(h.store, settlement(key, 'member-0', 1, [c], SHORT_TTL))).applied).toBe(false);
+        expect((await settle(h.peer, settlement(key, `member-${MAX_SETTLE_MEMBERS - 1}`, 1, [c], SHORT_TTL))).applied).toBe(false);
+        requireBefore(sent + SHORT_TTL, h.nowMs(), 'the resends within the TTL');
+        // One member settles again with a longer TTL: the ledger outlives the others' entries.
+        const renewedAt = h.nowMs();
+        expect((await settle(h.store, settlement(key, 'member-0', 2, [c], 4 * SHORT_TTL))).applied).toBe(true);
+        expect(await counted(h.store, c)).toBe(MAX_SETTLE_MEMBERS + 3);
+        // Every other entry lapsed: they make room, and the late member is recorded now.
+        await after(h, filledAt + SHORT_TTL);
+        expect((await settle(h.peer, settlement(key, 'late', 1, [c], SHORT_TTL))).applied).toBe(true);
+        expect((await settle(h.store, settlement(key, 'late', 1, [c], SHORT_TTL))).applied).toBe(false);
+        expect((await settle(h.peer, settlement(key, 'member-0', 2, [c], 4 * SHORT_TTL))).applied).toBe(false);
+        requireBefore(renewedAt + 4 * SHORT_TTL, h.nowMs(), "the renewed member's resend within its TTL");
+        expect(await counted(h.store, c)).toBe(MAX_SETTLE_MEMBERS + 4);
+      });
+    });
+  });
+}
