@@ -150,7 +150,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   // Server reflection (GRPC_REFLECTION): what grpcurl and ghz ask for the services' descriptors.
   const reflection = settings.grpcReflection.enabled ? new ReflectionService({ limits: settings.grpcReflection }).methods() : [];
   const grpcOptions = { limiter: decider, replays, health, settings, logger, tracer, streamingMethods: [quotaStreamingMethod(rlqs), ...reflection] };
-  const listeners = await buildListeners({ settings, logger, health, metrics, sinks, rules, decider, grpcOptions, rlqs, top, held });
+  const listeners = await buildListeners({ settings, logger, health, metrics, sinks, rules, decider, grpcOptions, rlqs, top, held, leases: leases?.store });
 
   // Before the shared port opens: the first proxy calls then meet compiled code (see warm-up.ts).
   if (warmingUp) {
@@ -226,6 +226,9 @@ export function limiterOptions(settings: Settings): LimiterSettings {
     reservationKeys: { reserve: settings.reservations.reserveKey, commit: settings.reservations.commitKey },
   };
 }
+
+/** Leases /leases lists at most (with the total). */
+const LEASES_SHOWN = 1_000;
 
 /** What close() and a failed start take down, in the reverse order of push(). */
 class Teardown {
@@ -324,8 +327,9 @@ async function buildListeners(options: {
   readonly rlqs: RlqsService;
   readonly top: LiveTop | undefined;
   readonly held: HeldReservations;
+  readonly leases: LeasedStore | undefined;
 }): Promise<{ start(): Promise<Ports>; stop(graceMs: number): Promise<unknown> }> {
-  const { settings, logger, health, metrics, sinks, rules, decider, grpcOptions, rlqs, top, held } = options;
+  const { settings, logger, health, metrics, sinks, rules, decider, grpcOptions, rlqs, top, held, leases } = options;
   // Under WORKERS > 1 every scrape answers for all workers (see workers.ts).
   const exposition = settings.disableStats ? undefined : (clusterMetrics(metrics.registry) ?? metrics);
   const prometheusServer =
@@ -363,6 +367,7 @@ async function buildListeners(options: {
     },
     match: (domain, entries) => ruleMatch(rules.current(), domain, entries, held.heldOf(domain, entries)),
     quota: () => rlqs.view(),
+    leases: leases === undefined ? undefined : () => leases.view(LEASES_SHOWN),
     metrics: exposition,
     top: top === undefined ? undefined : () => top.merged(),
     // The page shows this replica's quota streams beside the heavy hitters (their shares cover every replica's proxies).

@@ -27,6 +27,8 @@ export interface DebugServerOptions extends HttpListenerOptions {
   readonly topExtras?: () => Record<string, unknown>;
   /** The quota streams and shares, for /rlqs; the endpoint answers 404 when absent. */
   readonly quota?: () => RlqsView;
+  /** This process's leases (`lease: true` limits on a shared store), for /leases; the endpoint answers 404 when absent. */
+  readonly leases?: () => unknown;
 }
 
 type Handler = (req: http.IncomingMessage, res: http.ServerResponse, path: string) => void;
@@ -47,7 +49,7 @@ export class DebugServer extends RoutedHttpServer {
 
   constructor(private readonly options: DebugServerOptions) {
     super(options);
-    const { match, quota, metrics, top } = options;
+    const { match, quota, leases, metrics, top } = options;
     const list: Endpoint[] = [
       // The live page of /top/rules when the live view is on, else the index of the endpoints.
       { path: '/', methods: 'GET, HEAD', handler: (_req, res) => this.root(res) },
@@ -82,6 +84,13 @@ export class DebugServer extends RoutedHttpServer {
         index: ': quota streams (RLQS) and the shares of every rule they use (JSON)',
         methods: 'GET, HEAD',
         handler: quota && ((_req, res) => send(res, 200, JSON.stringify(quota(), null, 2) + '\n', 'application/json')),
+      },
+      // The leases of this process (`lease: true`), in JSON: each counter's part, demand, pending hits.
+      {
+        path: '/leases',
+        index: ': leased limits held by this process, with their parts and demand (JSON)',
+        methods: 'GET, HEAD',
+        handler: leases && ((_req, res) => send(res, 200, JSON.stringify(leases(), null, 2) + '\n', 'application/json')),
       },
       // The Prometheus exposition (when metrics are given).
       { path: '/metrics', index: ': Prometheus metrics', handler: metrics && ((req, res) => sendMetrics(req, res, metrics, this.options.logger)) },
