@@ -358,8 +358,10 @@ export class LeasedStore implements Store {
   /** The counter as decided here: the limit (and a bucket's capacity) scaled to this replica's part, with `c`'s hits. */
   private localOf(lease: Lease, c: CounterRequest): CounterRequest {
     const local = lease.local;
-    if (local !== undefined && local.hits === c.hits && local.windowMs === c.windowMs && lease.counter.limit === c.limit) return local;
-    if (lease.counter.limit !== c.limit || lease.counter.burst !== c.burst) lease.counter = { ...c, hits: 0 };
+    const known = lease.counter;
+    if (local !== undefined && local.hits === c.hits && known.limit === c.limit && known.burst === c.burst) return local;
+    // A reload may change the limit of the same counter.
+    if (known.limit !== c.limit || known.burst !== c.burst) lease.counter = { ...c, hits: 0 };
     const f = lease.fraction;
     const made: CounterRequest = {
       ...c,

@@ -137,6 +137,9 @@ const MIN_PROBE_TIMEOUT_MS = 250;
  * each call settling within `timeoutMs` of its batch being sent (plus at most one event-loop turn).
  * Healthy while connected and the health probe has not failed `probeFailureThreshold` times running.
  */
+/** The shortest deadline of a settlement (leases, written in the background), ms. */
+const SETTLE_MIN_TIMEOUT_MS = 250;
+
 export class RedisStore implements Store {
   readonly name = 'redis';
   /** Reservations of descriptors, each book in its counters' slot (./reserve-script.ts). */
@@ -230,7 +233,14 @@ export class RedisStore implements Store {
       maxPerKey: options.reservationsPerKey,
       failed,
     });
-    this.settlements = new RedisSettlements({ call: single(SETTLE_COMMAND, SETTLE_SCRIPT), keyOf: this.keyOf, tagOpen: this.tagOpen, timeoutMs, failed });
+    // Settlements are written in the background, off every decision's path: a busy Redis gets longer to take them.
+    this.settlements = new RedisSettlements({
+      call: single(SETTLE_COMMAND, SETTLE_SCRIPT),
+      keyOf: this.keyOf,
+      tagOpen: this.tagOpen,
+      timeoutMs: Math.max(timeoutMs, SETTLE_MIN_TIMEOUT_MS),
+      failed,
+    });
 
     const onChange = options.onConnectionChange;
     let connected = false;
