@@ -394,6 +394,15 @@ export class LeasedStore implements Store {
     return decisions;
   }
 
+  /** Hits of `c` the store charged itself: into this replica's usage and its mirror of what it put in the shared counter. */
+  private record(lease: Lease, c: CounterRequest, now: number): void {
+    const local = this.localOf(lease, c);
+    lease.state ??= newCounterState(local, now);
+    IN_PROCESS_STATE[c.algorithm].charge(local, lease.state, now);
+    lease.mirror ??= newCounterState(c, now);
+    IN_PROCESS_STATE[c.algorithm].charge(c, lease.mirror, now);
+  }
+
   private charge(lease: Lease, c: CounterRequest, now: number): void {
     const local = this.localOf(lease, c);
     lease.state ??= newCounterState(local, now);
@@ -434,11 +443,22 @@ export class LeasedStore implements Store {
     if (there.length > 0) {
       const asked = there.map((i) => (allowedHere || countDenied || isChargedAnyway(counters[i]) ? counters[i] : { ...counters[i], hits: 0 }));
       const answers = await this.store.decide(asked, options);
+      let storeAdmitted = true;
       for (let j = 0; j < there.length; j++) {
         const i = there[j];
         const charged = asked[j] === counters[i];
         decisions[i] = charged ? answers[j] : judgeCheck(answers[j], counters[i]);
         if (!decisions[i].allowed) admitted = false;
+        if (!answers[j].allowed) storeAdmitted = false;
+      }
+      // Hits of a leased counter the store took itself (its lease not live yet) are this replica's
+      // usage all the same: counted against its part, and as its own in the shared counter.
+      const now = this.clock.nowMs();
+      for (let j = 0; j < there.length; j++) {
+        const c = asked[j];
+        if (c.lease === undefined || c.hits === 0 || !(storeAdmitted || countDenied || c.countDenied === true)) continue;
+        const lease = this.leaseOf(c, now);
+        if (lease !== undefined) this.record(lease, c, now);
       }
     }
     const after = this.clock.nowMs();

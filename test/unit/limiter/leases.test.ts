@@ -183,6 +183,19 @@ describe('LeasedStore', () => {
     expect(allowed).toBe(100);
   });
 
+  test("the calls the store decided before the lease's first sync count against its part", async () => {
+    const w = world();
+    const a = w.replica('a');
+    const small: CounterRequest = { ...LEASED, key: 'd_small', limit: 5, burst: 5 };
+    // The first call opens the lease: its first settlement reaches the store before the call itself.
+    let allowed = 0;
+    for (let i = 0; i < 10; i++) if ((await a.decide([small]))[0].allowed) allowed++;
+    expect(allowed).toBe(5);
+    w.clock.advance(SYNC_MS);
+    await a.tick();
+    expect(await usedOf(w.shared, small)).toBe(5);
+  });
+
   test('two replicas with even demand above the limit admit the limit together in any span of a window', async () => {
     const w = world();
     const all = [traffic(w.replica('a'), () => 150), traffic(w.replica('b'), () => 150)];
@@ -336,7 +349,7 @@ describe('LeasedStore', () => {
     await leased.tick();
     const codes = [];
     for (let i = 0; i < 3; i++) codes.push((await ask('k')).overallCode);
-    // 1 admitted by the store before the sync, which the lease counts as others' usage: 2 more here.
+    // 1 admitted by the store before the sync, counted against this replica's part: 2 more here.
     expect(codes).toEqual(['OK', 'OK', 'OVER_LIMIT']);
     expect(recording.calls).toHaveLength(1);
     expect((await ask('p')).overallCode).toBe('OK');
