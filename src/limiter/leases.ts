@@ -176,6 +176,8 @@ export class LeasedStore implements Store {
   private readonly byCounter = new WeakMap<CounterRequest, Lease>();
   private usedBytes = 0;
   private seq = 0;
+  /** The leases of the call decideNow() is deciding, by position. */
+  private readonly found: Lease[] = [];
   private ticking: Promise<void> | undefined;
 
   constructor(options: LeasedStoreOptions) {
@@ -212,11 +214,14 @@ export class LeasedStore implements Store {
     if (n === 0) return undefined;
     for (let i = 0; i < n; i++) if (counters[i].lease === undefined) return undefined;
     const now = this.clock.nowMs();
+    // Reused: the call is decided synchronously, before another can start.
+    const leases = this.found;
     for (let i = 0; i < n; i++) {
       const lease = this.leaseOf(counters[i], now);
       if (lease === undefined || !this.isLive(lease, now)) return undefined;
+      leases[i] = lease;
     }
-    return this.decideLeased(counters, now, options?.countDenied === true);
+    return this.decideLeased(counters, leases, now, options?.countDenied === true);
   }
 
   decide(counters: readonly CounterRequest[], options?: DecideOptions): Promise<CounterDecision[]> {
@@ -374,13 +379,13 @@ export class LeasedStore implements Store {
   }
 
   /** Every counter leased and live: judged and charged here, all-or-nothing among themselves. */
-  private decideLeased(counters: readonly CounterRequest[], now: number, countDenied: boolean): CounterDecision[] {
+  private decideLeased(counters: readonly CounterRequest[], leases: readonly Lease[], now: number, countDenied: boolean): CounterDecision[] {
     const n = counters.length;
     const decisions = new Array<CounterDecision>(n);
     let allAllowed = true;
     for (let i = 0; i < n; i++) {
       const c = counters[i];
-      const lease = this.leaseOf(c, now)!;
+      const lease = leases[i];
       lease.lastUsedMs = now;
       lease.asked += c.hits;
       const verdict = IN_PROCESS_STATE[c.algorithm].decide(this.localOf(lease, c), lease.state, now, earlierHits(counters, decisions, i, countDenied));
@@ -389,7 +394,7 @@ export class LeasedStore implements Store {
     }
     for (let i = 0; i < n; i++) {
       const c = counters[i];
-      if (c.hits > 0 && (allAllowed || countDenied || c.countDenied === true)) this.charge(this.leaseOf(c, now)!, c, now);
+      if (c.hits > 0 && (allAllowed || countDenied || c.countDenied === true)) this.charge(leases[i], c, now);
     }
     return decisions;
   }
