@@ -28,23 +28,18 @@ const LEASED: CounterRequest = Object.freeze({
 });
 const PLAIN: CounterRequest = Object.freeze({ key: 'd_p_v', limit: 5, windowMs: 60_000, algorithm: 'fixed_window', hits: 1, burst: 5, subWindows: 1 });
 
-/** The shared counters' settlements: applied once per (ledger, member, seq); `down` fails them, `loseReplies` applies them and fails. */
-class FakeLedger implements Settlements {
+/** The memory store's settlements, with faults: `down` fails them, `loseReplies` applies them and fails. */
+class FlakyLedger implements Settlements {
   down = false;
   loseReplies = false;
   calls = 0;
-  private readonly seqs = new Map<string, number>();
-  constructor(private readonly counters: MemoryStore) {}
+  constructor(private readonly inner: Settlements) {}
 
   settle(call: SettleCall): Promise<SettleAnswer> {
     this.calls++;
     if (this.down) return Promise.reject(new StoreUnavailableError('down'));
-    const id = `${call.key}|${call.member}`;
-    const applied = call.seq > (this.seqs.get(id) ?? 0);
-    if (applied) this.seqs.set(id, call.seq);
-    const decisions = this.counters.decideNow(applied ? call.counters : call.counters.map((c) => ({ ...c, hits: 0 })), { countDenied: true });
-    if (this.loseReplies) return Promise.reject(new StoreUnavailableError('reply lost'));
-    return Promise.resolve({ decisions, applied });
+    const answer = this.inner.settle(call);
+    return this.loseReplies ? answer.then(() => Promise.reject(new StoreUnavailableError('reply lost'))) : answer;
   }
 }
 
@@ -52,7 +47,7 @@ function world(limits: Partial<LeaseLimits> = {}) {
   const clock = new FakeClock(1_000_000_000);
   const shared = new MemoryStore({ clock, maxKeys: 10_000, sweepIntervalMs: 0 });
   const exchange = new MemoryExchange({ clock });
-  const ledger = new FakeLedger(shared);
+  const ledger = new FlakyLedger(shared.settlements);
   const inner = new SwitchableStore(shared);
   const refused: number[] = [];
   const replica = (replicaId: string): LeasedStore =>
