@@ -118,8 +118,11 @@ export interface LeaseView {
 
 /** Estimated bytes of one lease beyond its key (objects, map entries, the state). */
 const LEASE_BYTES = 1_024;
-/** Demand is measured over this many sync intervals. */
-const DEMAND_INTERVALS = 2;
+/**
+ * How long the shared counter's ledger remembers this replica's last settlement: a settlement whose
+ * reply was lost is sent again until Redis answers, and is recognised as applied within this time.
+ */
+export const LEDGER_TTL_MS = 600_000;
 
 interface Lease {
   readonly id: string;
@@ -513,7 +516,7 @@ export class LeasedStore implements Store {
       member: this.replicaId,
       seq: settlement.seq,
       counters: [{ ...c, hits: settlement.hits, countDenied: true }],
-      ttlMs: Math.max(ttlMs, DEMAND_INTERVALS * this.limits.syncIntervalMs) * 4,
+      ttlMs: LEDGER_TTL_MS,
     });
     const exchanging = this.exchange.exchangeDemand({
       key: `${c.key}|lease`,
