@@ -356,6 +356,14 @@ describe('HpackDecoder on hand-built blocks', () => {
     ]);
   });
 
+  it('hands every block a list of its own: a shorter block decoded next leaves the longer list as it was', () => {
+    const decoder = decoderOf();
+    const longer = decoder.decode(hex('8286 8441 0f77 7777 2e65 7861 6d70 6c65 2e63 6f6d'))!;
+    const shorter = decoder.decode(Buffer.from([0x82]))!;
+    expect(longer).toEqual([':method', 'GET', ':scheme', 'http', ':path', '/', ':authority', 'www.example.com']);
+    expect(shorter).toEqual([':method', 'GET']);
+  });
+
   it('evicts the oldest entries when the table is full', () => {
     // Each entry is 32 + 1 + 17 = 50 octets: two fit in 100.
     const decoder = decoderOf(100);
