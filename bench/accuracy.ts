@@ -12,6 +12,7 @@ import {
   type BucketState,
   type LogEntry,
 } from '../src/limiter/algorithms';
+import { leaseAccuracyBlock, runLeaseAccuracy, type LeaseAccuracyResult } from './lease-accuracy';
 import { fmt, markdownTable, replaceBetweenMarkers } from './markdown';
 import { isoDate, repoRoot } from './paths';
 import { createRandom, type Random } from './prng';
@@ -29,6 +30,10 @@ import { barChartSvg } from './svg';
  * being counted again on every later request (two independent limiters drift apart after their first
  * different answer and would then disagree for reasons unrelated to the decision at hand). See
  * docs/performance.md for the full definitions.
+ *
+ * `make accuracy` then measures leased limits across two replicas on real processes
+ * (bench/lease-accuracy.ts; `--quick` for a short run, `--no-leases` to skip them), and writes both
+ * tables together.
  */
 
 /** One algorithm with its options, as a rule would configure it. */
@@ -555,33 +560,41 @@ interface CliOptions {
   seed: number;
   out: string;
   docs: boolean;
+  /** Run the leases across two replicas on Redis (bench/lease-accuracy.ts). */
+  leases: boolean;
+  /** Their short form: 1 s windows and short phases. */
+  quick: boolean;
 }
 
 function parseArgs(argv: readonly string[]): CliOptions {
   const root = repoRoot();
-  const o: CliOptions = { scale: 'full', seed: 20240601, out: join(root, 'bench', 'results'), docs: true };
+  const o: CliOptions = { scale: 'full', seed: 20240601, out: join(root, 'bench', 'results'), docs: true, leases: true, quick: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--tiny') o.scale = 'tiny';
     else if (a === '--seed') o.seed = Number(argv[++i]);
     else if (a === '--out') o.out = argv[++i];
     else if (a === '--no-docs') o.docs = false;
-    else throw new Error(`unknown argument ${a} (use --tiny, --seed N, --out DIR, --no-docs)`);
+    else if (a === '--quick') o.quick = true;
+    else if (a === '--no-leases') o.leases = false;
+    else throw new Error(`unknown argument ${a} (use --tiny, --quick, --no-leases, --seed N, --out DIR, --no-docs)`);
   }
   if (!Number.isInteger(o.seed)) throw new Error('--seed must be an integer');
-  if (o.scale === 'tiny') o.docs = false; // tiny runs are for smoke tests, not for the published numbers
+  // Tiny, quick and partial runs are for smoke tests, not for the published numbers.
+  if (o.scale === 'tiny' || o.quick || !o.leases) o.docs = false;
   return o;
 }
 
-function main(): void {
+async function main(): Promise<void> {
   const o = parseArgs(process.argv.slice(2));
   const started = Date.now();
   const result = runAccuracy({ scale: o.scale, seed: o.seed });
+  const leases: LeaseAccuracyResult | undefined = o.leases ? await runLeaseAccuracy({ quick: o.quick }) : undefined;
   const date = isoDate();
   mkdirSync(o.out, { recursive: true });
   const base = join(o.out, `accuracy-${date}`);
-  const table = accuracyTable(result);
-  writeFileSync(`${base}.json`, JSON.stringify({ date, durationMs: Date.now() - started, ...result }, null, 2) + '\n');
+  const table = accuracyTable(result) + (leases ? `\n\n${leaseAccuracyBlock(leases)}` : '');
+  writeFileSync(`${base}.json`, JSON.stringify({ date, durationMs: Date.now() - started, ...result, leases }, null, 2) + '\n');
   writeFileSync(`${base}.svg`, accuracySvg(result));
   writeFileSync(`${base}.md`, table + '\n');
   if (o.docs) {
@@ -592,4 +605,9 @@ function main(): void {
   process.stdout.write(`${table}\n\nwrote ${base}.json, .svg, .md in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
 }
 
-if (require.main === module) main();
+if (require.main === module) {
+  main().catch((e: unknown) => {
+    process.stderr.write(`${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    process.exit(1);
+  });
+}

@@ -50,6 +50,15 @@ const BENCH_COLUMNS = [
   'RSS MiB',
 ];
 
+/**
+ * Commands per decision: two decimals, or two significant digits below 0.1 (a leased row's few
+ * background commands per thousand calls would read 0.00).
+ */
+export function fmtPerDecision(n: number): string {
+  if (n >= 0.1 || n === 0 || !Number.isFinite(n)) return fmt(n, 2);
+  return fmt(n, Math.min(6, 1 - Math.floor(Math.log10(n))));
+}
+
 /** The throughput table: every `max` scenario, medians of the repeats. */
 export function benchTable(result: BenchResult): string {
   const rows = result.scenarios
@@ -68,8 +77,8 @@ export function benchTable(result: BenchResult): string {
         m.ratioToCeiling === undefined ? '-' : fmt(m.ratioToCeiling, 2),
         m.cpuUsPerCall === undefined ? '-' : fmt(m.cpuUsPerCall, 2),
         m.cpuRatioToCeiling === undefined ? '-' : fmt(m.cpuRatioToCeiling, 2),
-        m.redisScriptsPerDecision === undefined ? '-' : fmt(m.redisScriptsPerDecision, 2),
-        m.redisCommandsPerDecision === undefined ? '-' : fmt(m.redisCommandsPerDecision, 2),
+        m.redisScriptsPerDecision === undefined ? '-' : fmtPerDecision(m.redisScriptsPerDecision),
+        m.redisCommandsPerDecision === undefined ? '-' : fmtPerDecision(m.redisCommandsPerDecision),
         m.luaCommandsPerCounter === undefined ? '-' : fmt(m.luaCommandsPerCounter, 3),
         m.scriptUsPerCounter === undefined ? '-' : fmt(m.scriptUsPerCounter, 2),
         fmt(m.cpuCores * 100),

@@ -14,10 +14,22 @@ import { encodeRateLimitRequest, type BenchDescriptor } from './rls-codec';
  */
 export type Transport = 'grpc-js' | 'http2' | 'node-http2';
 export type Backend = 'memory' | 'redis';
-export type Workload = 'one' | 'five' | 'five-fw' | 'five-sl' | 'five-tb' | 'five-lb' | 'keys10k' | 'attack' | 'bucket';
+export type Workload = 'one' | 'five' | 'five-fw' | 'five-sl' | 'five-tb' | 'five-lb' | 'keys10k' | 'attack' | 'bucket' | 'one-lease' | 'five-lease';
 
 /** Every workload, in the order their request files are written. */
-export const WORKLOADS: readonly Workload[] = ['one', 'five', 'five-fw', 'five-sl', 'five-tb', 'five-lb', 'keys10k', 'attack', 'bucket'];
+export const WORKLOADS: readonly Workload[] = [
+  'one',
+  'five',
+  'five-fw',
+  'five-sl',
+  'five-tb',
+  'five-lb',
+  'keys10k',
+  'attack',
+  'bucket',
+  'one-lease',
+  'five-lease',
+];
 
 /**
  * The five-descriptor workloads by algorithm (`five` is the default sliding window): the same five
@@ -30,6 +42,12 @@ const FIVE_BY_ALGORITHM = {
   'five-lb': { prefix: 'lb_', rule: 'algorithm: leaky_bucket, burst: 1000000000', text: 'leaky bucket' },
 } as const;
 
+/**
+ * The leased workloads (`lease: true`): the one- and five-descriptor calls on rules of the same
+ * limits and windows (sliding window), whose keys start with this prefix.
+ */
+const LEASE_PREFIX = 'ls_';
+
 /** The five descriptors' keys, values and units (their windows differ, as a real route's rules do). */
 const FIVE: readonly (readonly [key: string, value: string, unit: string])[] = [
   ['client', 'c1', 'second'],
@@ -41,8 +59,20 @@ const FIVE: readonly (readonly [key: string, value: string, unit: string])[] = [
 
 /** A workload that sends the five descriptors, whatever their algorithm. */
 export function isFive(w: Workload): boolean {
-  return w === 'five' || w in FIVE_BY_ALGORITHM;
+  return w === 'five' || w === 'five-lease' || w in FIVE_BY_ALGORITHM;
 }
+
+/** A workload on `lease: true` rules: decided in each process once its lease has synced (see LEASE_WARMUP_S). */
+export function isLeased(w: Workload): boolean {
+  return w === 'one-lease' || w === 'five-lease';
+}
+
+/**
+ * The shortest warm-up of a leased scenario, seconds: a lease decides in process only after its
+ * first background sync (LEASE_SYNC_INTERVAL, 250 ms), and each worker holds its own; until then
+ * its calls go to Redis. Four sync intervals, whatever `--warmup` says.
+ */
+export const LEASE_WARMUP_S = 1;
 
 export interface ScenarioSpec {
   /** Unique; `--only` matches it. Shape: `<target>[@<rate>-<conns>c]/<generator>`. */
@@ -104,7 +134,9 @@ ${Object.values(FIVE_BY_ALGORITHM)
   .flatMap(({ prefix, rule }) =>
     FIVE.map(([key, , unit]) => `  - key: ${prefix}${key}\n    rate_limit: {unit: ${unit}, requests_per_unit: 1000000000, ${rule}}\n`),
   )
-  .join('')}`;
+  .join(
+    '',
+  )}${FIVE.map(([key, , unit]) => `  - key: ${LEASE_PREFIX}${key}\n    rate_limit: {unit: ${unit}, requests_per_unit: 1000000000, lease: true}\n`).join('')}`;
 
 const d = (key: string, value: string): BenchDescriptor => ({ entries: [[key, value]] });
 
@@ -134,13 +166,15 @@ export function attackMixBodies(): { attacker: Buffer; normal: Buffer } {
 export function workloadBodies(w: Workload): { bodies: Buffer[]; descriptors: number } {
   switch (w) {
     case 'one':
-      return { bodies: [encodeRateLimitRequest(DOMAIN, [d('client', 'c1')])], descriptors: 1 };
+    case 'one-lease':
+      return { bodies: [encodeRateLimitRequest(DOMAIN, [d(w === 'one' ? 'client' : `${LEASE_PREFIX}client`, 'c1')])], descriptors: 1 };
     case 'five':
+    case 'five-lease':
     case 'five-fw':
     case 'five-sl':
     case 'five-tb':
     case 'five-lb': {
-      const prefix = w === 'five' ? '' : FIVE_BY_ALGORITHM[w].prefix;
+      const prefix = w === 'five' ? '' : w === 'five-lease' ? LEASE_PREFIX : FIVE_BY_ALGORITHM[w].prefix;
       return {
         bodies: [
           encodeRateLimitRequest(
@@ -174,6 +208,8 @@ const WORKLOAD_LABEL: Record<Workload, string> = {
   keys10k: '10k-keys',
   attack: 'attack-90pct',
   bucket: '1-token-bucket',
+  'one-lease': '1-descriptor-lease',
+  'five-lease': '5-descriptors-lease',
 };
 const WORKLOAD_TEXT: Record<Workload, string> = {
   one: 'one descriptor, one key',
@@ -185,6 +221,8 @@ const WORKLOAD_TEXT: Record<Workload, string> = {
   keys10k: '10,000 distinct keys in turn',
   attack: '90% of calls on keys already over their limit, 10% normal',
   bucket: 'one descriptor, one key, on a token-bucket rule',
+  'one-lease': 'one descriptor, one key, on a `lease: true` rule (decided in each process against its part of the limit)',
+  'five-lease': 'five descriptors per call on `lease: true` rules (decided in each process against its part of each limit)',
 };
 
 const MIX_TEXT =
@@ -203,7 +241,7 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
   // A ceiling runs as many processes as the service it bounds: `-w2` in its name when more than one.
   const noop = (transport: Transport, requested: Workload, generator: GeneratorName, workers: number): string => {
     // A no-op server does not read the rule: one descriptor is one descriptor, whatever its algorithm.
-    const workload = requested === 'bucket' ? 'one' : isFive(requested) ? 'five' : requested;
+    const workload = requested === 'bucket' || requested === 'one-lease' ? 'one' : isFive(requested) ? 'five' : requested;
     const name = `noop-${transport}${workers > 1 ? `-w${workers}` : ''}${workload === 'one' ? '' : '-' + WORKLOAD_LABEL[workload]}/${generator}`;
     if (specs.some((s) => s.name === name)) return name;
     const procs = workers > 1 ? `, ${workers} processes` : '';
@@ -270,6 +308,7 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
     // and a fixed-rate run low enough to hold on a busy machine.
     svc('memory', 'one', p);
     svc('redis', 'one', p);
+    svc('redis', 'one-lease', p);
     svc('memory', 'attack', v);
     if (attackGenerator !== v) svc('memory', 'attack', attackGenerator);
     if (v !== 'grpc-js-load') svc('redis', 'attack', 'grpc-js-load', { ceiling: false });
@@ -288,6 +327,9 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
       svc(backend, w, p);
     }
   }
+  // Leases change nothing on the memory store: only Redis has rows of them.
+  svc('redis', 'one-lease', p);
+  svc('redis', 'five-lease', p);
   svc('redis', 'one', p, { transport: 'grpc-js' });
   svc('memory', 'keys10k', v);
   svc('redis', 'keys10k', v);

@@ -169,11 +169,13 @@ export interface ServiceOptions {
   readonly probeFrame: Buffer;
   /** Extra environment (tiny runs raise STORE_TIMEOUT_MS). */
   readonly env?: Readonly<Record<string, string>>;
+  /** WORKERS; the service's default for its store when absent (what `make bench` measures). */
+  readonly workers?: number;
 }
 
 /**
- * Starts the service as shipped (`node dist/src/main.js`, default WORKERS: one per core with Redis)
- * and resolves once every worker listens and a call is answered OK.
+ * Starts the service as shipped (`node dist/src/main.js`, default WORKERS: one per core with Redis,
+ * unless told otherwise) and resolves once every worker listens and a call is answered OK.
  */
 export async function startService(opts: ServiceOptions): Promise<Target> {
   const main = join(repoRoot(__dirname), 'dist', 'src', 'main.js');
@@ -200,7 +202,8 @@ export async function startService(opts: ServiceOptions): Promise<Target> {
   };
   if (opts.backend === 'redis') env.REDIS_URL = `redis://127.0.0.1:${opts.redisPort}`;
   // The service's own default (src/settings/settings.ts): the benchmark measures what ships.
-  const workers = defaultWorkers(opts.backend);
+  const workers = opts.workers ?? defaultWorkers(opts.backend);
+  if (opts.workers !== undefined) env.WORKERS = String(opts.workers);
   const child = spawnTracked(process.execPath, [main], { env });
   // info-level logs: each worker logs this once it listens.
   const listening = countLines(child, '"gRPC listening"');

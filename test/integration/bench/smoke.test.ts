@@ -124,6 +124,17 @@ describe('benchmark harness in tiny mode', () => {
     expect(scenario(`memory-1-descriptor/${primary}`).summary!.redisCommandsPerDecision).toBeUndefined();
   });
 
+  it('decides leased counters in process once synced: Redis sees only their background settlements', () => {
+    const plain = scenario(`redis-1-descriptor/${primary}`).summary!;
+    const leased = scenario(`redis-1-descriptor-lease/${primary}`).summary!;
+    expect(leased.errors).toBe(0);
+    expect(leased.decisionsPerS).toBeGreaterThan(10);
+    expect(leased.redisCommandsPerDecision).toBeLessThan(plain.redisCommandsPerDecision!);
+    // One lease per worker, each a settlement and a demand exchange every 250 ms: a few hundred
+    // commands a second with the service's other background work, whatever the call rate.
+    expect(leased.redisCommandsPerDecision! * leased.decisionsPerS).toBeLessThan(2000);
+  });
+
   it('sees most attack calls answered OVER_LIMIT with both node generators, without errors', () => {
     for (const name of ['memory-attack-90pct/http2-load', 'redis-attack-90pct/grpc-js-load']) {
       const s = scenario(name);
