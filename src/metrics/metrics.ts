@@ -336,45 +336,26 @@ export class Metrics {
       registers,
     });
     const quota = (): QuotaSource | undefined => this.quota;
-    new Gauge({
-      name: 'ratelimit_service_rlqs_streams',
-      help: 'Open quota streams (RLQS) on this process.',
+    scrapedGauge(registers, 'ratelimit_service_rlqs_streams', 'Open quota streams (RLQS) on this process.', () => quota()?.streamCount ?? 0);
+    scrapedGauge(
       registers,
-      collect() {
-        this.set(quota()?.streamCount ?? 0);
-      },
-    });
-    new Gauge({
-      name: 'ratelimit_service_rlqs_memory_bytes',
-      help: 'Estimated bytes the quota streams (RLQS) of this process hold (RLQS_MAX_MEMORY_BYTES bounds it).',
-      registers,
-      collect() {
-        this.set(quota()?.bytes ?? 0);
-      },
-    });
+      'ratelimit_service_rlqs_memory_bytes',
+      'Estimated bytes the quota streams (RLQS) of this process hold (RLQS_MAX_MEMORY_BYTES bounds it).',
+      () => quota()?.bytes ?? 0,
+    );
     // One pass over the budgets per scrape (O(budgets), whatever the streams), shared by the four gauges.
-    let totals: { readonly at: number; readonly rules: readonly QuotaRuleTotals[] } | undefined;
-    const ruleTotals = (): readonly QuotaRuleTotals[] => {
-      const now = performance.now();
-      if (totals === undefined || now - totals.at > 100) totals = { at: now, rules: quota()?.ruleTotals() ?? [] };
-      return totals.rules;
-    };
-    const perRule = (name: string, help: string, value: (r: QuotaRuleTotals) => number): void => {
-      new Gauge({
-        name: `ratelimit_service_rlqs_${name}`,
-        help,
-        labelNames: RULE_LABELS,
-        registers,
-        collect() {
-          this.reset();
-          for (const r of ruleTotals()) this.set({ domain: r.domain, descriptor: r.statKey }, value(r));
-        },
-      });
-    };
-    perRule('proxies', 'Quota proxies sharing a rule, on every replica.', (r) => r.proxies);
-    perRule('demand', 'Requests per second the proxies of a rule ask for (known demands, every replica).', (r) => r.demand);
-    perRule('assigned', "Requests per second assigned to this process's proxies of a rule.", (r) => r.assigned);
-    perRule('overshoot', 'Requests per window the proxies of a rule admitted above its limit (every replica).', (r) => r.overshoot);
+    perRuleGauges<QuotaRuleTotals>(
+      registers,
+      'ratelimit_service_rlqs_',
+      () => quota()?.ruleTotals() ?? [],
+      (r) => r.statKey,
+      [
+        ['proxies', 'Quota proxies sharing a rule, on every replica.', (r) => r.proxies],
+        ['demand', 'Requests per second the proxies of a rule ask for (known demands, every replica).', (r) => r.demand],
+        ['assigned', "Requests per second assigned to this process's proxies of a rule.", (r) => r.assigned],
+        ['overshoot', 'Requests per window the proxies of a rule admitted above its limit (every replica).', (r) => r.overshoot],
+      ],
+    );
 
     this.leaseSettled = new Counter({
       name: 'ratelimit_service_lease_settled_hits_total',
@@ -393,47 +374,24 @@ export class Metrics {
       registers,
     });
     const leases = (): LeaseSource | undefined => this.leases;
-    new Gauge({
-      name: 'ratelimit_service_leases',
-      help: 'Leased counters this process holds a part of.',
+    scrapedGauge(registers, 'ratelimit_service_leases', 'Leased counters this process holds a part of.', () => leases()?.size ?? 0);
+    scrapedGauge(
       registers,
-      collect() {
-        this.set(leases()?.size ?? 0);
-      },
-    });
-    new Gauge({
-      name: 'ratelimit_service_lease_memory_bytes',
-      help: 'Estimated bytes the leases of this process hold (LEASE_MAX_BYTES bounds it).',
-      registers,
-      collect() {
-        this.set(leases()?.bytes ?? 0);
-      },
-    });
-    let leaseTotals: { readonly at: number; readonly rules: readonly LeaseRuleTotals[] } | undefined;
-    const maxSeries = this.maxSeries;
-    const leaseRules = (): readonly LeaseRuleTotals[] => {
-      const now = performance.now();
-      if (leaseTotals === undefined || now - leaseTotals.at > 100) leaseTotals = { at: now, rules: leaseRuleTotals(leases(), maxSeries) };
-      return leaseTotals.rules;
-    };
-    const perLeaseRule = (name: string, help: string, value: (r: LeaseRuleTotals) => number): void => {
-      new Gauge({
-        name: `ratelimit_service_lease_${name}`,
-        help,
-        labelNames: RULE_LABELS,
-        registers,
-        collect() {
-          this.reset();
-          for (const r of leaseRules()) this.set({ domain: r.domain, descriptor: r.descriptor }, value(r));
-        },
-      });
-    };
-    perLeaseRule(
-      'share',
-      "Hits per second of a leased rule's limits that this process may admit (its parts, summed over the rule's counters).",
-      (r) => r.share,
+      'ratelimit_service_lease_memory_bytes',
+      'Estimated bytes the leases of this process hold (LEASE_MAX_BYTES bounds it).',
+      () => leases()?.bytes ?? 0,
     );
-    perLeaseRule('demand', 'Hits per second asked of a leased rule on this process (admitted or not, measured at the last syncs).', (r) => r.demand);
+    const maxSeries = this.maxSeries;
+    perRuleGauges<LeaseRuleTotals>(
+      registers,
+      'ratelimit_service_lease_',
+      () => leaseRuleTotals(leases(), maxSeries),
+      (r) => r.descriptor,
+      [
+        ['share', "Hits per second of a leased rule's limits that this process may admit (its parts, summed over the rule's counters).", (r) => r.share],
+        ['demand', 'Hits per second asked of a leased rule on this process (admitted or not, measured at the last syncs).', (r) => r.demand],
+      ],
+    );
 
     const drops = options.statsdDrops;
     if (drops !== undefined) {
@@ -796,4 +754,47 @@ function leaseRuleTotals(source: LeaseSource | undefined, maxSeries: number): Le
     if (Number.isFinite(l.demand)) t.demand += l.demand;
   }
   return [...byRule.values()];
+}
+
+/** A gauge set at each scrape to `value()`. */
+function scrapedGauge(registers: Registry[], name: string, help: string, value: () => number): void {
+  new Gauge({
+    name,
+    help,
+    registers,
+    collect() {
+      this.set(value());
+    },
+  });
+}
+
+/**
+ * Gauges per rule (`<prefix><name>{domain,descriptor}`), all read from one pass over `rows()` at a
+ * scrape: the rows are kept 100 ms, so the gauges of one scrape share them.
+ */
+function perRuleGauges<T extends { readonly domain: string }>(
+  registers: Registry[],
+  prefix: string,
+  rows: () => readonly T[],
+  descriptorOf: (row: T) => string,
+  gauges: readonly (readonly [name: string, help: string, value: (row: T) => number])[],
+): void {
+  let kept: { readonly at: number; readonly rows: readonly T[] } | undefined;
+  const current = (): readonly T[] => {
+    const now = performance.now();
+    if (kept === undefined || now - kept.at > 100) kept = { at: now, rows: rows() };
+    return kept.rows;
+  };
+  for (const [name, help, value] of gauges) {
+    new Gauge({
+      name: `${prefix}${name}`,
+      help,
+      labelNames: RULE_LABELS,
+      registers,
+      collect() {
+        this.reset();
+        for (const r of current()) this.set({ domain: r.domain, descriptor: descriptorOf(r) }, value(r));
+      },
+    });
+  }
 }

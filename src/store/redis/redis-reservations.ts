@@ -1,7 +1,7 @@
 import { DEFAULT_RESERVATION_TTL_MS, DEFAULT_RESERVATIONS_PER_KEY } from '../../limiter/reservations';
-import { StoreUnavailableError, type CounterDecision, type CounterRequest, type HoldAnswer, type HoldCall, type Reservations } from '../../limiter/store';
+import type { CounterDecision, HoldAnswer, HoldCall, Reservations } from '../../limiter/store';
 import { RESERVE_OUTCOMES } from './reserve-script';
-import { counterProblem, counterSpec } from './script';
+import { callBeside, counterArguments, type BesideCallOptions } from './beside-call';
 
 /**
  * The Redis store's reservations: one RESERVE script call (./reserve-script.ts) per reservation
@@ -9,17 +9,9 @@ import { counterProblem, counterSpec } from './script';
  * slot of the descriptor's counters: on a Cluster the book and the counters are decided together.
  */
 
-export interface RedisReservationsOptions {
-  /** Sends RESERVE: [numkeys, ...keys, ...argv]. */
-  readonly call: (args: (string | number)[]) => Promise<unknown>;
-  /** A counter's Redis key (the store's keyOf). */
-  readonly keyOf: (c: CounterRequest) => string;
+export interface RedisReservationsOptions extends BesideCallOptions {
   /** `<prefix>{`: a book's key is this, its descriptor's tag, and `}|holds`. */
   readonly tagOpen: string;
-  /** Deadline of one call, ms. */
-  readonly timeoutMs: number;
-  /** A failed call, for metrics and the health probe; returns the error to reject with. */
-  readonly failed: (err: unknown) => Error;
   readonly ttlMs?: number;
   /** Entries (holds and remembered commits) of one book, at most (RESERVATIONS_MAX_PER_KEY). */
   readonly maxPerKey?: number;
@@ -38,34 +30,11 @@ export class RedisReservations implements Reservations {
 
   hold(call: HoldCall): Promise<HoldAnswer> {
     const { counters } = call;
-    const keys: string[] = [];
-    const specs: string[] = [];
-    for (const c of counters) {
-      const problem = counterProblem(c);
-      if (problem !== undefined) return Promise.reject(new Error(`counter ${JSON.stringify(c.key)}: ${problem}`));
-      keys.push(this.options.keyOf(c));
-      specs.push(counterSpec(c.hits === 0 ? c : { ...c, hits: 0 }));
-    }
-    keys.push(`${this.options.tagOpen}${call.key}}|holds`);
-    const args = [keys.length, ...keys, KIND_CODE[call.kind], call.id, call.hits, this.ttlMs, this.maxPerKey, call.maxHeld ?? -1, ...specs];
-    const deadlineMs = this.options.timeoutMs;
-    return new Promise<HoldAnswer>((resolve, reject) => {
-      const timer = setTimeout(() => reject(this.options.failed(new StoreUnavailableError(`redis did not answer within ${deadlineMs} ms`))), deadlineMs);
-      this.options.call(args).then(
-        (reply) => {
-          clearTimeout(timer);
-          try {
-            resolve(readReply(reply, counters.length + (call.maxHeld === undefined ? 0 : 1)));
-          } catch (err) {
-            reject(this.options.failed(err));
-          }
-        },
-        (err: unknown) => {
-          clearTimeout(timer);
-          reject(this.options.failed(err));
-        },
-      );
-    });
+    const parts = counterArguments(counters, this.options.keyOf, (c) => (c.hits === 0 ? c : { ...c, hits: 0 }));
+    if (parts instanceof Error) return Promise.reject(parts);
+    const keys = [...parts.keys, `${this.options.tagOpen}${call.key}}|holds`];
+    const args = [keys.length, ...keys, KIND_CODE[call.kind], call.id, call.hits, this.ttlMs, this.maxPerKey, call.maxHeld ?? -1, ...parts.specs];
+    return callBeside(this.options, args, (reply) => readReply(reply, counters.length + (call.maxHeld === undefined ? 0 : 1)));
   }
 }
 

@@ -1,13 +1,5 @@
-import {
-  settleCallProblem,
-  StoreUnavailableError,
-  type CounterDecision,
-  type CounterRequest,
-  type SettleAnswer,
-  type SettleCall,
-  type Settlements,
-} from '../../limiter/store';
-import { counterProblem, counterSpec } from './script';
+import { settleCallProblem, type CounterDecision, type SettleAnswer, type SettleCall, type Settlements } from '../../limiter/store';
+import { callBeside, counterArguments, type BesideCallOptions } from './beside-call';
 
 /**
  * The Redis store's settlements: one SETTLE script call (./settle-script.ts) per settlement,
@@ -16,17 +8,9 @@ import { counterProblem, counterSpec } from './script';
  * decided together.
  */
 
-export interface RedisSettlementsOptions {
-  /** Sends SETTLE: [numkeys, ...keys, ...argv]. */
-  readonly call: (args: (string | number)[]) => Promise<unknown>;
-  /** A counter's Redis key (the store's keyOf). */
-  readonly keyOf: (c: CounterRequest) => string;
+export interface RedisSettlementsOptions extends BesideCallOptions {
   /** `<prefix>{`: a ledger's key is this, its counters' tag, and `}|settled`. */
   readonly tagOpen: string;
-  /** Deadline of one call, ms. */
-  readonly timeoutMs: number;
-  /** A failed call, for metrics and the health probe; returns the error to reject with. */
-  readonly failed: (err: unknown) => Error;
 }
 
 export class RedisSettlements implements Settlements {
@@ -36,34 +20,10 @@ export class RedisSettlements implements Settlements {
     const problem = settleCallProblem(call);
     if (problem !== undefined) return Promise.reject(new Error(problem));
     const { counters } = call;
-    const keys: string[] = [];
-    const specs: string[] = [];
-    for (const c of counters) {
-      const counter = counterProblem(c);
-      if (counter !== undefined) return Promise.reject(new Error(`counter ${JSON.stringify(c.key)}: ${counter}`));
-      keys.push(this.options.keyOf(c));
-      specs.push(counterSpec(c));
-    }
-    keys.push(`${this.options.tagOpen}${call.key}}|settled`);
-    const args = [keys.length, ...keys, call.member, call.seq, call.ttlMs, ...specs];
-    const deadlineMs = this.options.timeoutMs;
-    return new Promise<SettleAnswer>((resolve, reject) => {
-      const timer = setTimeout(() => reject(this.options.failed(new StoreUnavailableError(`redis did not answer within ${deadlineMs} ms`))), deadlineMs);
-      this.options.call(args).then(
-        (reply) => {
-          clearTimeout(timer);
-          try {
-            resolve(readReply(reply, counters.length));
-          } catch (err) {
-            reject(this.options.failed(err));
-          }
-        },
-        (err: unknown) => {
-          clearTimeout(timer);
-          reject(this.options.failed(err));
-        },
-      );
-    });
+    const parts = counterArguments(counters, this.options.keyOf);
+    if (parts instanceof Error) return Promise.reject(parts);
+    const keys = [...parts.keys, `${this.options.tagOpen}${call.key}}|settled`];
+    return callBeside(this.options, [keys.length, ...keys, call.member, call.seq, call.ttlMs, ...parts.specs], (reply) => readReply(reply, counters.length));
   }
 }
 

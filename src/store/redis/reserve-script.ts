@@ -1,4 +1,4 @@
-import { DECIDE_SCRIPT } from './script';
+import { DECIDE_BESIDE } from './script';
 
 /** The name under which the store defines RESERVE_SCRIPT on its client (numkeys is passed per call). */
 export const RESERVE_COMMAND = 'slidegate_reserve';
@@ -38,11 +38,7 @@ export const RESERVE_OUTCOMES = ['held', 'denied', 'full', 'again', 'committed',
  * Both keys live TTL from the last write (no entry outlives that); an empty book is deleted. A
  * counter DECIDE fails on fails the call (an error reply), nothing of it written.
  */
-export const RESERVE_SCRIPT = `
-local function decide(KEYS, ARGV)
-${DECIDE_SCRIPT}
-end
-
+export const RESERVE_SCRIPT = `${DECIDE_BESIDE}
 local n = #KEYS - 1
 local book = KEYS[n + 1]
 local lapses = book .. ':x'
@@ -53,39 +49,14 @@ local function fmt(x) return string.format('%d', x) end
 local counterKeys = {}
 for i = 1, n do counterKeys[i] = KEYS[i] end
 
--- DECIDE on the counters (flag '1': charged whatever the outcome), each spec's hits set to h;
--- returns {remaining, reset} per counter, remaining -1 when denied.
+-- DECIDE on the counters (flag '1': charged whatever the outcome), with hits h when h > 0 (the specs carry 0).
+local specs = {}
+for i = 1, n do specs[i] = ARGV[6 + i] end
 local function run(flag, h)
-  local argv = {flag, tostring(n)}
-  for i = 1, n do
-    local spec = ARGV[6 + i]
-    if h > 0 then
-      local head, tail = string.match(spec, '^(%a+:%d+:%d+:%-?%d+:)%d+(.*)$')
-      spec = head .. string.format('%d', h) .. tail
-    end
-    argv[2 + i] = spec
-  end
-  local out = {}
-  if n == 0 then return out end
-  local reply = decide(counterKeys, argv)
-  local j = 0
-  for f in string.gmatch(reply .. ',', '([^,]*),') do
-    j = j + 1
-    local m = j % 3
-    if m == 1 then
-      local r = tonumber(f)
-      if r == -2 then return redis.error_reply('a counter of this reservation could not be read or written') end
-      out[#out + 1] = r
-    elseif m == 2 then
-      out[#out + 1] = tonumber(f)
-    end
-  end
-  return out
+  local hits = nil
+  if h > 0 then hits = h end
+  return decided(counterKeys, flag, specs, hits, 'reservation')
 end
-
-if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- Lapsed entries: their holds leave the count and the sum.
 local lapsed, freed = 0, 0

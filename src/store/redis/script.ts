@@ -826,3 +826,49 @@ for i = 1, #KEYS do
 end
 return done
 `;
+
+/**
+ * The opening of a script that decides counters beside a structure of its own (RESERVE, SETTLE):
+ * `decide`, DECIDE_SCRIPT as a local function; `decided(keys, flag, specs, hits, what)`, DECIDE on
+ * `keys` with the counter specs `specs` (each one's hits field set to `hits` unless it is nil),
+ * charged whatever the outcome when `flag` is '1', returning {remaining, resetMs} per counter in one
+ * flat list (remaining -1 when denied), or an error reply naming `what` when a counter could not be
+ * read or written; and `now`, Redis's time in ms (the script then replicates its effects).
+ */
+export const DECIDE_BESIDE = `
+local function decide(KEYS, ARGV)
+${DECIDE_SCRIPT}
+end
+
+local function decided(keys, flag, specs, hits, what)
+  local argv = {flag, tostring(#keys)}
+  for i = 1, #keys do
+    local spec = specs[i]
+    if hits ~= nil then
+      local head, tail = string.match(spec, '^(%a+:%d+:%d+:%-?%d+:)%d+(.*)$')
+      spec = head .. string.format('%d', hits) .. tail
+    end
+    argv[2 + i] = spec
+  end
+  local out = {}
+  if #keys == 0 then return out end
+  local reply = decide(keys, argv)
+  local j = 0
+  for f in string.gmatch(reply .. ',', '([^,]*),') do
+    j = j + 1
+    local m = j % 3
+    if m == 1 then
+      local r = tonumber(f)
+      if r == -2 then return redis.error_reply('a counter of this ' .. what .. ' could not be read or written') end
+      out[#out + 1] = r
+    elseif m == 2 then
+      out[#out + 1] = tonumber(f)
+    end
+  end
+  return out
+end
+
+if redis.replicate_commands then redis.replicate_commands() end
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+`;

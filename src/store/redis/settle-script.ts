@@ -1,5 +1,5 @@
 import { MAX_SETTLE_MEMBERS } from '../../limiter/store';
-import { DECIDE_SCRIPT } from './script';
+import { DECIDE_BESIDE } from './script';
 
 /** The name under which the store defines SETTLE_SCRIPT on its client (numkeys is passed per call). */
 export const SETTLE_COMMAND = 'slidegate_settle';
@@ -29,21 +29,13 @@ export const SETTLE_COMMAND = 'slidegate_settle';
  * the ledger is written: nothing of it recorded, so its resend is charged (at worst twice where a
  * write failure left other counters charged: over-counting, never under-counting).
  */
-export const SETTLE_SCRIPT = `
-local function decide(KEYS, ARGV)
-${DECIDE_SCRIPT}
-end
-
+export const SETTLE_SCRIPT = `${DECIDE_BESIDE}
 local n = #KEYS - 1
 local ledger = KEYS[n + 1]
 local member, seq, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local cap = ${MAX_SETTLE_MEMBERS}
 local counterKeys = {}
 for i = 1, n do counterKeys[i] = KEYS[i] end
-
-if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- The seq of a field value while it has not lapsed; nil for a lapsed or unreadable one.
 local function liveSeq(v)
@@ -58,32 +50,14 @@ local last = liveSeq(entry)
 local applied = last == nil or seq > last
 
 -- DECIDE on the counters: charged whatever the outcome ('1'), or checked with hits 0.
-local argv = {'0', tostring(n)}
-if applied then argv[1] = '1' end
-for i = 1, n do
-  local spec = ARGV[3 + i]
-  if not applied then
-    local head, tail = string.match(spec, '^(%a+:%d+:%d+:%-?%d+:)%d+(.*)$')
-    spec = head .. '0' .. tail
-  end
-  argv[2 + i] = spec
-end
+local specs = {}
+for i = 1, n do specs[i] = ARGV[3 + i] end
+local flag, hits = '1', nil
+if not applied then flag, hits = '0', 0 end
+local judged = decided(counterKeys, flag, specs, hits, 'settlement')
+if judged.err then return judged end
 local out = {0}
-if n > 0 then
-  local reply = decide(counterKeys, argv)
-  local j = 0
-  for f in string.gmatch(reply .. ',', '([^,]*),') do
-    j = j + 1
-    local m = j % 3
-    if m == 1 then
-      local r = tonumber(f)
-      if r == -2 then return redis.error_reply('a counter of this settlement could not be read or written') end
-      out[#out + 1] = r
-    elseif m == 2 then
-      out[#out + 1] = tonumber(f)
-    end
-  end
-end
+for i = 1, #judged do out[i + 1] = judged[i] end
 if not applied then return out end
 out[1] = 1
 

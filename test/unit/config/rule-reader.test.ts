@@ -536,17 +536,20 @@ describe('several limits on one rule (rate_limits)', () => {
   });
 });
 
+/** The message of the ConfigError `load` throws (failing when it loads). */
+function rejection(load: () => unknown): string {
+  try {
+    load();
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return (err as Error).message;
+  }
+  throw new Error('expected the file to be rejected');
+}
+
 describe('in-flight limits (concurrency)', () => {
   const load = (rules: string): ReturnType<typeof parseConfigText> => parseConfigText('flight.yaml', `domain: d\ndescriptors:\n${rules}`, opts);
-  const errorOf = (rules: string): string => {
-    try {
-      load(rules);
-    } catch (err) {
-      expect(err).toBeInstanceOf(ConfigError);
-      return (err as Error).message;
-    }
-    throw new Error('expected the file to be rejected');
-  };
+  const errorOf = (rules: string): string => rejection(() => load(rules));
 
   test('a rule of `concurrency: N` alone, or among the limits of rate_limits', () => {
     const config = load(
@@ -595,15 +598,7 @@ describe('in-flight limits (concurrency)', () => {
 
 describe('leased limits (lease: true)', () => {
   const load = (rules: string): ReturnType<typeof parseConfigText> => parseConfigText('lease.yaml', `domain: d\ndescriptors:\n${rules}`, opts);
-  const errorOf = (rules: string): string => {
-    try {
-      load(rules);
-    } catch (err) {
-      expect(err).toBeInstanceOf(ConfigError);
-      return (err as Error).message;
-    }
-    throw new Error('expected the file to be rejected');
-  };
+  const errorOf = (rules: string): string => rejection(() => load(rules));
 
   test.each(['sliding_window', 'fixed_window', 'token_bucket', 'leaky_bucket'])('%s may be leased, alone or in rate_limits', (algorithm) => {
     const config = load(
