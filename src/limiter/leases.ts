@@ -212,8 +212,10 @@ export class LeasedStore implements Store {
     if (n === 0) return undefined;
     for (let i = 0; i < n; i++) if (counters[i].lease === undefined) return undefined;
     const now = this.clock.nowMs();
+    // Leases are only looked up here: a counter without one goes on to decide(), which opens it
+    // (or counts the refusal) once per call, though the limiter asks decideNow() first.
     for (let i = 0; i < n; i++) {
-      const lease = this.leaseOf(counters[i], now);
+      const lease = this.heldLease(counters[i]);
       if (lease === undefined || !this.isLive(lease, now)) return undefined;
     }
     return this.decideLeased(counters, now, options?.countDenied === true);
@@ -297,17 +299,21 @@ export class LeasedStore implements Store {
 
   /* ---------- deciding ---------- */
 
+  /** The counter's lease if it has one; none is opened. */
+  private heldLease(c: CounterRequest): Lease | undefined {
+    const lease = this.byCounter.get(c);
+    if (lease !== undefined && !lease.dropped) return lease;
+    const held = this.leases.get(counterIdentity(c));
+    if (held !== undefined) this.byCounter.set(c, held);
+    return held;
+  }
+
   /** The counter's lease (made when there is room), or undefined. */
   private leaseOf(c: CounterRequest, now: number): Lease | undefined {
-    let lease = this.byCounter.get(c);
-    if (lease !== undefined && !lease.dropped) return lease;
-    const id = counterIdentity(c);
-    lease = this.leases.get(id);
-    if (lease === undefined) {
-      lease = this.open(id, c, now);
-      if (lease === undefined) return undefined;
-    }
-    this.byCounter.set(c, lease);
+    const held = this.heldLease(c);
+    if (held !== undefined) return held;
+    const lease = this.open(counterIdentity(c), c, now);
+    if (lease !== undefined) this.byCounter.set(c, lease);
     return lease;
   }
 

@@ -272,6 +272,20 @@ describe('LeasedStore', () => {
     expect(await usedOf(w.shared, other)).toBe(0);
   });
 
+  test('a counter refused a lease is counted once per call, as the limiter asks (decideNow, then decide)', async () => {
+    const w = world({ maxLeases: 1 });
+    const a = w.replica('a');
+    const keyed = (k: string): CounterRequest => ({ ...LEASED, key: k });
+    await a.decide([keyed('x')]);
+    expect(w.refused).toEqual([]);
+    for (let i = 1; i <= 3; i++) {
+      expect(a.decideNow([keyed('y')])).toBeUndefined();
+      expect((await a.decide([keyed('y')]))[0].allowed).toBe(true);
+      expect(w.refused).toHaveLength(i);
+    }
+    expect(await usedOf(w.shared, keyed('y'))).toBe(3);
+  });
+
   test('leases are bounded: a counter past maxLeases is decided by the store, and an idle lease leaves', async () => {
     const w = world({ maxLeases: 2 });
     const a = w.replica('a');
