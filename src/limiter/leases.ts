@@ -29,8 +29,9 @@ import type { Clock } from './types';
  *   replicas' (ReplicaExchange, one entry per replica living `ttlMs`);
  * - the limit is divided among the replicas by demand, as quota shares are (./quota-share.ts: a
  *   replica asking less than an even part gets what it asks and headroom, the busy ones the rest,
- *   the parts add up to the limit), and this replica's part is also held under what the counter
- *   says the others use (their settled hits and any calls on the counter that are not leased).
+ *   the parts add up to the limit; a rising demand counts from the next sync, once the others have
+ *   seen it: see divide()), and this replica's part is also held under what the counter says the
+ *   others use (their settled hits and any calls on the counter that are not leased).
  *
  * A part is a fraction f of the counter: the local counter has limit floor(f x limit) (and a
  * bucket's capacity floor(f x burst)). Under steady demand the parts add up to the limit, and a
@@ -148,6 +149,11 @@ interface Lease {
   askedSinceMs: number;
   askedBeforeMs: number;
   demand: number;
+  /**
+   * The demand of the last exchange that went through: what the other replicas divided by since
+   * (each syncs once an interval). Infinity until one has.
+   */
+  seenDemand: number;
   pending: number;
   /** A settlement sent and not yet acknowledged: sent again as it is, so that it is applied once. */
   unsettled: { readonly seq: number; readonly hits: number } | undefined;
@@ -340,6 +346,7 @@ export class LeasedStore implements Store {
       askedSinceMs: now,
       askedBeforeMs: now,
       demand: Infinity,
+      seenDemand: Infinity,
       pending: 0,
       unsettled: undefined,
       settled: 0,
@@ -487,6 +494,7 @@ export class LeasedStore implements Store {
     lease.asked = 0;
     lease.askedSinceMs = now;
     const ttlMs = this.limits.ttlMs;
+    const seenDemand = lease.seenDemand;
     const settling = this.ledger.settle({
       key: c.tag ?? c.key,
       member: this.replicaId,
@@ -504,6 +512,7 @@ export class LeasedStore implements Store {
       if (exchanged.status === 'fulfilled') {
         lease.others = exchanged.value.filter((d) => d.member !== this.replicaId);
         lease.othersAtMs = now;
+        lease.seenDemand = lease.demand;
       } else {
         this.observer.onStoreError?.(exchanged.reason);
         if (now - lease.othersAtMs > ttlMs) lease.others = [];
@@ -519,21 +528,29 @@ export class LeasedStore implements Store {
         const { domain, statKey } = markedRule(lease.rule);
         this.observer.onSettled(domain, statKey, settlement.hits);
       }
-      this.divide(lease, settled.value, ownUsed, now);
+      this.divide(lease, settled.value, ownUsed, seenDemand, now);
     });
     return lease.syncing;
   }
 
-  /** The part from the division by demand, capped by what the counter says the others use; renewed for ttlMs. */
-  private divide(lease: Lease, answer: SettleAnswer, ownUsed: number, now: number): void {
+  /**
+   * The part from the division by demand, capped by what the counter says the others use; renewed
+   * for ttlMs. Divided by the smaller part of two demands of this replica: the one just measured,
+   * and the one the others have seen (and divided by) since the last exchange. The others hold the
+   * parts they took from the latter until their next sync, and the hits they admit meanwhile are
+   * not in the counter yet: a part taken from a higher demand alone could add up with theirs to
+   * more than the limit, by as much as the others' whole parts when every replica gets busy at once.
+   * So a part grows one sync after the demand (once the others have made room), and shrinks at once.
+   */
+  private divide(lease: Lease, answer: SettleAnswer, ownUsed: number, seenDemand: number, now: number): void {
     const c = lease.counter;
     const capacity = c.burst ?? c.limit;
     const decision = answer.decisions[0];
     const used = decision.allowed ? capacity - decision.remaining : capacity;
     const othersUsed = Math.max(0, used - ownUsed);
     const perSecond = c.limit / (c.windowMs / 1000);
-    const demands = [lease.demand, ...lease.others.map((o) => o.demand)];
-    const share = divideCapacity(perSecond, demands)[0];
+    const others = lease.others.map((o) => o.demand);
+    const share = Math.min(divideCapacity(perSecond, [lease.demand, ...others])[0], divideCapacity(perSecond, [seenDemand, ...others])[0]);
     const byDemand = perSecond > 0 ? share / perSecond : 0;
     const byUsage = capacity > 0 ? Math.max(0, capacity - othersUsed) / capacity : 0;
     const fraction = Math.max(0, Math.min(1, byDemand, byUsage));
