@@ -40,9 +40,10 @@ import type { Clock } from './types';
  * others' usage keeps the sum within the limit plus what the others admitted since their last
  * settlement (one sync interval of their rate).
  *
- * A counter without a live lease (not yet synced once, or without news from the store for `ttlMs`)
- * is decided by the wrapped store, as any other: exact, and under the failure policy when the store
- * is down. What was admitted here stays pending until the store takes it.
+ * A counter without a live lease (a new one: its first sync publishes its demand, its second takes
+ * a part, once the others have seen it; or one without news from the store for `ttlMs`) is decided
+ * by the wrapped store, as any other: exact, and under the failure policy when the store is down.
+ * What was admitted here stays pending until the store takes it.
  *
  * A call mixing leased and other counters stays all-or-nothing: the leased ones are judged here
  * first (nothing charged), the others decided by the store only if those admit (else only checked),
@@ -151,9 +152,9 @@ interface Lease {
   demand: number;
   /**
    * The demand of the last exchange that went through: what the other replicas divided by since
-   * (each syncs once an interval). Infinity until one has.
+   * (each syncs once an interval). Undefined until one has: they divided without this replica.
    */
-  seenDemand: number;
+  seenDemand: number | undefined;
   pending: number;
   /** A settlement sent and not yet acknowledged: sent again as it is, so that it is applied once. */
   unsettled: { readonly seq: number; readonly hits: number } | undefined;
@@ -346,7 +347,7 @@ export class LeasedStore implements Store {
       askedSinceMs: now,
       askedBeforeMs: now,
       demand: Infinity,
-      seenDemand: Infinity,
+      seenDemand: undefined,
       pending: 0,
       unsettled: undefined,
       settled: 0,
@@ -358,7 +359,7 @@ export class LeasedStore implements Store {
     };
     this.leases.set(id, lease);
     this.usedBytes += bytes;
-    // The first sync makes it live; until then its calls go to the store.
+    // The first sync publishes its demand, the second makes it live; until then its calls go to the store.
     void this.sync(lease, now);
     return lease;
   }
@@ -542,7 +543,11 @@ export class LeasedStore implements Store {
    * more than the limit, by as much as the others' whole parts when every replica gets busy at once.
    * So a part grows one sync after the demand (once the others have made room), and shrinks at once.
    */
-  private divide(lease: Lease, answer: SettleAnswer, ownUsed: number, seenDemand: number, now: number): void {
+  private divide(lease: Lease, answer: SettleAnswer, ownUsed: number, seenDemand: number | undefined, now: number): void {
+    // Not seen by the others yet (a new lease): they divided the whole limit among themselves, and
+    // its calls stay with the store until the next sync. A part taken now, beside theirs, could
+    // add up to twice the limit when a new counter gets busy on several replicas at once.
+    if (seenDemand === undefined) return;
     const c = lease.counter;
     const capacity = c.burst ?? c.limit;
     const decision = answer.decisions[0];
