@@ -29,8 +29,9 @@ import type { Clock } from './types';
  *   replicas' (ReplicaExchange, one entry per replica living `ttlMs`);
  * - the limit is divided among the replicas by demand, as quota shares are (./quota-share.ts: a
  *   replica asking less than an even part gets what it asks and headroom, the busy ones the rest,
- *   the parts add up to the limit), and this replica's part is also held under what the counter
- *   says the others use (their settled hits and any calls on the counter that are not leased).
+ *   the parts add up to the limit; a rising demand counts from the next sync, once the others have
+ *   seen it: see divide()), and this replica's part is also held under what the counter says the
+ *   others use (their settled hits and any calls on the counter that are not leased).
  *
  * A part is a fraction f of the counter: the local counter has limit floor(f x limit) (and a
  * bucket's capacity floor(f x burst)). Under steady demand the parts add up to the limit, and a
@@ -39,9 +40,10 @@ import type { Clock } from './types';
  * others' usage keeps the sum within the limit plus what the others admitted since their last
  * settlement (one sync interval of their rate).
  *
- * A counter without a live lease (not yet synced once, or without news from the store for `ttlMs`)
- * is decided by the wrapped store, as any other: exact, and under the failure policy when the store
- * is down. What was admitted here stays pending until the store takes it.
+ * A counter without a live lease (a new one: its first sync publishes its demand, its second takes
+ * a part, once the others have seen it; or one without news from the store for `ttlMs`) is decided
+ * by the wrapped store, as any other: exact, and under the failure policy when the store is down.
+ * What was admitted here stays pending until the store takes it.
  *
  * A call mixing leased and other counters stays all-or-nothing: the leased ones are judged here
  * first (nothing charged), the others decided by the store only if those admit (else only checked),
@@ -151,6 +153,11 @@ interface Lease {
   askedSinceMs: number;
   askedBeforeMs: number;
   demand: number;
+  /**
+   * The demand of the last exchange that went through: what the other replicas divided by since
+   * (each syncs once an interval). Undefined until one has: they divided without this replica.
+   */
+  seenDemand: number | undefined;
   pending: number;
   /** A settlement sent and not yet acknowledged: sent again as it is, so that it is applied once. */
   unsettled: { readonly seq: number; readonly hits: number } | undefined;
@@ -217,10 +224,12 @@ export class LeasedStore implements Store {
     if (n === 0) return undefined;
     for (let i = 0; i < n; i++) if (counters[i].lease === undefined) return undefined;
     const now = this.clock.nowMs();
-    // Reused: the call is decided synchronously, before another can start.
+    // Leases are only looked up here: a counter without one goes on to decide(), which opens it
+    // (or counts the refusal) once per call, though the limiter asks decideNow() first. The list
+    // is reused: the call is decided synchronously, before another can start.
     const leases = this.found;
     for (let i = 0; i < n; i++) {
-      const lease = this.leaseOf(counters[i], now);
+      const lease = this.heldLease(counters[i]);
       if (lease === undefined || !this.isLive(lease, now)) return undefined;
       leases[i] = lease;
     }
@@ -305,17 +314,21 @@ export class LeasedStore implements Store {
 
   /* ---------- deciding ---------- */
 
+  /** The counter's lease if it has one; none is opened. */
+  private heldLease(c: CounterRequest): Lease | undefined {
+    const lease = this.byCounter.get(c);
+    if (lease !== undefined && !lease.dropped) return lease;
+    const held = this.leases.get(counterIdentity(c));
+    if (held !== undefined) this.byCounter.set(c, held);
+    return held;
+  }
+
   /** The counter's lease (made when there is room), or undefined. */
   private leaseOf(c: CounterRequest, now: number): Lease | undefined {
-    let lease = this.byCounter.get(c);
-    if (lease !== undefined && !lease.dropped) return lease;
-    const id = counterIdentity(c);
-    lease = this.leases.get(id);
-    if (lease === undefined) {
-      lease = this.open(id, c, now);
-      if (lease === undefined) return undefined;
-    }
-    this.byCounter.set(c, lease);
+    const held = this.heldLease(c);
+    if (held !== undefined) return held;
+    const lease = this.open(counterIdentity(c), c, now);
+    if (lease !== undefined) this.byCounter.set(c, lease);
     return lease;
   }
 
@@ -342,6 +355,7 @@ export class LeasedStore implements Store {
       askedSinceMs: now,
       askedBeforeMs: now,
       demand: Infinity,
+      seenDemand: undefined,
       pending: 0,
       unsettled: undefined,
       settled: 0,
@@ -353,7 +367,7 @@ export class LeasedStore implements Store {
     };
     this.leases.set(id, lease);
     this.usedBytes += bytes;
-    // The first sync makes it live; until then its calls go to the store.
+    // The first sync publishes its demand, the second makes it live; until then its calls go to the store.
     void this.sync(lease, now);
     return lease;
   }
@@ -465,7 +479,7 @@ export class LeasedStore implements Store {
       for (let j = 0; j < there.length; j++) {
         const c = asked[j];
         if (c.lease === undefined || c.hits === 0 || !(storeAdmitted || countDenied || c.countDenied === true)) continue;
-        const lease = this.leaseOf(c, now);
+        const lease = this.heldLease(c);
         if (lease !== undefined) this.record(lease, c, now);
       }
     }
@@ -473,7 +487,7 @@ export class LeasedStore implements Store {
     for (const i of here) {
       const c = counters[i];
       if (c.hits > 0 && (admitted || countDenied || c.countDenied === true)) {
-        const lease = this.leaseOf(c, after);
+        const lease = this.heldLease(c);
         if (lease !== undefined) this.charge(lease, c, after);
       }
     }
@@ -511,6 +525,7 @@ export class LeasedStore implements Store {
     lease.asked = 0;
     lease.askedSinceMs = now;
     const ttlMs = this.limits.ttlMs;
+    const seenDemand = lease.seenDemand;
     const settling = this.ledger.settle({
       key: c.tag ?? c.key,
       member: this.replicaId,
@@ -528,6 +543,7 @@ export class LeasedStore implements Store {
       if (exchanged.status === 'fulfilled') {
         lease.others = exchanged.value.filter((d) => d.member !== this.replicaId);
         lease.othersAtMs = now;
+        lease.seenDemand = lease.demand;
       } else {
         this.observer.onStoreError?.(exchanged.reason);
         if (now - lease.othersAtMs > ttlMs) lease.others = [];
@@ -543,21 +559,33 @@ export class LeasedStore implements Store {
         const { domain, statKey } = markedRule(lease.rule);
         this.observer.onSettled(domain, statKey, settlement.hits);
       }
-      this.divide(lease, settled.value, ownUsed, now);
+      this.divide(lease, settled.value, ownUsed, seenDemand, now);
     });
     return lease.syncing;
   }
 
-  /** The part from the division by demand, capped by what the counter says the others use; renewed for ttlMs. */
-  private divide(lease: Lease, answer: SettleAnswer, ownUsed: number, now: number): void {
+  /**
+   * The part from the division by demand, capped by what the counter says the others use; renewed
+   * for ttlMs. Divided by the smaller part of two demands of this replica: the one just measured,
+   * and the one the others have seen (and divided by) since the last exchange. The others hold the
+   * parts they took from the latter until their next sync, and the hits they admit meanwhile are
+   * not in the counter yet: a part taken from a higher demand alone could add up with theirs to
+   * more than the limit, by as much as the others' whole parts when every replica gets busy at once.
+   * So a part grows one sync after the demand (once the others have made room), and shrinks at once.
+   */
+  private divide(lease: Lease, answer: SettleAnswer, ownUsed: number, seenDemand: number | undefined, now: number): void {
+    // Not seen by the others yet (a new lease): they divided the whole limit among themselves, and
+    // its calls stay with the store until the next sync. A part taken now, beside theirs, could
+    // add up to twice the limit when a new counter gets busy on several replicas at once.
+    if (seenDemand === undefined) return;
     const c = lease.counter;
     const capacity = c.burst ?? c.limit;
     const decision = answer.decisions[0];
     const used = decision.allowed ? capacity - decision.remaining : capacity;
     const othersUsed = Math.max(0, used - ownUsed);
     const perSecond = c.limit / (c.windowMs / 1000);
-    const demands = [lease.demand, ...lease.others.map((o) => o.demand)];
-    const share = divideCapacity(perSecond, demands)[0];
+    const others = lease.others.map((o) => o.demand);
+    const share = Math.min(divideCapacity(perSecond, [lease.demand, ...others])[0], divideCapacity(perSecond, [seenDemand, ...others])[0]);
     const byDemand = perSecond > 0 ? share / perSecond : 0;
     const byUsage = capacity > 0 ? Math.max(0, capacity - othersUsed) / capacity : 0;
     const fraction = Math.max(0, Math.min(1, byDemand, byUsage));
