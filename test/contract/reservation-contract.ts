@@ -6,6 +6,7 @@ import type { HoldKind } from '../../src/limiter/reservations';
 import type { Descriptor, RateLimitRequest } from '../../src/limiter/types';
 import { requireBefore, untilUnstretched } from '../helpers/deadline';
 import { LIMITER_DEFAULTS } from '../helpers/limiter-defaults';
+import type { TimeCase } from './time-cases';
 
 /**
  * Reservations on each store (part of the store contract, see ./store-contract.ts): holds decided
@@ -54,7 +55,8 @@ function call(kind: HoldKind, key: string, id: string, hits: number, counters: r
 
 const allowed = (a: HoldAnswer): boolean => a.decisions.every((d) => d.allowed);
 
-export function describeReservationContract(harness: () => ReservationHarness): void {
+/** Registers the reservation cases inside a store's contract suite (`overTime` registers a case that waits for real time). */
+export function describeReservationContract(harness: () => ReservationHarness, overTime: TimeCase): void {
   describe('reservations', () => {
     const hold = (store: Store, c: HoldCall): Promise<HoldAnswer> => store.reservations!.hold(c);
 
@@ -122,7 +124,7 @@ export function describeReservationContract(harness: () => ReservationHarness): 
       expect(await hold(h.store, call('reserve', key, 'next', 1, counters))).toMatchObject({ outcome: 'denied', held: 0 });
     });
 
-    it('releases a hold without a charge, and lets an uncommitted one lapse after the TTL', async () => {
+    overTime('releases a hold without a charge, and lets an uncommitted one lapse after the TTL', async () => {
       const h = harness();
       const key = freshKey('lapse');
       const counters = [budget(key, 100, DAY)];
