@@ -339,7 +339,9 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
   // the mix samples again before each run.
   const sampleMix = async (port: number, f: WorkloadFiles): Promise<AnswerSizes> => {
     await probeAnswers(port, f.mix!.attacker.frame, { timeoutMs: 10_000, samples: 0, alive: () => true });
-    return { attacker: await sample(port, f.mix!.attacker.frame), normal: await sample(port, f.mix!.normal.frame) };
+    // Two keys, sampled side by side: each sample spreads its calls over a second, mostly waiting.
+    const [attacker, normal] = await Promise.all([sample(port, f.mix!.attacker.frame), sample(port, f.mix!.normal.frame)]);
+    return { attacker, normal };
   };
   /** Starts (or reuses) the scenario's target, learns its answer sizes and warms it up. */
   const prepare = async (s: ScenarioSpec): Promise<Prepared> => {
@@ -385,13 +387,15 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
    */
   const measureTogether = async (group: readonly ScenarioSpec[]): Promise<void> => {
     const ready: Prepared[] = [];
-    for (const s of group) {
-      try {
-        ready.push(await prepare(s));
-      } catch (e) {
-        failed(s, message(e));
-      }
-    }
+    // Without a warm-up, preparing is starting processes and sampling answers (mostly waiting): the
+    // scenarios of a group prepare side by side. A warm-up drives load, so each has the machine alone.
+    const prepared: PromiseSettledResult<Prepared>[] = [];
+    if (opts.warmupS > 0) for (const s of group) prepared.push(...(await Promise.allSettled([prepare(s)])));
+    else prepared.push(...(await Promise.allSettled(group.map(prepare))));
+    prepared.forEach((p, i) => {
+      if (p.status === 'fulfilled') ready.push(p.value);
+      else failed(group[i], message(p.reason));
+    });
     const mixed = ready.filter((p) => p.spec.generator === 'h2load-mix' && p.error === undefined);
     if (mixed.length > 0) {
       try {
