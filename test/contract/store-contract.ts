@@ -68,10 +68,11 @@ const MODES: readonly (readonly [string, Algorithm, CounterShape])[] = [
 
 export interface ContractOptions {
   /**
-   * Whether the cases that wait for real time to pass (window roll-overs, TTLs) run; default true. A
-   * deployment whose counters live on the same redis-server, decided by the same script at its own
-   * `TIME`, as one that runs them (Sentinel's master is a single Redis) leaves them out: they would
-   * wait out the same windows again, and its own part, the connection, is in every other case.
+   * Whether the cases that wait for real time to pass (window roll-overs, TTLs) run; default true.
+   * Redis decides them in its script, at the `TIME` of the server that holds the key: a deployment
+   * other than a single Redis (Sentinel's master is one; a Cluster's key lives on one node) would
+   * wait out the same windows again in the same script. What it adds, the connection and (Cluster)
+   * calls split across slots and refunded, is in every other case.
    */
   readonly timePassing?: boolean;
 }
