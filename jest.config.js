@@ -14,6 +14,8 @@ module.exports = {
   // compute: half again as many workers as cores, three on two (jest's default is one fewer than the
   // cores). A number, as jest reads a percentage over 100 as a count of workers.
   maxWorkers: Math.ceil(1.5 * os.availableParallelism()),
+  // Without cached timings, the files that wait on real time start before the quick unit files.
+  testSequencer: '<rootDir>/jest.sequencer.js',
   // With --coverage (as `make test` runs it): a report of src/, and a floor for the core. Integration
   // tests drive dist/ in child processes, so only in-process tests count here.
   collectCoverageFrom: ['src/**/*.ts', '!src/**/*.generated.ts'],

@@ -19,6 +19,7 @@ import {
   CONFIG_YAML,
   isLeased,
   LEASE_WARMUP_S,
+  defaultWorkers,
   scenarioPlan,
   workloadBodies,
   WORKLOADS,
@@ -333,6 +334,8 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
   };
 
   const answerSizes = new Map<string, AnswerSizes>();
+  const sizesKey = (s: Pick<ScenarioSpec, 'target' | 'transport' | 'backend' | 'workers' | 'workload' | 'generator'>): string =>
+    `${s.target}:${s.transport}:${s.backend ?? ''}:${s.workers}:${s.workload}:${s.generator}`;
   const sample = (port: number, frame: Buffer): Promise<SizeRange> =>
     probeAnswers(port, frame, { timeoutMs: 10_000, samples: SIZE_SAMPLES, spreadMs: 1000, alive: () => true });
   // One call first puts the attacker key over its limit, so the sizes sampled next (and every call
@@ -341,14 +344,16 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
   // the mix samples again before each run.
   const sampleMix = async (port: number, f: WorkloadFiles): Promise<AnswerSizes> => {
     await probeAnswers(port, f.mix!.attacker.frame, { timeoutMs: 10_000, samples: 0, alive: () => true });
-    return { attacker: await sample(port, f.mix!.attacker.frame), normal: await sample(port, f.mix!.normal.frame) };
+    // Two keys, sampled side by side: each sample spreads its calls over a second, mostly waiting.
+    const [attacker, normal] = await Promise.all([sample(port, f.mix!.attacker.frame), sample(port, f.mix!.normal.frame)]);
+    return { attacker, normal };
   };
   /** Starts (or reuses) the scenario's target, learns its answer sizes and warms it up. */
   const prepare = async (s: ScenarioSpec): Promise<Prepared> => {
     const f = files.get(s.workload)!;
     const target = await getTarget(s);
     const r = s.backend === 'redis' ? await getRedis() : undefined;
-    const key = `${s.target}:${s.transport}:${s.backend ?? ''}:${s.workers}:${s.workload}:${s.generator}`;
+    const key = sizesKey(s);
     let sizes = answerSizes.get(key) ?? {};
     if (s.generator === 'h2load' && !sizes.first) sizes = { first: await sample(target.port, f.firstFrame) };
     if (s.generator === 'h2load-mix' && !sizes.attacker) sizes = await sampleMix(target.port, f);
@@ -388,13 +393,15 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
    */
   const measureTogether = async (group: readonly ScenarioSpec[]): Promise<void> => {
     const ready: Prepared[] = [];
-    for (const s of group) {
-      try {
-        ready.push(await prepare(s));
-      } catch (e) {
-        failed(s, message(e));
-      }
-    }
+    // Without a warm-up, preparing is starting processes and sampling answers (mostly waiting): the
+    // scenarios of a group prepare side by side. A warm-up drives load, so each has the machine alone.
+    const prepared: PromiseSettledResult<Prepared>[] = [];
+    if (opts.warmupS > 0) for (const s of group) prepared.push(...(await Promise.allSettled([prepare(s)])));
+    else prepared.push(...(await Promise.allSettled(group.map(prepare))));
+    prepared.forEach((p, i) => {
+      if (p.status === 'fulfilled') ready.push(p.value);
+      else failed(group[i], message(p.reason));
+    });
     const mixed = ready.filter((p) => p.spec.generator === 'h2load-mix' && p.error === undefined);
     if (mixed.length > 0) {
       try {
@@ -441,12 +448,20 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
     const start = (env: Readonly<Record<string, string>>): Promise<Target> =>
       startService({ backend: 'redis', transport: 'http2', configDir, redisPort: r.port, probeFrame, env: { ...serviceEnv, ...env } });
     const one = files.get('one')!;
-    const probe = await start({});
+    // The sizes of an OK answer to that call, as a scenario on the same service sampled them (a full
+    // or tiny run has one), else from a service started for it.
+    const sampled = answerSizes.get(
+      sizesKey({ target: 'service', transport: 'http2', backend: 'redis', workers: defaultWorkers('redis'), workload: 'one', generator: 'h2load' }),
+    )?.first;
     let okBytes: SizeRange;
-    try {
-      okBytes = await sample(probe.port, one.firstFrame);
-    } finally {
-      await probe.stop();
+    if (sampled !== undefined) okBytes = sampled;
+    else {
+      const probe = await start({});
+      try {
+        okBytes = await sample(probe.port, one.firstFrame);
+      } finally {
+        await probe.stop();
+      }
     }
     const shipped = loadSettings({}).warmUpCalls;
     return measureColdStart({
@@ -537,7 +552,8 @@ function parseArgs(argv: readonly string[]): BenchOptions {
   const o: BenchOptions = {
     tiny,
     repeats: repeats ?? (tiny ? 1 : 3),
-    durationS: durationS ?? (tiny ? 1.5 : 8),
+    // Tiny runs check the harness, not the numbers: 1 s gives every scenario thousands of calls.
+    durationS: durationS ?? (tiny ? 1 : 8),
     warmupS: warmupS ?? (tiny ? 0 : 2),
     // Tiny runs share the machine with other tests: a rate every machine holds.
     rate: rate ?? (tiny ? 1000 : 8000),

@@ -5,6 +5,7 @@ import type { Store } from '../../src/limiter/store';
 import { ALGORITHMS, type DescriptorStatus, type RateLimitRequest } from '../../src/limiter/types';
 import { requireBefore, untilUnstretched } from '../helpers/deadline';
 import { LIMITER_DEFAULTS } from '../helpers/limiter-defaults';
+import type { TimeCase } from './time-cases';
 
 /**
  * Budgets decided by the limiter on each store (part of the store contract, see ./store-contract.ts):
@@ -47,54 +48,57 @@ const ask = (domain: string, ...descriptors: [string, string, number?][]): RateL
 /** Code, deciding limit's name, and for a denial whether its wait is the minute's (over one 2 s window). */
 const verdict = (s: DescriptorStatus): [string, string | undefined] => [s.code, s.currentLimit?.name];
 
-/** Registers the budget cases inside a store's contract suite. */
-export function describeBudgetContract(harness: () => BudgetHarness, lineUp: LineUp): void {
+/** Registers the budget cases inside a store's contract suite (`overTime` registers a case that waits for real time). */
+export function describeBudgetContract(harness: () => BudgetHarness, lineUp: LineUp, overTime: TimeCase): void {
   describe('budgets through the limiter', () => {
-    it('admits exactly 5 on 3 per 2 s and 5 per minute, every algorithm: the first denial names the 3, the last the 5, and a denial charges nothing', () =>
-      untilUnstretched(async () => {
-        const h = harness();
-        const now = (): number => h.nowMs?.() ?? Date.now();
-        const domain = freshDomain('several');
-        const rules = ALGORITHMS.map(
-          (algorithm) =>
-            `  - key: user_${algorithm}\n    rate_limits:\n` +
-            `      - {name: short, unit: second, unit_multiplier: 2, requests_per_unit: 3, algorithm: ${algorithm}}\n` +
-            `      - {name: minute, unit: minute, requests_per_unit: 5, algorithm: sliding_log}\n`,
-        ).join('');
-        const limiter = limiterFor(h.store, domain, `${rules}  - key: other\n    rate_limit: {unit: day, requests_per_unit: 100}\n`);
-        const call = (algorithm: string): Promise<DescriptorStatus> =>
-          limiter.shouldRateLimit(ask(domain, [`user_${algorithm}`, 'u'], ['other', algorithm])).then((r) => r.statuses[0]);
+    overTime(
+      'admits exactly 5 on 3 per 2 s and 5 per minute, every algorithm: the first denial names the 3, the last the 5, and a denial charges nothing',
+      () =>
+        untilUnstretched(async () => {
+          const h = harness();
+          const now = (): number => h.nowMs?.() ?? Date.now();
+          const domain = freshDomain('several');
+          const rules = ALGORITHMS.map(
+            (algorithm) =>
+              `  - key: user_${algorithm}\n    rate_limits:\n` +
+              `      - {name: short, unit: second, unit_multiplier: 2, requests_per_unit: 3, algorithm: ${algorithm}}\n` +
+              `      - {name: minute, unit: minute, requests_per_unit: 5, algorithm: sliding_log}\n`,
+          ).join('');
+          const limiter = limiterFor(h.store, domain, `${rules}  - key: other\n    rate_limit: {unit: day, requests_per_unit: 100}\n`);
+          const call = (algorithm: string): Promise<DescriptorStatus> =>
+            limiter.shouldRateLimit(ask(domain, [`user_${algorithm}`, 'u'], ['other', algorithm])).then((r) => r.statuses[0]);
 
-        // Four requests inside one 2 s window (and within 600 ms: a bucket of 3 per 2 s gains one every
-        // 667 ms), then three once two windows have passed.
-        const end = await lineUp('fixed_window', 2_000, 1_200);
-        const sent = now();
-        const first = await Promise.all(ALGORITHMS.map(async (a) => [await call(a), await call(a), await call(a), await call(a)]));
-        requireBefore(Math.min(end, sent + 600), now(), 'the first four calls of every algorithm');
-        await h.advance(4_200);
-        const second = await Promise.all(ALGORITHMS.map(async (a) => [await call(a), await call(a), await call(a)]));
+          // Four requests inside one 2 s window (and within 600 ms: a bucket of 3 per 2 s gains one every
+          // 667 ms), then three once two windows have passed.
+          const end = await lineUp('fixed_window', 2_000, 1_200);
+          const sent = now();
+          const first = await Promise.all(ALGORITHMS.map(async (a) => [await call(a), await call(a), await call(a), await call(a)]));
+          requireBefore(Math.min(end, sent + 600), now(), 'the first four calls of every algorithm');
+          await h.advance(4_200);
+          const second = await Promise.all(ALGORITHMS.map(async (a) => [await call(a), await call(a), await call(a)]));
 
-        ALGORITHMS.forEach((algorithm, i) => {
-          const statuses = [...first[i], ...second[i]];
-          expect({ algorithm, verdicts: statuses.map(verdict) }).toEqual({
-            algorithm,
-            verdicts: [
-              ['OK', 'short'],
-              ['OK', 'short'],
-              ['OK', 'short'],
-              ['OVER_LIMIT', 'short'],
-              ['OK', 'minute'],
-              ['OK', 'minute'],
-              ['OVER_LIMIT', 'minute'],
-            ],
+          ALGORITHMS.forEach((algorithm, i) => {
+            const statuses = [...first[i], ...second[i]];
+            expect({ algorithm, verdicts: statuses.map(verdict) }).toEqual({
+              algorithm,
+              verdicts: [
+                ['OK', 'short'],
+                ['OK', 'short'],
+                ['OK', 'short'],
+                ['OVER_LIMIT', 'short'],
+                ['OK', 'minute'],
+                ['OK', 'minute'],
+                ['OVER_LIMIT', 'minute'],
+              ],
+            });
+            expect(statuses[3].durationUntilResetMs).toBeLessThanOrEqual(2_001);
+            expect(statuses[6].durationUntilResetMs).toBeGreaterThan(50_000);
           });
-          expect(statuses[3].durationUntilResetMs).toBeLessThanOrEqual(2_001);
-          expect(statuses[6].durationUntilResetMs).toBeGreaterThan(50_000);
-        });
-        // The other descriptor was charged by the 5 admitted requests only.
-        const others = await Promise.all(ALGORITHMS.map((a) => limiter.shouldRateLimit(ask(domain, ['other', a, 0]))));
-        expect(others.map((r) => r.statuses[0].limitRemaining)).toEqual(ALGORITHMS.map(() => 95));
-      }));
+          // The other descriptor was charged by the 5 admitted requests only.
+          const others = await Promise.all(ALGORITHMS.map((a) => limiter.shouldRateLimit(ask(domain, ['other', a, 0]))));
+          expect(others.map((r) => r.statuses[0].limitRemaining)).toEqual(ALGORITHMS.map(() => 95));
+        }),
+    );
 
     it('records a post-paid 1,000 per minute budget charged 700 then 500 at 1,200, and denies the next check', async () => {
       const h = harness();

@@ -4,7 +4,9 @@ import { RateLimiter } from '../../src/limiter/rate-limiter';
 import type { CounterRequest, HoldAnswer, HoldCall, Store } from '../../src/limiter/store';
 import type { HoldKind } from '../../src/limiter/reservations';
 import type { Descriptor, RateLimitRequest } from '../../src/limiter/types';
+import { requireBefore, untilUnstretched } from '../helpers/deadline';
 import { LIMITER_DEFAULTS } from '../helpers/limiter-defaults';
+import type { TimeCase } from './time-cases';
 
 /**
  * Reservations on each store (part of the store contract, see ./store-contract.ts): holds decided
@@ -53,7 +55,8 @@ function call(kind: HoldKind, key: string, id: string, hits: number, counters: r
 
 const allowed = (a: HoldAnswer): boolean => a.decisions.every((d) => d.allowed);
 
-export function describeReservationContract(harness: () => ReservationHarness): void {
+/** Registers the reservation cases inside a store's contract suite (`overTime` registers a case that waits for real time). */
+export function describeReservationContract(harness: () => ReservationHarness, overTime: TimeCase): void {
   describe('reservations', () => {
     const hold = (store: Store, c: HoldCall): Promise<HoldAnswer> => store.reservations!.hold(c);
 
@@ -121,7 +124,7 @@ export function describeReservationContract(harness: () => ReservationHarness): 
       expect(await hold(h.store, call('reserve', key, 'next', 1, counters))).toMatchObject({ outcome: 'denied', held: 0 });
     });
 
-    it('releases a hold without a charge, and lets an uncommitted one lapse after the TTL', async () => {
+    overTime('releases a hold without a charge, and lets an uncommitted one lapse after the TTL', async () => {
       const h = harness();
       const key = freshKey('lapse');
       const counters = [budget(key, 100, DAY)];
@@ -230,28 +233,37 @@ export function describeReservationContract(harness: () => ReservationHarness): 
         };
         return { domain, hitsAddend: 0, descriptors: [d] };
       };
-      /** Waits, on a real clock, until at least `room` ms are left in the current minute. */
-      const inOneMinute = async (h: ReservationHarness, room: number): Promise<void> => {
+      /**
+       * Waits, on a real clock, until at least `room` ms are left in the current minute; resolves with
+       * the minute's end (store clock).
+       */
+      const inOneMinute = async (h: ReservationHarness, room: number): Promise<number> => {
         const left = MINUTE - (h.nowMs() % MINUTE);
         if (left < room) await h.advance(left + 20);
+        return h.nowMs() - (h.nowMs() % MINUTE) + MINUTE;
       };
 
-      it('admits 10 of 50 concurrent reserves of 100 against 1,000 per minute across two replicas; commits of 30 on the other free the rest', async () => {
-        const h = harness();
-        const domain = freshKey('llm').replace(/\|/g, '-');
-        const [a, b] = limiters(h, domain);
-        await inOneMinute(h, 10_000);
-        const answers = await Promise.all(
-          Array.from({ length: 50 }, (_, i) => (i % 2 ? a : b).shouldRateLimit(ask(domain, 'api_key', 'alice', 'reserve', `r${i}`, 100))),
-        );
-        const admitted = answers.flatMap((r, i) => (r.overallCode === 'OK' ? [i] : []));
-        expect(admitted).toHaveLength(10);
-        const commits = await Promise.all(admitted.map((i) => (i % 2 ? b : a).shouldRateLimit(ask(domain, 'api_key', 'alice', 'commit', `r${i}`, 30))));
-        expect(commits.map((r) => r.overallCode)).toEqual(admitted.map(() => 'OK'));
-        expect(Math.min(...commits.map((r) => r.statuses[0].limitRemaining))).toBe(700);
-        const again = await Promise.all(Array.from({ length: 10 }, (_, i) => a.shouldRateLimit(ask(domain, 'api_key', 'alice', 'reserve', `s${i}`, 100))));
-        expect(again.filter((r) => r.overallCode === 'OK')).toHaveLength(7);
-      });
+      it('admits 10 of 50 concurrent reserves of 100 against 1,000 per minute across two replicas; commits of 30 on the other free the rest', () =>
+        untilUnstretched(async () => {
+          const h = harness();
+          const domain = freshKey('llm').replace(/\|/g, '-');
+          const [a, b] = limiters(h, domain);
+          // The per-minute limit is a sliding window: every step must end inside one minute.
+          const end = await inOneMinute(h, 3_000);
+          const answers = await Promise.all(
+            Array.from({ length: 50 }, (_, i) => (i % 2 ? a : b).shouldRateLimit(ask(domain, 'api_key', 'alice', 'reserve', `r${i}`, 100))),
+          );
+          requireBefore(end, h.nowMs(), 'the 50 reserves');
+          const admitted = answers.flatMap((r, i) => (r.overallCode === 'OK' ? [i] : []));
+          expect(admitted).toHaveLength(10);
+          const commits = await Promise.all(admitted.map((i) => (i % 2 ? b : a).shouldRateLimit(ask(domain, 'api_key', 'alice', 'commit', `r${i}`, 30))));
+          requireBefore(end, h.nowMs(), 'the commits');
+          expect(commits.map((r) => r.overallCode)).toEqual(admitted.map(() => 'OK'));
+          expect(Math.min(...commits.map((r) => r.statuses[0].limitRemaining))).toBe(700);
+          const again = await Promise.all(Array.from({ length: 10 }, (_, i) => a.shouldRateLimit(ask(domain, 'api_key', 'alice', 'reserve', `s${i}`, 100))));
+          requireBefore(end, h.nowMs(), 'the reserves after the commits');
+          expect(again.filter((r) => r.overallCode === 'OK')).toHaveLength(7);
+        }));
 
       it('holds 5 in flight across two replicas', async () => {
         const h = harness();

@@ -185,6 +185,9 @@ function tempDir(label: string): string {
   return mkdtempSync(join(tmpdir(), `slidegate-${label}-`));
 }
 
+/** The hash slots of a Redis Cluster. */
+const SLOTS = 16_384;
+
 const BASE_ARGS = ['--bind', HOST, '--save', '', '--appendonly', 'no', '--protected-mode', 'no'];
 
 /** A single Redis. */
@@ -233,7 +236,9 @@ export async function startSentinel(options: { sentinels?: number; downAfterMs?:
   const masterName = options.masterName ?? 'slidegate-master';
   const dir = tempDir('sentinel');
   const masterPort = await freePort();
-  const master = new RedisProcess(masterPort, ['--port', String(masterPort), ...BASE_ARGS, '--dir', dir], dir);
+  // The master sends its snapshot to the replica at once: by default (diskless sync) it waits 5 s
+  // for more replicas to arrive first, the whole of a Sentinel setup's start-up time.
+  const master = new RedisProcess(masterPort, ['--port', String(masterPort), ...BASE_ARGS, '--dir', dir, '--repl-diskless-sync-delay', '0'], dir);
   await master.start();
   const replicaPort = await freePort();
   const replica = new RedisProcess(replicaPort, ['--port', String(replicaPort), ...BASE_ARGS, '--dir', dir, '--replicaof', HOST, String(masterPort)], dir);
@@ -293,38 +298,57 @@ export interface RedisClusterSetup {
   stop(): Promise<void>;
 }
 
-/** Starts cluster-enabled nodes, joins them with `redis-cli --cluster create`, waits for cluster_state:ok. */
+/**
+ * Starts cluster-enabled nodes, gives each an even share of the slots (as `redis-cli --cluster create`
+ * would, without its one-second polls), joins them with CLUSTER MEET and waits until every node
+ * knows every other and reports cluster_state:ok.
+ */
 export async function startCluster(options: { masters?: number; nodeTimeoutMs?: number } = {}): Promise<RedisClusterSetup> {
   requireRedisBinaries();
   const dir = tempDir('cluster');
   const nodes: RedisProcess[] = [];
-  for (let i = 0; i < (options.masters ?? 3); i++) {
+  const masters = options.masters ?? 3;
+  for (let i = 0; i < masters; i++) {
     const port = await freePort({ bus: true });
-    const node = new RedisProcess(
-      port,
-      [
-        '--port',
-        String(port),
-        ...BASE_ARGS,
-        '--dir',
+    nodes.push(
+      new RedisProcess(
+        port,
+        [
+          '--port',
+          String(port),
+          ...BASE_ARGS,
+          '--dir',
+          dir,
+          '--cluster-enabled',
+          'yes',
+          '--cluster-config-file',
+          `nodes-${port}.conf`,
+          '--cluster-node-timeout',
+          String(options.nodeTimeoutMs ?? 1_000),
+        ],
         dir,
-        '--cluster-enabled',
-        'yes',
-        '--cluster-config-file',
-        `nodes-${port}.conf`,
-        '--cluster-node-timeout',
-        String(options.nodeTimeoutMs ?? 1_000),
-      ],
-      dir,
+      ),
     );
-    await node.start();
-    nodes.push(node);
   }
-  execFileSync('redis-cli', ['--cluster', 'create', ...nodes.map((n) => n.address), '--cluster-replicas', '0', '--cluster-yes'], {
-    stdio: 'ignore',
-    timeout: 30_000,
+  await Promise.all(nodes.map((n) => n.start()));
+  nodes.forEach((node, i) => {
+    const first = Math.floor((i * SLOTS) / masters);
+    const next = Math.floor(((i + 1) * SLOTS) / masters);
+    node.cli('CLUSTER', 'ADDSLOTS', ...Array.from({ length: next - first }, (_, s) => String(first + s)));
+    // Distinct epochs before the nodes meet, as redis-cli sets them: no collision to settle.
+    node.cli('CLUSTER', 'SET-CONFIG-EPOCH', String(i + 1));
   });
-  await waitFor('cluster_state:ok on every node', async () => nodes.every((n) => n.cli('CLUSTER', 'INFO').includes('cluster_state:ok')), 20_000, 100);
+  for (const node of nodes.slice(1)) node.cli('CLUSTER', 'MEET', HOST, String(nodes[0].port));
+  await waitFor(
+    'cluster_state:ok on every node',
+    async () =>
+      nodes.every((n) => {
+        const info = n.cli('CLUSTER', 'INFO');
+        return info.includes('cluster_state:ok') && info.includes(`cluster_known_nodes:${masters}`);
+      }),
+    20_000,
+    50,
+  );
   return {
     nodes,
     url: nodes.map((n) => n.address).join(','),

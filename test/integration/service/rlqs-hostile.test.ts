@@ -52,9 +52,10 @@ function reportBytes(usages: { bucket: Record<string, string>; allowed: number |
 
 /**
  * A stream that writes `message` again as soon as the previous one is flushed, until stopped: in a
- * process of its own, so that its writes cost the legitimate client beside it nothing.
+ * process of its own, so that its writes cost the legitimate client beside it nothing. `pause` freezes
+ * the process (SIGSTOP: its stream stays open and sends nothing) until `resume`.
  */
-function flood(target: string, message: Uint8Array): { stop(): Promise<number> } {
+function flood(target: string, message: Uint8Array): { pause(): void; resume(): void; stop(): Promise<number> } {
   const script = `
     const grpc = require(${JSON.stringify(require.resolve('@grpc/grpc-js'))});
     const message = Buffer.from(process.argv[1], 'base64');
@@ -73,7 +74,10 @@ function flood(target: string, message: Uint8Array): { stop(): Promise<number> }
   child.stdout.on('data', (c: Buffer) => (out += c.toString()));
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   return {
+    pause: () => child.kill('SIGSTOP'),
+    resume: () => child.kill('SIGCONT'),
     stop: async () => {
+      child.kill('SIGCONT');
       child.kill('SIGTERM');
       await exited;
       return Number(out);
@@ -81,34 +85,48 @@ function flood(target: string, message: Uint8Array): { stop(): Promise<number> }
   };
 }
 
-/** Legitimate RLS calls at `perSecond` for `ms`: their latencies and errors. */
-async function legitCalls(client: RlsClient, perSecond: number, ms: number): Promise<{ calls: number; errors: number; p99: number; failures: string[] }> {
-  const latencies: number[] = [];
-  let errors = 0;
-  const failures: string[] = [];
-  const pending: Promise<void>[] = [];
+/** One legitimate RLS call: when it was sent (ms, performance.now()), how long it took, and its failure if it failed. */
+interface LegitCall {
+  readonly sentMs: number;
+  readonly ms: number;
+  /** An overall code other than OK, or the call's error. */
+  readonly error?: string;
+  /** Whether the service answered (with any overall code). */
+  readonly answered: boolean;
+}
+
+/** Legitimate RLS calls at `perSecond` for `ms`, each recorded. */
+async function legitCalls(client: RlsClient, perSecond: number, ms: number): Promise<LegitCall[]> {
+  const calls: Promise<LegitCall>[] = [];
   const started = performance.now();
   for (let i = 0; performance.now() - started < ms; i++) {
     const due = started + (i * 1000) / perSecond;
     const wait = due - performance.now();
     if (wait > 0) await sleep(wait);
-    const t0 = performance.now();
-    pending.push(
+    const sentMs = performance.now();
+    calls.push(
       client.shouldRateLimit({ domain: 'quota', descriptors: [{ entries: [{ key: 'api', value: `a${i % 10}` }] }] }, { deadlineMs: 2_000 }).then(
-        (r) => {
-          if (r.overallCode !== 'OK') errors++;
-          latencies.push(performance.now() - t0);
-        },
-        (err: Error) => {
-          errors++;
-          if (failures.length < 3) failures.push(err.message);
-        },
+        (r) => ({ sentMs, ms: performance.now() - sentMs, error: r.overallCode === 'OK' ? undefined : r.overallCode, answered: true }),
+        (err: Error) => ({ sentMs, ms: performance.now() - sentMs, error: err.message, answered: false }),
       ),
     );
   }
-  await Promise.all(pending);
-  latencies.sort((a, b) => a - b);
-  return { calls: pending.length, errors, p99: latencies[Math.floor(0.99 * (latencies.length - 1))] ?? Infinity, failures };
+  return Promise.all(calls);
+}
+
+/** Calls, errors, the 99th percentile latency of the answered calls, and the first few failures. */
+function summary(calls: readonly LegitCall[]): { calls: number; errors: number; p99: number; failures: string[] } {
+  const latencies = calls
+    .filter((c) => c.answered)
+    .map((c) => c.ms)
+    .sort((a, b) => a - b);
+  const failed = calls.filter((c) => c.error !== undefined);
+  return {
+    calls: calls.length,
+    errors: failed.length,
+    p99: latencies[Math.floor(0.99 * (latencies.length - 1))] ?? Infinity,
+    failures: failed.slice(0, 3).map((c) => c.error!),
+  };
 }
 
 function metricValue(text: string, name: string, labels: string): number {
@@ -126,33 +144,52 @@ describe('on Redis', () => {
   test('a report flood on one stream costs the RLS calls beside it nothing: no errors, p99 under 50 ms, RSS within 64 MB', async () => {
     const svc = await spawnService({ config: { 'quota.yaml': CONFIG }, env: { BACKEND_TYPE: 'redis', REDIS_URL: redis.url } });
     const client = rlsClient(`127.0.0.1:${svc.grpcPort}`);
+    // 28 KB: one bucket named 1,000 times.
+    const message = reportBytes(Array.from({ length: 1_000 }, () => ({ bucket: { tenant: 'flood' }, allowed: 1 })));
+    const hostile = flood(`127.0.0.1:${svc.grpcPort}`, message);
+    hostile.pause();
     try {
       await legitCalls(client, 200, 500);
-      // The same calls without the flood: the machine's own latency (the target, 50 ms, is a quiet machine's).
-      const alone = await legitCalls(client, 200, 2_000);
       const rssBefore = svc.rssBytes();
-      // 28 KB: one bucket named 1,000 times.
-      const message = reportBytes(Array.from({ length: 1_000 }, () => ({ bucket: { tenant: 'flood' }, allowed: 1 })));
-      const hostile = flood(`127.0.0.1:${svc.grpcPort}`, message);
       let rssMax = rssBefore;
+      // The same calls go on throughout while the flood runs and pauses in turns, 1 s each: other test
+      // files' load on the machine moves the latency of both halves alike (the target, 50 ms, is a quiet
+      // machine's). A call counts for the half it was sent in, unless sent in the first 300 ms after a
+      // switch (what the server had already taken of the flood, at most its flow-control window).
+      const switches: { atMs: number; flooding: boolean }[] = [];
       const sampler = setInterval(() => (rssMax = Math.max(rssMax, svc.rssBytes())), 100);
-      const legit = await legitCalls(client, 200, 5_000);
+      const phases = (async () => {
+        for (let i = 0; i < 8; i++) {
+          const flooding = i % 2 === 1;
+          if (flooding) hostile.resume();
+          else hostile.pause();
+          switches.push({ atMs: performance.now(), flooding });
+          await sleep(1_000);
+        }
+        hostile.pause();
+      })();
+      const calls = await legitCalls(client, 200, 8_000);
+      await phases;
       clearInterval(sampler);
       const reportsSent = await hostile.stop();
+      const half = (flooding: boolean): LegitCall[] =>
+        calls.filter((c) => {
+          const last = switches.filter((w) => w.atMs <= c.sentMs).pop();
+          return last !== undefined && last.flooding === flooding && c.sentMs - last.atMs >= 300;
+        });
+      const legit = summary(half(true));
+      const alone = summary(half(false));
       const growthMb = (rssMax - rssBefore) / 2 ** 20;
-      console.log('report flood beside RLS on Redis', { ...legit, alone, reportsSent, growthMb: growthMb.toFixed(1) }, legit.failures);
-      // The same calls alone again: other test files share the machine, so its latency moves under both runs.
-      const after = await legitCalls(client, 200, 2_000);
-      const baselineP99 = Math.max(alone.p99, after.p99);
-      const baselineErrors = Math.max(alone.errors / alone.calls, after.errors / after.calls);
-      console.log('the same calls alone after the flood', after);
-      expect(legit.errors).toBeLessThan(Math.max(0.005, 2 * baselineErrors) * legit.calls);
+      console.log('report flood beside RLS on Redis', { legit, alone, reportsSent, growthMb: growthMb.toFixed(1) });
+      expect(Math.min(legit.calls, alone.calls)).toBeGreaterThan(400);
+      expect(legit.errors).toBeLessThan(Math.max(0.005, (2 * alone.errors) / alone.calls) * legit.calls);
       // 50 ms on a quiet machine (27 to 31 ms measured); beside other test files, within 4 times the
       // calls alone (116 ms seen against 34 alone). The flood's cost on a2f60ed was seconds and errors.
-      expect(legit.p99).toBeLessThan(Math.max(200, 4 * baselineP99));
+      expect(legit.p99).toBeLessThan(Math.max(200, 4 * alone.p99));
       expect(growthMb).toBeLessThan(64);
     } finally {
       client.close();
+      await hostile.stop();
       await svc.stop();
     }
   }, 60_000);
@@ -175,8 +212,7 @@ describe('on Redis', () => {
         // Charged at the next sync (100 ms here; later on a loaded machine).
         await waitUntil('the charge to reach the counter', async () => (await check([['tb', 'huge']])).overallCode === 'OVER_LIMIT', 2_000, 50);
         stream.close();
-        await sleep(2_300);
-        expect((await check([['tb', 'huge']])).overallCode).toBe('OK');
+        await waitUntil('the descriptor to answer OK again, within two windows', async () => (await check([['tb', 'huge']])).overallCode === 'OK', 2_300, 50);
       } finally {
         stream.close();
       }
@@ -346,7 +382,7 @@ describe('on the memory store', () => {
         4_000,
       );
       // A stops (its bucket keeps being reported, idle); B offers twice the limit.
-      const after = await driveLoad([{ proxy: b, bucket: { tenant: 'shift' }, rate: 200 }], 5_000);
+      const after = await driveLoad([{ proxy: b, bucket: { tenant: 'shift' }, rate: 200 }], 4_500);
       const admitted = admittedBetween(after, 1_500, 4_500);
       console.log('demand shift', { admitted, limit: 300 });
       expect(admitted).toBeGreaterThanOrEqual(0.7 * 100 * 3);

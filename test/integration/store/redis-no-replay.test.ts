@@ -83,6 +83,15 @@ async function healthy(store: RedisStore): Promise<RedisStore> {
   return store;
 }
 
+// One cluster for the file: each case connects its own store, under a key prefix of its own.
+let cluster: RedisClusterSetup;
+beforeAll(async () => {
+  cluster = await startCluster({ masters: 3 });
+});
+afterAll(async () => {
+  await cluster?.stop();
+});
+
 describe('a call whose connection drops after its script ran is charged once and fails', () => {
   const shared = { armed: 0 };
   let proxies: CuttingProxy[] = [];
@@ -110,16 +119,10 @@ describe('a call whose connection drops after its script ran is charged once and
   }
 
   describe('on a 3-master cluster', () => {
-    let cluster: RedisClusterSetup;
     let store: RedisStore;
-
-    beforeAll(async () => {
-      cluster = await startCluster({ masters: 3 });
-    });
 
     afterAll(async () => {
       await store?.close();
-      await cluster?.stop();
     });
 
     it('fails the call with UNAVAILABLE and charges it exactly once (no re-send on a new connection)', async () => {
@@ -162,18 +165,15 @@ describe('a call whose connection drops after its script ran is charged once and
 });
 
 describe('a 3-master cluster whose client connections are killed under load', () => {
-  let cluster: RedisClusterSetup;
   let store: RedisStore;
 
   beforeAll(async () => {
-    cluster = await startCluster({ masters: 3 });
     const target: RedisTarget = { type: 'cluster', nodes: cluster.nodes.map((n) => ({ host: HOST, port: n.port })), options: { redisOptions: {} } };
     store = await healthy(new RedisStore({ client: createRedisClient(target), timeoutMs: 1_000, keyPrefix: 'kill:' }));
   });
 
   afterAll(async () => {
     await store?.close();
-    await cluster?.stop();
   });
 
   it('charges no call more than once, and every answered call exactly once', async () => {

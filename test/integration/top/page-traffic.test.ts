@@ -31,6 +31,11 @@ descriptors:
 const TICK_MS = 100;
 /** One-shot keys per tick: 80/s, about 480 per 6 s slice against 64 entries. */
 const SCANS_PER_TICK = 8;
+/**
+ * 60 ticks: 6 s and more of traffic, so at least one slice takes in hundreds of one-shot keys. The
+ * screenshot shows 15 s of it (the chart's 60 steps of 1 s fill better).
+ */
+const TICKS = process.env.SCREENSHOT === undefined ? 60 : 150;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** The rows of one rule's table, as text cells. */
@@ -46,7 +51,7 @@ it('shows exact denials, ranges for the counts a scan made inexact, and the prox
   const call = (pairs: [string, string][]) => svc.client.shouldRateLimit({ domain: 'edge', descriptors: [descriptor(pairs)] });
   const denied = new Map<string, number>();
   try {
-    for (let tick = 0; tick < 150; tick++) {
+    for (let tick = 0; tick < TICKS; tick++) {
       const calls: Promise<void>[] = [];
       const key = (value: string) =>
         calls.push(
@@ -64,7 +69,7 @@ it('shows exact denials, ranges for the counts a scan made inexact, and the prox
       for (let i = 0; i < 3; i++) proxies[1].request({ tenant: 'acme' });
       await sleep(TICK_MS);
       // While the proxies still report demand (docs/top-page.png).
-      if (tick === 140 && process.env.SCREENSHOT !== undefined) writeFileSync(process.env.SCREENSHOT, await page.screenshot());
+      if (tick === TICKS - 10 && process.env.SCREENSHOT !== undefined) writeFileSync(process.env.SCREENSHOT, await page.screenshot());
     }
     const expected = JSON.stringify(['mallory-7f3a', 'alice-19c2', 'bob-44e0'].map((v) => String(denied.get(v))));
     await page.waitFor(`JSON.stringify(${rowsOf('api_key')}.slice(0, 3).map((r) => r[1])) === ${JSON.stringify(expected)}`, 'the denials of the last tick');
