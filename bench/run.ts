@@ -319,13 +319,15 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
   const getRedis = (): Promise<RedisProcess> => (redis ??= startRedis());
   const getTarget = (s: ScenarioSpec): Promise<Target> => {
     const key = `${s.target}:${s.transport}:${s.backend ?? ''}:${s.workers}`;
+    // A service started with another process count than its store's default says so (WORKERS).
+    const workers = s.backend !== undefined && s.workers !== defaultWorkers(s.backend) ? s.workers : undefined;
     let t = targets.get(key);
     if (!t) {
       t =
         s.target === 'noop'
           ? startNoop(s.transport, probeFrame, s.workers)
           : (s.backend === 'redis' ? getRedis() : Promise.resolve(undefined)).then((r) =>
-              startService({ backend: s.backend!, transport: s.transport, configDir, redisPort: r?.port, probeFrame, env: serviceEnv }),
+              startService({ backend: s.backend!, transport: s.transport, configDir, redisPort: r?.port, probeFrame, env: serviceEnv, workers }),
             );
       t.catch(() => undefined); // reported by the scenario that awaits it
       targets.set(key, t);

@@ -261,7 +261,9 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
   /** A service scenario, preceded by its ceiling unless `ceiling` is false (cross-checks of another generator). */
   const svc = (backend: Backend, workload: Workload, generator: GeneratorName, o: { ceiling?: boolean; transport?: Transport } = {}): void => {
     const transport = o.transport ?? 'http2';
-    const workers = defaultWorkers(backend);
+    // A leased row runs one process, as the memory rows do: what it measures is a decision at the
+    // memory store's speed, beside them (each process is a replica, whatever their number).
+    const workers = isLeased(workload) ? 1 : defaultWorkers(backend);
     const ceiling = o.ceiling === false ? undefined : noop(transport, workload, generator, workers);
     const suffix = transport === 'http2' ? '' : `-${transport}`;
     specs.push({
