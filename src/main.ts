@@ -60,7 +60,10 @@ export interface Service {
   readonly limiter: RateLimiter;
   /** The config in force: files (ConfigSource) or an xDS control plane (CONFIG_TYPE=GRPC_XDS_SOTW). */
   readonly configSource: ConfigProvider;
+  /** The store createStore built (the memory store; Redis with its denial cache and failure policy). */
   readonly store: Store;
+  /** The lease layer over it (`lease: true` limits on a shared store), when there is one. */
+  readonly leases?: LeasedStore;
   /** The quota stream service (RLQS): its streams and shares (view()). */
   readonly rlqs: RlqsService;
   /** Graceful stop: NOT_SERVING, refuse new calls, finish in-flight ones (up to shutdownGraceMs), release everything. */
@@ -180,7 +183,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
       logger.info('stopped');
     })());
 
-  return { settings, logger, ...ports, metrics, health, limiter, configSource: rules, store, rlqs, close };
+  return { settings, logger, ...ports, metrics, health, limiter, configSource: rules, store: backend.store, leases: leases?.store, rlqs, close };
 }
 
 /**
