@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { grpc, rlsClient, type RlsClient, type RlsRequestInput } from './grpc-client';
+import { descriptor, grpc, rlsClient, type DecodedRateLimitResponse, type RlsClient, type RlsRequestInput } from './grpc-client';
 import { request } from './http-request';
 import { LOOPBACK_ANY_PORT } from './service';
 import { MAIN, spawnService, waitForServing, type Running } from './service-process';
@@ -243,4 +243,32 @@ export async function pollUntil<T>(read: () => Promise<T>, done: (value: T) => b
 /** Resolves once `elapsed()` reaches `atMs`. */
 export async function untilElapsed(elapsed: () => number, atMs: number): Promise<void> {
   for (let left = atMs - elapsed(); left > 0; left = atMs - elapsed()) await new Promise((r) => setTimeout(r, Math.min(left, 10)));
+}
+
+/**
+ * Mixed calls on one replica, every reply kept: `both()` pairs the descriptor `leased` of the leased
+ * rule `mixed` (with `leasedHits` when given) and the descriptor `other` of the plain rule `plain`.
+ */
+export function mixedCalls(
+  replica: Replica,
+  leased: string,
+  plain: string,
+): {
+  readonly replies: DecodedRateLimitResponse[];
+  call(req: RlsRequestInput): Promise<DecodedRateLimitResponse>;
+  both(leasedHits?: number, other?: string): RlsRequestInput;
+} {
+  const replies: DecodedRateLimitResponse[] = [];
+  return {
+    replies,
+    call: async (req) => {
+      const reply = await replica.client.shouldRateLimit(req);
+      replies.push(reply);
+      return reply;
+    },
+    both: (leasedHits, other = plain) => ({
+      domain: 'lease',
+      descriptors: [descriptor([['mixed', leased]], leasedHits === undefined ? {} : { hitsAddend: { value: leasedHits } }), descriptor([['plain', other]])],
+    }),
+  };
 }

@@ -1,7 +1,7 @@
 import { keySlot } from '../../../src/store/redis/key-slot';
 import { Stretched, untilUnstretched } from '../../helpers/deadline';
-import { descriptor, type DecodedRateLimitResponse, type RlsRequestInput } from '../../helpers/grpc-client';
-import { admittedCalls, countBetween, drive, pollUntil, startReplica, worstSpan, type Replica } from '../../helpers/lease-replicas';
+import { descriptor, type RlsRequestInput } from '../../helpers/grpc-client';
+import { admittedCalls, countBetween, drive, mixedCalls, pollUntil, startReplica, worstSpan, type Replica } from '../../helpers/lease-replicas';
 import { startCluster, type RedisClusterSetup, type RedisProcess } from '../../helpers/redis';
 
 /**
@@ -151,16 +151,7 @@ test('on a Cluster, a call mixing a leased and a plain counter on two masters is
     const [plain, spare] = others;
     await openLeases([a], 'mixed', [leased]);
     const settledBefore = await settledOf(a, 'mixed');
-    const replies: DecodedRateLimitResponse[] = [];
-    const call = async (req: RlsRequestInput): Promise<DecodedRateLimitResponse> => {
-      const reply = await a.client.shouldRateLimit(req);
-      replies.push(reply);
-      return reply;
-    };
-    const both = (leasedHits?: number, other = plain): RlsRequestInput => ({
-      domain: 'lease',
-      descriptors: [descriptor([['mixed', leased]], leasedHits === undefined ? {} : { hitsAddend: { value: leasedHits } }), descriptor([['plain', other]])],
-    });
+    const { replies, call, both } = mixedCalls(a, leased, plain);
     const remaining: number[] = [];
     for (let i = 0; i < 3; i++) {
       const r = await call(both());

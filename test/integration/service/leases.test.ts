@@ -6,6 +6,7 @@ import { Stretched, untilUnstretched } from '../../helpers/deadline';
 import { descriptor, grpc, rlsClient, type DecodedRateLimitResponse, type RlsRequestInput } from '../../helpers/grpc-client';
 import {
   admittedCalls,
+  mixedCalls,
   countBetween,
   drive,
   pollUntil,
@@ -291,16 +292,7 @@ test('a call mixing a leased and a plain descriptor is all-or-nothing both ways'
     // After a first attempt, the rule's share also counts that attempt's lease.
     await sleep(2 * SYNC_MS);
     const settledBefore = await settledOf(a, 'mixed');
-    const replies: DecodedRateLimitResponse[] = [];
-    const call = async (req: RlsRequestInput): Promise<DecodedRateLimitResponse> => {
-      const reply = await a.client.shouldRateLimit(req);
-      replies.push(reply);
-      return reply;
-    };
-    const both = (leasedHits?: number, other = plain): RlsRequestInput => ({
-      domain: 'lease',
-      descriptors: [descriptor([['mixed', leased]], leasedHits === undefined ? {} : { hitsAddend: { value: leasedHits } }), descriptor([['plain', other]])],
-    });
+    const { replies, call, both } = mixedCalls(a, leased, plain);
     const admitted: number[] = [];
     for (let i = 0; i < 3; i++) {
       const r = await call(both());
