@@ -10,7 +10,7 @@
  */
 
 import { calendarPeriod } from './calendar';
-import type { CounterRequest } from './store';
+import type { CounterDecision, CounterRequest } from './store';
 import { MAX_WINDOW_MS, type Algorithm } from './types';
 
 export interface Verdict {
@@ -509,4 +509,29 @@ function pruneLog(log: LogRecordEntry[], from: number): void {
   let k = 0;
   while (k < log.length && log[k].atMs <= from) k++;
   if (k > 0) log.splice(0, k);
+}
+
+/**
+ * Hits that earlier counters of one call add to the same counter `counters[i]` before it is judged:
+ * each earlier one already decided (`decisions[j]` set) that is charged (admitted, or charged
+ * whatever the outcome). The same counter twice in a call sees the first one's hits, as it would had
+ * the two arrived one after the other. A scan: for calls of a few counters.
+ */
+export function pendingHits(counters: readonly CounterRequest[], decisions: readonly (CounterDecision | undefined)[], i: number, countDenied: boolean): number {
+  const c = counters[i];
+  let pending = 0;
+  for (let j = 0; j < i; j++) {
+    const o = counters[j];
+    const d = decisions[j];
+    if (
+      d !== undefined &&
+      o.key === c.key &&
+      o.algorithm === c.algorithm &&
+      o.windowMs === c.windowMs &&
+      (d.allowed || countDenied || o.countDenied === true)
+    ) {
+      pending += o.hits;
+    }
+  }
+  return pending;
 }

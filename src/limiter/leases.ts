@@ -1,4 +1,4 @@
-import { IN_PROCESS_STATE, newCounterState, type CounterState } from './algorithms';
+import { IN_PROCESS_STATE, newCounterState, pendingHits, type CounterState } from './algorithms';
 import { divideCapacity } from './quota-share';
 import type { ReplicaDemand, ReplicaExchange } from './replica-exchange';
 import {
@@ -405,7 +405,7 @@ export class LeasedStore implements Store {
       const lease = leases[i];
       lease.lastUsedMs = now;
       lease.asked += c.hits;
-      const verdict = IN_PROCESS_STATE[c.algorithm].decide(this.localOf(lease, c), lease.state, now, earlierHits(counters, decisions, i, countDenied));
+      const verdict = IN_PROCESS_STATE[c.algorithm].decide(this.localOf(lease, c), lease.state, now, pendingHits(counters, decisions, i, countDenied));
       decisions[i] = verdict;
       if (!verdict.allowed) allAllowed = false;
     }
@@ -418,17 +418,13 @@ export class LeasedStore implements Store {
 
   /** Hits of `c` the store charged itself: into this replica's usage and its mirror of what it put in the shared counter. */
   private record(lease: Lease, c: CounterRequest, now: number): void {
-    const local = this.localOf(lease, c);
-    lease.state ??= newCounterState(local, now);
-    IN_PROCESS_STATE[c.algorithm].charge(local, lease.state, now);
-    lease.mirror ??= newCounterState(c, now);
-    IN_PROCESS_STATE[c.algorithm].charge(c, lease.mirror, now);
+    lease.state = charged(lease.state, this.localOf(lease, c), now);
+    lease.mirror = charged(lease.mirror, c, now);
   }
 
+  /** Hits of `c` admitted here: into this replica's usage, and pending until the next settlement. */
   private charge(lease: Lease, c: CounterRequest, now: number): void {
-    const local = this.localOf(lease, c);
-    lease.state ??= newCounterState(local, now);
-    IN_PROCESS_STATE[c.algorithm].charge(local, lease.state, now);
+    lease.state = charged(lease.state, this.localOf(lease, c), now);
     lease.pending += c.hits;
   }
 
@@ -457,7 +453,7 @@ export class LeasedStore implements Store {
         continue;
       }
       here.push(i);
-      const verdict = IN_PROCESS_STATE[c.algorithm].decide(this.localOf(lease, c), lease.state, now, earlierHits(counters, decisions, i, countDenied));
+      const verdict = IN_PROCESS_STATE[c.algorithm].decide(this.localOf(lease, c), lease.state, now, pendingHits(counters, decisions, i, countDenied));
       decisions[i] = verdict;
       if (!verdict.allowed) allowedHere = false;
     }
@@ -507,11 +503,7 @@ export class LeasedStore implements Store {
     if (lease.unsettled === undefined) {
       this.seq += 1;
       lease.unsettled = { seq: this.seq, hits: lease.pending };
-      if (lease.pending > 0) {
-        const charged = { ...c, hits: lease.pending };
-        lease.mirror ??= newCounterState(charged, now);
-        IN_PROCESS_STATE[c.algorithm].charge(charged, lease.mirror, now);
-      }
+      if (lease.pending > 0) lease.mirror = charged(lease.mirror, { ...c, hits: lease.pending }, now);
       lease.pending = 0;
     }
     const settlement = lease.unsettled;
@@ -620,16 +612,11 @@ function anyLeased(counters: readonly CounterRequest[]): boolean {
   return false;
 }
 
-/** Hits that earlier counters of this call add to the same counter first (as the memory store counts them). */
-function earlierHits(counters: readonly CounterRequest[], decisions: readonly CounterDecision[], i: number, countDenied: boolean): number {
-  const c = counters[i];
-  let hits = 0;
-  for (let j = 0; j < i; j++) {
-    const o = counters[j];
-    if (o.key === c.key && o.algorithm === c.algorithm && o.windowMs === c.windowMs && decisions[j] !== undefined && (decisions[j].allowed || countDenied))
-      hits += o.hits;
-  }
-  return hits;
+/** `state` (made when there is none) with `c`'s hits charged at `now`. */
+function charged(state: CounterState | undefined, c: CounterRequest, now: number): CounterState {
+  const s = state ?? newCounterState(c, now);
+  IN_PROCESS_STATE[c.algorithm].charge(c, s, now);
+  return s;
 }
 
 /** How much of counter `c`'s capacity (hits 0) `state` uses at `now`, in hits. */

@@ -1,4 +1,4 @@
-import { IN_PROCESS_STATE, newCounterState, type CounterState } from '../limiter/algorithms';
+import { IN_PROCESS_STATE, newCounterState, pendingHits, type CounterState } from '../limiter/algorithms';
 import { monotonicClock, type Clock } from '../limiter/types';
 import { counterIdentity, type CounterDecision, type CounterRequest, type DecideOptions, type Store } from '../limiter/store';
 import { BoundedCache, entryBytes } from '../limiter/bounded-cache';
@@ -193,17 +193,4 @@ export class MemoryStore implements Store {
     // Sub-window counts and log entries are what make a record grow after it was made.
     if (record.counts !== undefined || record.log !== undefined) this.records.resize(record, recordBytes(c.key, record));
   }
-}
-
-/** Hits that earlier counters of this call will add to the same counter (calls of at most PENDING_SCAN_MAX counters). */
-function pendingHits(counters: readonly CounterRequest[], decisions: readonly CounterDecision[], i: number, countDenied: boolean): number {
-  const c = counters[i];
-  let pending = 0;
-  for (let j = 0; j < i; j++) {
-    const o = counters[j];
-    if (o.key === c.key && o.algorithm === c.algorithm && o.windowMs === c.windowMs && (decisions[j].allowed || countDenied || o.countDenied === true)) {
-      pending += o.hits;
-    }
-  }
-  return pending;
 }
