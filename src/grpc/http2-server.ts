@@ -72,7 +72,6 @@ const UNSUPPORTED_MEDIA_TYPE = encodeHeaderBlock([
   ['content-type', 'text/plain'],
 ]);
 const UNSUPPORTED_MEDIA_TYPE_TEXT = Buffer.from('gRPC calls have content-type application/grpc\n');
-const NO_TRAILERS = encodeHeaderBlock([]);
 
 /** The protobufjs message types of the health service, resolved once. */
 interface Codecs {
@@ -94,11 +93,10 @@ function respondStatus(stream: H2Stream, code: number, message: string): void {
   stream.respond(trailersOnly(code, message), true);
 }
 
-/** An HTTP error answer with a text body. */
+/** An HTTP error answer with a text body, ended by its last DATA frame (no trailers). */
 function respondText(stream: H2Stream, headers: Buffer, text: Buffer): void {
   stream.respond(headers, false);
-  stream.write(text);
-  stream.end(NO_TRAILERS);
+  stream.write(text, true);
 }
 
 /** One framed message and OK trailers. */

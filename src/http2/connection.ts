@@ -144,17 +144,23 @@ export class H2Stream {
     return this.connection;
   }
 
-  /** Sends the response header block (HPACK-encoded); `endStream` makes it a headers-only response. */
+  /**
+   * Sends the response header block (HPACK-encoded, at least `:status`); `endStream` makes it a
+   * headers-only response. An empty block is refused: the stream is reset with INTERNAL_ERROR.
+   */
   respond(block: Buffer, endStream: boolean): void {
     if (this.closed || this.headersSent) return;
     this.headersSent = true;
     this.connection.sendHeaders(this, block, endStream);
   }
 
-  /** Sends message bytes as DATA, flow control permitting (queued otherwise). */
-  write(data: Buffer): void {
+  /**
+   * Sends message bytes as DATA, flow control permitting (queued otherwise); `endStream` ends the
+   * response on the last of those DATA frames, without trailers.
+   */
+  write(data: Buffer, endStream = false): void {
     if (this.closed || !this.headersSent) return;
-    this.connection.sendData(this, data, false);
+    this.connection.sendData(this, data, endStream);
   }
 
   /** DATA bytes written but held back by flow control (the peer's windows). */
@@ -164,8 +170,11 @@ export class H2Stream {
     return bytes;
   }
 
-  /** Ends the response with a trailer block (after any queued DATA). */
-  end(trailers: Buffer): void {
+  /**
+   * Ends the response after any queued DATA: with `trailers` when the block holds fields, otherwise
+   * (absent or empty) on a DATA frame carrying END_STREAM.
+   */
+  end(trailers: Buffer = EMPTY): void {
     if (this.closed || !this.headersSent) return;
     this.connection.sendTrailers(this, trailers);
   }
@@ -307,18 +316,38 @@ export class H2Connection {
 
   // ---- sending (called by H2Stream) ----
 
+  // No header block without fields is ever sent. An empty block is legal HPACK, but clients on
+  // golang.org/x/net before September 2021 (h2spec 2.6.0 built at its pinned dependencies among
+  // them) reset a stream whose HEADERS frame has an empty fragment with PROTOCOL_ERROR. A response
+  // block always carries `:status`, so an empty one is the application's bug and is refused here;
+  // empty trailers become END_STREAM on DATA.
+
   sendHeaders(stream: H2Stream, block: Buffer, endStream: boolean): void {
+    if (block.length === 0) {
+      this.resetStream(stream, ErrorCode.INTERNAL_ERROR);
+      this.options.onError?.(new Error(`stream ${stream.id}: an empty response header block was refused (a response carries :status)`));
+      return;
+    }
     this.queueHeaderBlock(stream.id, block, endStream);
     if (endStream) this.finishLocal(stream);
   }
 
   sendData(stream: H2Stream, data: Buffer, endStream: boolean): void {
-    if (stream.pending !== undefined) stream.pending.push({ data, endStream });
-    else if (!this.trySendData(stream, data, endStream)) return;
+    const pending = stream.pending;
+    if (pending !== undefined) {
+      const last = pending[pending.length - 1];
+      // Nothing more to send but the end: it rides on the DATA already waiting.
+      if (data.length === 0 && endStream && last !== undefined && 'data' in last) last.endStream = true;
+      else pending.push({ data, endStream });
+    } else if (!this.trySendData(stream, data, endStream)) return;
     if (endStream && stream.pending === undefined) this.finishLocal(stream);
   }
 
   sendTrailers(stream: H2Stream, trailers: Buffer): void {
+    if (trailers.length === 0) {
+      this.sendData(stream, EMPTY, true);
+      return;
+    }
     if (stream.pending !== undefined) {
       stream.pending.push({ trailers });
       return;
@@ -388,6 +417,7 @@ export class H2Connection {
     if (stream.onWritable !== undefined) this.guard(stream, stream.onWritable, undefined);
   }
 
+  /** HEADERS (and CONTINUATIONs) carrying `block`, never empty (see sendHeaders). */
   private queueHeaderBlock(streamId: number, block: Buffer, endStream: boolean): void {
     const max = this.peerMaxFrameSize;
     const endFlag = endStream ? Flag.END_STREAM : 0;
