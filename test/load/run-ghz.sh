@@ -10,6 +10,9 @@
 #   make ghz GHZ_REFLECTION=1                          # no .proto: ghz asks the server (gRPC reflection)
 #   bash test/load/run-ghz.sh -O html -o report.html   # extra arguments go to ghz (flags override the config file);
 #                                                      # with -O and no -o the split goes to stderr
+#   bash test/load/run-ghz.sh -z 5s                    # ghz's own -z/--duration, -n/--total, -c/--concurrency and
+#   bash test/load/run-ghz.sh -n 500                   # --connections replace the GHZ_* ones; -n alone also
+#                                                      # replaces the file's duration (-z 0 is added)
 #   bash test/load/run-ghz.sh --smoke                  # no ghz: send each message of ghz.json once
 # Server settings pass through (BACKEND_TYPE=redis REDIS_URL=localhost:6379 make ghz).
 set -euo pipefail
@@ -91,16 +94,35 @@ node -e '
   process.stdout.write(JSON.stringify(c, null, 2));
 ' "127.0.0.1:$grpc_port" >"$config"
 
+# Whether the caller's own arguments set ghz's flag -SHORT / --LONG, in any of the forms ghz reads
+# (-z 5s, -z5s, --duration 5s, --duration=5s); pass "" for a flag without a short form.
+caller_sets() {
+  local short=$1 long=$2 arg
+  for arg in ${caller_args[@]+"${caller_args[@]}"}; do
+    [[ $arg == -- ]] && return 1
+    [[ $arg == "--$long" || $arg == "--$long="* ]] && return 0
+    [[ -n $short && $arg == "-$short"* ]] && return 0
+  done
+  return 1
+}
+caller_args=("$@")
+
 # Flags given beside --config override its values (ghz v0.121.0: -z, -n, -c, --connections, -O, ...).
+# ghz refuses a flag given twice ("flag 'duration' cannot be repeated"), so a flag the caller passes
+# replaces the GHZ_* one instead of being added to it.
 overrides=()
-# A number of calls replaces the duration (with one set, ghz ignores -n).
-if [[ -n "${GHZ_TOTAL:-}" ]]; then
-  overrides+=(-n "$GHZ_TOTAL" -z 0)
+# A number of calls replaces the duration (with one set, ghz ignores -n): GHZ_TOTAL, or the caller's
+# own -n without a -z, comes with -z 0 over ghz.json's duration.
+if caller_sets z duration; then
+  :
+elif caller_sets n total || [[ -n "${GHZ_TOTAL:-}" ]]; then
+  overrides+=(-z 0)
 elif [[ -n "${GHZ_DURATION:-}" ]]; then
   overrides+=(-z "$GHZ_DURATION")
 fi
-[[ -n "${GHZ_CONCURRENCY:-}" ]] && overrides+=(-c "$GHZ_CONCURRENCY")
-[[ -n "${GHZ_CONNECTIONS:-}" ]] && overrides+=(--connections "$GHZ_CONNECTIONS")
+[[ -n "${GHZ_TOTAL:-}" ]] && ! caller_sets n total && overrides+=(-n "$GHZ_TOTAL")
+[[ -n "${GHZ_CONCURRENCY:-}" ]] && ! caller_sets c concurrency && overrides+=(-c "$GHZ_CONCURRENCY")
+[[ -n "${GHZ_CONNECTIONS:-}" ]] && ! caller_sets "" connections && overrides+=(--connections "$GHZ_CONNECTIONS")
 
 metrics="http://127.0.0.1:$http_port/metrics"
 echo "slidegate on 127.0.0.1:$grpc_port (HTTP $http_port), config ${CONFIG_PATH:-examples}, store ${BACKEND_TYPE:-memory}" >&2
@@ -115,14 +137,6 @@ else
 fi
 # Beside ghz's summary on stdout; on stderr when ghz writes another format there (-O json without -o).
 split_to=1
-format_set=0
-file_set=0
-for arg in "$@"; do
-  case $arg in
-    -O | --format | --format=* | -O?*) format_set=1 ;;
-    -o | --output | --output=* | -o?*) file_set=1 ;;
-  esac
-done
-[[ $format_set == 1 && $file_set == 0 ]] && split_to=2
+caller_sets O format && ! caller_sets o output && split_to=2
 if [[ $counted == 1 ]]; then node dist/test/load/ghz-answers.js report "$metrics" "$before" >&"$split_to" || true; fi
 exit $status
