@@ -61,8 +61,10 @@ descriptors:
     count_denied_requests: true
     rate_limit: {unit: hour, requests_per_unit: BUDGET}
   - key: reserved
+    reservations: true
     rate_limit: {unit: hour, requests_per_unit: BUDGET}
   - key: fast
+    reservations: true
     rate_limit: {unit: minute, requests_per_unit: 1000000000}
 `;
 

@@ -32,6 +32,8 @@ function limitLine(name: string, limit: Limit, replaces: readonly string[], node
   if (limit.name !== undefined) line += ` name=${limit.name}`;
   if (replaces.length > 0) line += ` replaces=${replaces.join(',')}`;
   if (node.countDeniedRequests) line += ' count_denied_requests=true';
+  if (node.reservations) line += ' reservations=true';
+  if (node.reservationHoldSeconds > 0) line += ` reservation_hold_seconds=${node.reservationHoldSeconds}`;
   return `${line}, shadow_mode: ${node.shadowMode}, quota_mode: ${node.quotaMode}`;
 }
 
@@ -85,6 +87,10 @@ export interface RuleMatch {
         readonly shadowMode: boolean;
         readonly countDeniedRequests: boolean;
         readonly limits?: readonly (LimitMatch & { readonly statKey: string })[];
+        /** The rule takes reservations (`reservations: true`, or a `concurrency` limit); absent when it does not. */
+        readonly reservations?: true;
+        /** Its `reservation_hold_seconds`; absent when unset. */
+        readonly reservationHoldSeconds?: number;
         /** Reservations the descriptor's book held at its last reserve, commit or release on this process (absent when none). */
         readonly reservationsHeld?: number;
       })
@@ -116,6 +122,8 @@ export function ruleMatch(config: RateLimitConfig | undefined, domain: string, e
     ...limitMatch(matched.limit),
     shadowMode: matched.shadowMode,
     countDeniedRequests: matched.countDeniedRequests,
+    ...(matched.reservations ? { reservations: true as const } : {}),
+    ...(matched.reservationHoldSeconds > 0 ? { reservationHoldSeconds: matched.reservationHoldSeconds } : {}),
     ...(held > 0 ? { reservationsHeld: held } : {}),
   };
   if (matched.limits === undefined) return { domains, rule };

@@ -310,11 +310,12 @@ function readRule(ctx: Context, node: unknown, path: string, domain: string, par
   const own = value === undefined ? key : `${key}_${value}`;
   const statKey = parent.statKey === '' ? own : `${parent.statKey}.${own}`;
   const parsed = readLimit(ctx, f.get('rate_limit'), child(path, 'rate_limit'));
-  const settings = readSettings(ctx, f, path, { key, value }, parent.settings);
+  const read = readSettings(ctx, f, path, { key, value }, parent.settings);
   if (f.has('rate_limits') && f.has('rate_limit')) fail(ctx, child(path, 'rate_limits'), 'not allowed with rate_limit (a rule has one or the other)');
   const limits = f.has('rate_limits')
-    ? readLimitList(ctx, f.get('rate_limits'), child(path, 'rate_limits'), { domain, statKey, shadowMode: settings.shadowMode })
+    ? readLimitList(ctx, f.get('rate_limits'), child(path, 'rate_limits'), { domain, statKey, shadowMode: read.shadowMode })
     : undefined;
+  const settings = readReservations(ctx, path, read, limits?.map((l) => l.limit) ?? (parsed === undefined ? [] : [parsed.limit]));
   const valueToMetric = bool(ctx, f.get('value_to_metric'), child(path, 'value_to_metric'));
   const shareThreshold = bool(ctx, f.get('share_threshold'), child(path, 'share_threshold'));
   if (shareThreshold && (value === undefined || !isWildcard(value))) {
@@ -340,6 +341,22 @@ function readRule(ctx: Context, node: unknown, path: string, domain: string, par
     children,
   };
   return new BuiltRule(fixed, settings) as unknown as RuleNode;
+}
+
+/**
+ * `reservations` and `reservation_hold_seconds` against the rule's limits: reservations need a limit
+ * to hold against (and a limit that counts), a hold time needs reservations, and a `concurrency`
+ * limit implies them (its only use is reservations). Returns the rule's settings with that applied.
+ */
+function readReservations(ctx: Context, path: string, settings: RuleSettings, limits: readonly Limit[]): RuleSettings {
+  const inFlight = limits.some((l) => l.concurrency !== undefined);
+  if (settings.reservations && (limits.length === 0 || limits.some((l) => l.unlimited))) {
+    fail(ctx, child(path, 'reservations'), 'only on a rule with a limit to reserve against (rate_limit or rate_limits, not unlimited)');
+  }
+  if (settings.reservationHoldSeconds > 0 && !settings.reservations && !inFlight) {
+    fail(ctx, child(path, 'reservation_hold_seconds'), 'only on a rule that takes reservations (reservations: true, or a concurrency limit)');
+  }
+  return inFlight && !settings.reservations ? { ...settings, reservations: true } : settings;
 }
 
 function limitKeyPrefix(domain: string, limit: Limit): string {

@@ -5,6 +5,7 @@ import { plannedCounters, type CounterRequest, type HoldCall, type PlannedCounte
 import { counterKey, counterKeyPrefix } from './keys';
 import type { CalendarWindow } from './calendar';
 import { leaseMark } from './leases';
+import { commitCharge, holdTimeOf } from './reservations';
 import {
   DEFAULT_RESERVATION_KEYS,
   reservationEntryOf,
@@ -250,12 +251,22 @@ export class RequestPlanner {
         if (memo.reservation !== undefined) (reservations ??= new Array<ReservationEntry | undefined>(n))[i] = memo.reservation;
       } else {
         validateDescriptor(d, i, limits);
-        const reservation = reservationEntryOf(d, i, this.reservationKeys);
-        if (reservation !== undefined) (reservations ??= new Array<ReservationEntry | undefined>(n))[i] = reservation;
+        let reservation = reservationEntryOf(d, i, this.reservationKeys);
         if (!domainKnown) continue;
-        // A reservation's rule is the one its other entries match.
-        const entries = reservation === undefined ? d.entries : d.entries.slice(0, -1);
-        rule = d.limit !== undefined ? this.overrideRule(domain, d) : matchDescriptor(config!, domain, entries);
+        if (d.limit !== undefined) rule = this.overrideRule(domain, d);
+        else if (reservation === undefined) rule = matchDescriptor(config!, domain, d.entries);
+        else {
+          // A reservation's rule is the one its other entries match, and it must take reservations.
+          rule = matchDescriptor(config!, domain, d.entries.slice(0, -1));
+          if (rule === undefined || !rule.reservations) {
+            // Read as any descriptor, as the reference reads it: a rule keyed like the entry matches it.
+            const plain = matchDescriptor(config!, domain, d.entries);
+            if (plain === undefined && rule !== undefined) throw this.noReservations(i, rule);
+            rule = plain;
+            reservation = undefined;
+          }
+        }
+        if (reservation !== undefined) (reservations ??= new Array<ReservationEntry | undefined>(n))[i] = reservation;
         if (isKeptDescriptor(d)) {
           this.memos.set(d, (memos[i] = { domain, rule, counter: undefined, counters: undefined, statKey: undefined, reservation, hold: undefined }));
         }
@@ -336,6 +347,14 @@ export class RequestPlanner {
     return { config, domain, descriptors, hitsAddend: req.hitsAddend, statuses, counted, counters, softCount, quotaAt, decidedBy, holds };
   }
 
+  /** A reserve or commit descriptor on a rule that does not take reservations (`reservations: true`). */
+  private noReservations(index: number, rule: MatchedRule): InvalidRequestError {
+    const { reserve, commit } = this.reservationKeys;
+    return new InvalidRequestError(
+      `descriptors[${index}]: its rule (${rule.statKey}) takes no reservations: a "${reserve}" or "${commit}" entry needs \`reservations: true\` on the rule`,
+    );
+  }
+
   /** An ordinary descriptor on a rule that limits reservations in flight (`concurrency`): it holds nothing to count. */
   private inFlightOnly(index: number, rule: MatchedRule): InvalidRequestError {
     const { reserve, commit } = this.reservationKeys;
@@ -363,6 +382,7 @@ export class RequestPlanner {
     const parts: Counted[] = [];
     let inFlight: Counted | undefined;
     let maxHeld: number | undefined;
+    const windows: number[] = [];
     const each = list ?? [undefined];
     for (let j = 0; j < each.length; j++) {
       const ruleLimit = each[j];
@@ -379,10 +399,14 @@ export class RequestPlanner {
       const key = list === undefined || j === 0 ? book : counterKey(ruleLimit!.keyPrefix, keyed);
       const check = this.counterOf(key, limit, 0, rule, list === undefined ? undefined : book);
       counters.push(check);
-      parts.push({ index: p.index, rule, counter: { ...check, hits }, soft: p.soft, statKey, limit: ruleLimit, currentLimit: currentLimitOf(limit) });
+      windows.push(limit.windowMs);
+      // What the outcome counts: the estimate, or what the commit charges (commitCharge: at most the limit).
+      const counted = entry.kind === 'commit' ? commitCharge(check, hits) : hits;
+      parts.push({ index: p.index, rule, counter: { ...check, hits: counted }, soft: p.soft, statKey, limit: ruleLimit, currentLimit: currentLimitOf(limit) });
     }
     if (inFlight !== undefined) parts.push(inFlight);
-    const call: HoldCall = Object.freeze({ kind: entry.kind, key: book, id: entry.id, hits, counters: Object.freeze(counters), maxHeld });
+    const holdMs = holdTimeOf(windows, rule.reservationHoldSeconds);
+    const call: HoldCall = Object.freeze({ kind: entry.kind, key: book, id: entry.id, hits, counters: Object.freeze(counters), maxHeld, holdMs });
     const hold: PlannedHold = Object.freeze({ index: p.index, rule, soft: p.soft, call, parts: Object.freeze(parts) });
     // Kept for the next request with these hits, unless another rule of this one replaced some of its limits.
     if (memo !== undefined && p.replaced === undefined) memo.hold = hold;
@@ -481,6 +505,8 @@ export class RequestPlanner {
       detailedMetric: false,
       quotaMode: false,
       countDeniedRequests: false,
+      reservations: false,
+      reservationHoldSeconds: 0,
       requestKeyed: false,
       replaces: NO_REPLACES,
       statKey: keysStatKey(d.entries),

@@ -1,4 +1,5 @@
 import type { Limit, OutcomeRule, StructFields } from './types';
+import { MAX_HOLD_SECONDS } from './reservations';
 
 /**
  * The validated, frozen rule tree the decision walks (./match.ts): built by a config source
@@ -70,6 +71,18 @@ export const RULE_SETTINGS = {
    * lost, and later checks are denied until the usage drains. Covers the rule's subtree.
    */
   countDeniedRequests: { yaml: 'count_denied_requests', type: 'boolean', default: false, inherited: true },
+  /**
+   * `reservations`: the rule takes reserve and commit descriptors (./reservations.ts); a descriptor
+   * ending in a reserve or commit entry on any other rule is INVALID_ARGUMENT. A rule with a
+   * `concurrency` limit takes them whether it says so or not (the loader sets it). Only on a rule
+   * with a limit; not inherited: each rule whose limits are reserved against says so.
+   */
+  reservations: { yaml: 'reservations', type: 'boolean', default: false, inherited: false },
+  /**
+   * `reservation_hold_seconds`: how long this rule's reserves hold, 1 s to 7 days, instead of its
+   * shortest window; RESERVATION_TTL caps it. Only on a rule that takes reservations. 0: unset.
+   */
+  reservationHoldSeconds: { yaml: 'reservation_hold_seconds', type: 'integer', default: 0, inherited: false, min: 1, max: MAX_HOLD_SECONDS },
 } as const satisfies Readonly<Record<string, RuleSetting>>;
 
 type SettingValue<S> = S extends { readonly type: 'integer' } ? number : boolean;

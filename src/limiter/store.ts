@@ -123,17 +123,19 @@ export function settleCallProblem(call: SettleCall): string | undefined {
  * Contract (every adapter, checked by test/contract):
  * - One call is atomic with the decision of its counters: no other call sees the counters and the
  *   book between the two.
- * - reserve: admitted iff every counter checked with hits 0 admits and has `remaining >= reserved +
- *   estimate`, the in-flight limit (maxHeld) has room for one more, and the book is not full; then
- *   the estimate is held for the store's TTL. Nothing else is charged. A denial holds nothing.
- * - commit: the counters are charged `hits` whatever the outcome (recorded past the limit), and the
- *   ID's hold is freed; the ID is remembered for the TTL, so a second commit charges nothing (answered
- *   as a check). An ID the book does not know is charged all the same.
+ * - reserve: refused ('reused', every decision denied) when the book holds the ID already; refused
+ *   ('full') when the book holds its maximum of holds or bytes; else admitted iff every counter
+ *   checked with hits 0 admits and has `remaining >= reserved + estimate` and the in-flight limit
+ *   (maxHeld) has room for one more; then the estimate is held for holdTimeMs(ttlMs, holdMs).
+ *   Nothing else is charged. A denial holds nothing.
+ * - commit: each counter is charged min(hits, its limit) whatever the outcome (recorded past the
+ *   limit), and the ID's hold is freed if it has one. Nothing is remembered of the ID: a second
+ *   commit is charged again.
  * - release: the ID's hold is freed, nothing charged; the counters are answered as checks.
- * - Lapsed entries are dropped before anything is judged.
+ * - Lapsed holds are dropped before anything is judged.
  */
 export interface Reservations {
-  /** How long a hold, and a commit's memory of its ID, lasts, ms. */
+  /** The longest a hold lasts (RESERVATION_TTL), ms. */
   readonly ttlMs: number;
   hold(call: HoldCall): Promise<HoldAnswer>;
 }
@@ -153,6 +155,8 @@ export interface HoldCall {
   readonly counters: readonly CounterRequest[];
   /** The rule's in-flight limit (`concurrency`), when it has one. */
   readonly maxHeld: number | undefined;
+  /** reserve: how long to hold, ms (the rule's hold time, ./reservations.ts holdTimeOf), capped by the store's TTL; undefined: the TTL. */
+  readonly holdMs?: number;
 }
 
 export interface HoldAnswer {

@@ -325,7 +325,7 @@ export class Metrics {
     });
     this.reservationCalls = new Counter({
       name: 'ratelimit_service_reservations_total',
-      help: 'Reservation calls by rule and outcome (held, denied, full, again, committed, unknown, duplicate, released, lapsed).',
+      help: 'Reservation calls by rule and outcome (held, denied, full, reused, committed, unknown, released, lapsed).',
       labelNames: ['domain', 'descriptor', 'outcome'],
       registers,
     });

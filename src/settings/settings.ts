@@ -14,11 +14,13 @@ export interface ReservationSettings {
   /** RESERVE_ENTRY_KEY / COMMIT_ENTRY_KEY: the last entry's key of a reserve and of a commit descriptor. */
   readonly reserveKey: string;
   readonly commitKey: string;
-  /** RESERVATION_TTL: how long a hold, and a commit's memory of its ID, lasts, ms. */
+  /** RESERVATION_TTL: how long a hold lasts at most (a rule's own hold time is capped by it), ms. */
   readonly ttlMs: number;
-  /** RESERVATIONS_MAX_PER_KEY: entries (holds and remembered commits) of one descriptor's book, in either store. */
+  /** RESERVATIONS_MAX_PER_KEY: holds of one descriptor's book, in either store. */
   readonly maxPerKey: number;
-  /** RESERVATIONS_MAX_ENTRIES / RESERVATIONS_MAX_BYTES: the memory store's entries and estimated bytes of every book together. */
+  /** RESERVATIONS_MAX_KEY_BYTES: bytes of one descriptor's book (64 + the ID's bytes per hold), in either store. */
+  readonly maxKeyBytes: number;
+  /** RESERVATIONS_MAX_ENTRIES / RESERVATIONS_MAX_BYTES: the memory store's holds and estimated bytes of every book together (the least recently used books make room). */
   readonly maxEntries: number;
   readonly maxBytes: number;
 }
@@ -761,6 +763,8 @@ function reservationSettings(env: Env): ReservationSettings {
     commitKey,
     ttlMs: Math.round(ttlMs),
     maxPerKey: int(env, 'RESERVATIONS_MAX_PER_KEY', 10_000, 1, 1_000_000),
+    // At least one hold of the longest ID (64 + 256 bytes).
+    maxKeyBytes: int(env, 'RESERVATIONS_MAX_KEY_BYTES', MIB, 1024, 1024 * MIB),
     maxEntries: int(env, 'RESERVATIONS_MAX_ENTRIES', 1_000_000, 1, 1e9),
     maxBytes: int(env, 'RESERVATIONS_MAX_BYTES', 128 * MIB, MIB, 2 ** 40),
   });

@@ -53,7 +53,7 @@ export async function createStore(settings: Settings, logger: Logger, hooks: Sto
 
 function memoryReservations(settings: Settings): NonNullable<MemoryStoreOptions['reservations']> {
   const r = settings.reservations;
-  return { ttlMs: r.ttlMs, maxPerKey: r.maxPerKey, maxEntries: r.maxEntries, maxBytes: r.maxBytes };
+  return { ttlMs: r.ttlMs, maxPerKey: r.maxPerKey, maxKeyBytes: r.maxKeyBytes, maxEntries: r.maxEntries, maxBytes: r.maxBytes };
 }
 
 // How long start-up waits for Redis before serving anyway (NOT_SERVING until it connects).
@@ -91,6 +91,7 @@ async function createRedisBackedStore(settings: Settings, logger: Logger, hooks:
     onError: hooks.onStoreError,
     reservationTtlMs: settings.reservations.ttlMs,
     reservationsPerKey: settings.reservations.maxPerKey,
+    reservationKeyBytes: settings.reservations.maxKeyBytes,
     onConnectionChange: (state, err) => {
       if (state === 'ready') logger.info({ redis: target }, 'redis connected');
       else logger.warn({ redis: target, err: err?.message }, 'redis connection lost; reconnecting');

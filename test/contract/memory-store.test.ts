@@ -1,7 +1,7 @@
 import { MemoryExchange } from '../../src/store/memory-exchange';
 import { MemoryStore } from '../../src/store/memory-store';
 import { FakeClock } from '../helpers/fake-clock';
-import { CONTRACT_RESERVATION_TTL_MS, CONTRACT_RESERVATIONS_PER_KEY } from './reservation-contract';
+import { CONTRACT_RESERVATION_KEY_BYTES, CONTRACT_RESERVATION_TTL_MS, CONTRACT_RESERVATIONS_PER_KEY } from './reservation-contract';
 import { describeStoreContract } from './store-contract';
 
 describeStoreContract('memory', async () => {
@@ -11,7 +11,7 @@ describeStoreContract('memory', async () => {
     clock,
     maxKeys: 100_000,
     sweepIntervalMs: 0,
-    reservations: { ttlMs: CONTRACT_RESERVATION_TTL_MS, maxPerKey: CONTRACT_RESERVATIONS_PER_KEY },
+    reservations: { ttlMs: CONTRACT_RESERVATION_TTL_MS, maxPerKey: CONTRACT_RESERVATIONS_PER_KEY, maxKeyBytes: CONTRACT_RESERVATION_KEY_BYTES },
   });
   return {
     store,

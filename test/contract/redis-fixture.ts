@@ -2,7 +2,7 @@ import type { RedisType } from '../../src/settings/settings';
 import type { ReplicaExchange } from '../../src/limiter/replica-exchange';
 import type { Store } from '../../src/limiter/store';
 import { connectBackend, sleep } from '../helpers/redis';
-import { CONTRACT_RESERVATION_TTL_MS, CONTRACT_RESERVATIONS_PER_KEY } from './reservation-contract';
+import { CONTRACT_RESERVATION_KEY_BYTES, CONTRACT_RESERVATION_TTL_MS, CONTRACT_RESERVATIONS_PER_KEY } from './reservation-contract';
 
 /**
  * The contract suite's fixture for a Redis deployment: start it, connect a RedisStore (and the
@@ -25,6 +25,7 @@ export function redisFixture(
           url: deployment.url,
           reservationTtlMs: CONTRACT_RESERVATION_TTL_MS,
           reservationsPerKey: CONTRACT_RESERVATIONS_PER_KEY,
+          reservationKeyBytes: CONTRACT_RESERVATION_KEY_BYTES,
         });
         stores.push(backend.store);
         exchange ??= backend.exchange;

@@ -2,7 +2,7 @@ import { buildConfig } from '../../src/config/rule-tree';
 import { parseConfigText } from '../../src/config/rule-reader';
 import { RateLimiter } from '../../src/limiter/rate-limiter';
 import type { CounterRequest, HoldAnswer, HoldCall, Store } from '../../src/limiter/store';
-import type { HoldKind } from '../../src/limiter/reservations';
+import { HOLD_ENTRY_BYTES, type HoldKind } from '../../src/limiter/reservations';
 import type { Descriptor, RateLimitRequest } from '../../src/limiter/types';
 import { requireBefore, untilUnstretched } from '../helpers/deadline';
 import { LIMITER_DEFAULTS } from '../helpers/limiter-defaults';
@@ -17,8 +17,10 @@ import type { TimeCase } from './time-cases';
 
 /** The reservation TTL every contract store is made with: short, so that a case can wait it out. */
 export const CONTRACT_RESERVATION_TTL_MS = 1_500;
-/** Entries per book every contract store is made with: small, so that a hostile loop reaches it. */
+/** Holds per book every contract store is made with: small, so that a hostile loop reaches it. */
 export const CONTRACT_RESERVATIONS_PER_KEY = 60;
+/** Bytes per book every contract store is made with: 30 holds of 204-byte IDs (64 + 204 each), more than 60 of short ones. */
+export const CONTRACT_RESERVATION_KEY_BYTES = 8_192;
 
 interface ReservationHarness {
   readonly store: Store;
@@ -87,7 +89,7 @@ export function describeReservationContract(harness: () => ReservationHarness, o
       expect(again.filter((a) => a.outcome === 'held')).toHaveLength(7);
     });
 
-    it('is reserved on one replica and committed on another, and a second commit charges nothing', async () => {
+    it('is reserved on one replica and committed on another, and a second commit of the ID is charged again', async () => {
       const h = harness();
       const key = freshKey('replicas');
       const counters = [budget(key, 1_000, DAY)];
@@ -101,27 +103,54 @@ export function describeReservationContract(harness: () => ReservationHarness, o
       const commit = await hold(h.peer, call('commit', key, 'req-1', 250, counters));
       expect(commit).toMatchObject({ outcome: 'committed', held: 0, decisions: [{ allowed: true, remaining: 750 }] });
       expect(await hold(h.store, call('commit', key, 'req-1', 250, counters))).toMatchObject({
-        outcome: 'duplicate',
-        decisions: [{ allowed: true, remaining: 750 }],
+        outcome: 'unknown',
+        held: 0,
+        decisions: [{ allowed: true, remaining: 500 }],
       });
-      expect(await hold(h.peer, call('reserve', key, 'req-2', 700, counters))).toMatchObject({
+      expect(await hold(h.peer, call('reserve', key, 'req-2', 700, counters))).toMatchObject({ outcome: 'denied' });
+      expect(await hold(h.peer, call('reserve', key, 'req-2', 500, counters))).toMatchObject({
         outcome: 'held',
-        decisions: [{ allowed: true, remaining: 50 }],
+        decisions: [{ allowed: true, remaining: 0 }],
       });
     });
 
-    it('charges the commit of an unknown ID all the same, past the limit, and remembers it', async () => {
+    it('charges the commit of an unknown ID all the same, past the limit, each time, remembering nothing', async () => {
       const h = harness();
       const key = freshKey('unknown');
       const counters = [budget(key, 100, DAY)];
       expect(await hold(h.store, call('commit', key, 'never-reserved', 80, counters))).toMatchObject({
         outcome: 'unknown',
+        held: 0,
         decisions: [{ allowed: true, remaining: 20 }],
       });
       // Recorded past the limit (answered OVER_LIMIT, too late to stop anything).
       expect(await hold(h.peer, call('commit', key, 'other', 50, counters))).toMatchObject({ outcome: 'unknown', decisions: [{ allowed: false }] });
-      expect(await hold(h.store, call('commit', key, 'other', 50, counters))).toMatchObject({ outcome: 'duplicate' });
+      expect(await hold(h.store, call('commit', key, 'other', 50, counters))).toMatchObject({ outcome: 'unknown', decisions: [{ allowed: false }] });
       expect(await hold(h.store, call('reserve', key, 'next', 1, counters))).toMatchObject({ outcome: 'denied', held: 0 });
+      // 180 recorded: a check under a limit no usage reaches says so (the limit is not part of a counter's key).
+      const [probe] = await h.peer.decide([budget(key, 1_000_000, DAY)]);
+      expect(probe.remaining).toBe(1_000_000 - 180);
+    });
+
+    it("charges a commit at most each counter's limit: one of 2^32-1 records 100 and 1,000", async () => {
+      const h = harness();
+      const tag = freshKey('cap');
+      const counters = [budget(tag, 100, MINUTE, { tag }), budget(`${tag}|day`, 1_000, DAY, { tag, algorithm: 'token_bucket' })];
+      const huge = await hold(h.store, call('commit', tag, 'id', 4_294_967_295, counters));
+      expect(huge).toMatchObject({
+        outcome: 'unknown',
+        decisions: [
+          { allowed: true, remaining: 0 },
+          { allowed: true, remaining: 0 },
+        ],
+      });
+      const [probe] = await h.peer.decide([budget(tag, 1_000_000, MINUTE, { tag })]);
+      expect(probe.remaining).toBe(1_000_000 - 100);
+      // The bucket's state: a wait of its capacity's refill (one day for 1,000 a day), not 2^32 days.
+      expect(await hold(h.peer, call('reserve', tag, 'r', 1, counters))).toMatchObject({ outcome: 'denied' });
+      const [bucket] = await h.store.decide([{ ...counters[1], hits: 1 }]);
+      expect(bucket.allowed).toBe(false);
+      expect(bucket.resetMs).toBeLessThanOrEqual(DAY / 1_000 + 1_000);
     });
 
     overTime('releases a hold without a charge, and lets an uncommitted one lapse after the TTL', async () => {
@@ -144,7 +173,22 @@ export function describeReservationContract(harness: () => ReservationHarness, o
       expect(await hold(h.store, call('commit', key, 'b', 10, counters))).toMatchObject({ outcome: 'unknown', held: 1 });
     });
 
-    it('holds the estimate on every limit of a rule, and answers a reserve of an ID it holds without a second hold', async () => {
+    overTime("holds for the call's hold time (its rule's), capped by the TTL", async () => {
+      const h = harness();
+      const short = freshKey('short');
+      const long = freshKey('long');
+      const counters = (key: string) => [budget(key, 100, DAY)];
+      expect(await hold(h.store, { ...call('reserve', short, 'a', 100, counters(short)), holdMs: 400 })).toMatchObject({ outcome: 'held' });
+      expect(await hold(h.store, { ...call('reserve', long, 'a', 100, counters(long)), holdMs: 3_600_000 })).toMatchObject({ outcome: 'held' });
+      expect(await hold(h.peer, call('reserve', short, 'b', 1, counters(short)))).toMatchObject({ outcome: 'denied' });
+      await h.advance(600);
+      expect(await hold(h.peer, call('reserve', short, 'b', 1, counters(short)))).toMatchObject({ outcome: 'held', held: 1 });
+      expect(await hold(h.peer, call('reserve', long, 'b', 1, counters(long)))).toMatchObject({ outcome: 'denied' });
+      await h.advance(CONTRACT_RESERVATION_TTL_MS);
+      expect(await hold(h.peer, call('reserve', long, 'b', 1, counters(long)))).toMatchObject({ outcome: 'held', held: 1 });
+    });
+
+    it('holds the estimate on every limit of a rule, and refuses a second reserve of an ID it holds', async () => {
       const h = harness();
       const tag = freshKey('limits');
       const counters = [budget(tag, 1_000, MINUTE, { tag }), budget(`${tag}|day`, 1_500, DAY, { tag, algorithm: 'fixed_window' })];
@@ -156,7 +200,50 @@ export function describeReservationContract(harness: () => ReservationHarness, o
       expect(second.outcome).toBe('denied');
       expect(second.decisions.map((d) => d.allowed)).toEqual([false, true]);
       expect(await hold(h.peer, call('reserve', tag, 'z', 100, counters))).toMatchObject({ outcome: 'held' });
-      expect(await hold(h.store, call('reserve', tag, 'z', 100, counters))).toMatchObject({ outcome: 'again', held: 1 });
+      const reused = await hold(h.store, call('reserve', tag, 'z', 100, counters));
+      expect(reused).toMatchObject({ outcome: 'reused', held: 1 });
+      for (const d of reused.decisions) {
+        expect(d).toMatchObject({ allowed: false, remaining: 0 });
+        // Until the hold of `z` lapses.
+        expect(d.resetMs).toBeGreaterThan(0);
+        expect(d.resetMs).toBeLessThanOrEqual(CONTRACT_RESERVATION_TTL_MS);
+      }
+    });
+
+    it('holds one ID once: 200 concurrent reserves of it across replicas never pass concurrency 2, beside 50 legit reserves answered exactly', async () => {
+      const h = harness();
+      const shared = freshKey('one-id');
+      const legit = freshKey('beside');
+      const legitCounters = [budget(legit, 1_000, DAY)];
+      const calls = [
+        ...Array.from({ length: 200 }, (_, i) => hold(i % 2 ? h.store : h.peer, call('reserve', shared, 'same', 10, [budget(shared, 1_000_000, DAY)], 2))),
+        ...Array.from({ length: 50 }, (_, i) => hold(i % 2 ? h.peer : h.store, call('reserve', legit, `legit-${i}`, 20, legitCounters))),
+      ];
+      const answers = await Promise.all(calls);
+      const mine = answers.slice(0, 200);
+      expect(mine.filter((a) => a.outcome === 'held')).toHaveLength(1);
+      expect(mine.filter((a) => a.outcome === 'reused')).toHaveLength(199);
+      expect(Math.max(...mine.map((a) => a.held))).toBe(1);
+      const theirs = answers.slice(200);
+      expect(theirs.every((a) => a.outcome === 'held')).toBe(true);
+      expect(theirs.map((a) => a.decisions[0].remaining).sort((x, y) => x - y)).toEqual(Array.from({ length: 50 }, (_, i) => 20 * i));
+      // A commit of 0 first, then a later one of 500: both charged, the second not free.
+      const counters = [budget(shared, 1_000_000, DAY)];
+      expect(await hold(h.peer, call('commit', shared, 'same', 0, counters, 2))).toMatchObject({ outcome: 'committed', held: 0 });
+      expect(await hold(h.store, call('commit', shared, 'same', 500, counters, 2))).toMatchObject({
+        outcome: 'unknown',
+        decisions: [
+          { allowed: true, remaining: 1_000_000 - 500 },
+          { allowed: true, remaining: 2 },
+        ],
+      });
+      // 21 reserve + commit pairs of 100 on one ID: each reserve a new hold, each commit charged.
+      for (let i = 0; i < 21; i++) {
+        expect((await hold(i % 2 ? h.store : h.peer, call('reserve', shared, 'same', 100, counters, 2))).outcome).toBe('held');
+        expect((await hold(i % 2 ? h.peer : h.store, call('commit', shared, 'same', 100, counters, 2))).outcome).toBe('committed');
+      }
+      const [probe] = await h.store.decide(counters);
+      expect(probe.remaining).toBe(1_000_000 - 500 - 2_100);
     });
 
     it('limits reservations in flight across replicas (concurrency 5): a commit frees one, its hits not charged', async () => {
@@ -183,7 +270,7 @@ export function describeReservationContract(harness: () => ReservationHarness, o
       expect(await hold(h.store, call('reserve', key, 'later', 1, [], 5))).toMatchObject({ outcome: 'denied', held: 5 });
     });
 
-    it('keeps a hostile loop of fresh IDs to its own book, bounded, while a legit caller beside it gets its exact answers', async () => {
+    it('keeps a hostile loop of fresh IDs to its own book, bounded in bytes, while a legit caller beside it gets its exact answers', async () => {
       const h = harness();
       const hostile = freshKey('hostile');
       const legit = freshKey('legit');
@@ -194,16 +281,18 @@ export function describeReservationContract(harness: () => ReservationHarness, o
       for (let round = 0; round < 10; round++) {
         const burst = await Promise.all(
           Array.from({ length: 10 }, (_, i) =>
-            hold(i % 2 ? h.store : h.peer, call('reserve', hostile, `${'x'.repeat(200)}-${round}-${i}`, 0, hostileCounters)),
+            // IDs of 204 bytes: 268 each against the book's 8,192 bytes.
+            hold(i % 2 ? h.store : h.peer, call('reserve', hostile, `${'x'.repeat(200)}-${String(round * 10 + i).padStart(3, '0')}`, 0, hostileCounters)),
           ),
         );
         for (const a of burst) outcomes.set(a.outcome, (outcomes.get(a.outcome) ?? 0) + 1);
         legitAnswers.push(await hold(h.store, call('reserve', legit, `legit-${round}`, 100, legitCounters)));
         if (round % 2 === 1) legitAnswers.push(await hold(h.peer, call('commit', legit, `legit-${round}`, 100, legitCounters)));
       }
-      // The hostile book stops at its bound: every reserve past it is refused and holds nothing.
-      expect(outcomes.get('held')).toBe(CONTRACT_RESERVATIONS_PER_KEY);
-      expect(outcomes.get('full')).toBe(100 - CONTRACT_RESERVATIONS_PER_KEY);
+      // The hostile book stops at its bound in bytes: every reserve past it is refused and holds nothing.
+      const fit = Math.floor(CONTRACT_RESERVATION_KEY_BYTES / (HOLD_ENTRY_BYTES + 204));
+      expect(outcomes.get('held')).toBe(fit);
+      expect(outcomes.get('full')).toBe(100 - fit);
       // The legit caller, 100 a round against 500 (a commit of 100 every other round), answered exactly:
       // rounds 0-4 fit (counted 200, held 300), then its reserves are denied and its commits unknown.
       expect(legitAnswers.map((a) => a.outcome)).toEqual([
@@ -212,10 +301,28 @@ export function describeReservationContract(harness: () => ReservationHarness, o
       ]);
     });
 
+    it('bounds a book of short IDs by its holds, and refuses only its own reserves, hundreds in flight beside another book', async () => {
+      const h = harness();
+      const hostile = freshKey('many');
+      const legit = freshKey('other');
+      const answers = await Promise.all([
+        ...Array.from({ length: 150 }, (_, i) => hold(i % 2 ? h.store : h.peer, call('reserve', hostile, `h${i}`, 0, [budget(hostile, 1_000_000, DAY)]))),
+        ...Array.from({ length: 50 }, (_, i) => hold(i % 2 ? h.peer : h.store, call('reserve', legit, `l${i}`, 2, [budget(legit, 100, DAY)]))),
+      ]);
+      const hostileOutcomes = answers.slice(0, 150).map((a) => a.outcome);
+      expect(hostileOutcomes.filter((o) => o === 'held')).toHaveLength(CONTRACT_RESERVATIONS_PER_KEY);
+      expect(hostileOutcomes.filter((o) => o === 'full')).toHaveLength(150 - CONTRACT_RESERVATIONS_PER_KEY);
+      // The other book: 50 of 2 against 100, every one held, the last with nothing left.
+      expect(answers.slice(150).every((a) => a.outcome === 'held')).toBe(true);
+      expect(Math.min(...answers.slice(150).map((a) => a.decisions[0].remaining))).toBe(0);
+      // The hostile book's commits still charge and free: its own reserves fit again.
+      expect(await hold(h.store, call('commit', hostile, 'h0', 1, [budget(hostile, 1_000_000, DAY)]))).toMatchObject({ outcome: 'committed' });
+    });
+
     describe('through the limiter, one per replica', () => {
       const RULES = (domain: string): string =>
         `domain: ${domain}\ndescriptors:\n` +
-        '  - key: api_key\n    rate_limits:\n' +
+        '  - key: api_key\n    reservations: true\n    rate_limits:\n' +
         '      - {name: tokens_per_minute, unit: minute, requests_per_unit: 1000}\n' +
         '      - {name: tokens_per_day, unit: day, requests_per_unit: 100000, algorithm: fixed_window}\n' +
         '  - key: tenant\n    rate_limit: {concurrency: 5}\n';

@@ -371,6 +371,8 @@ export interface TestStoreOptions {
   readonly reservationTtlMs?: number;
   /** RESERVATIONS_MAX_PER_KEY (the store's default when omitted). */
   readonly reservationsPerKey?: number;
+  /** RESERVATIONS_MAX_KEY_BYTES (the store's default when omitted). */
+  readonly reservationKeyBytes?: number;
 }
 
 /** A RedisStore on its own client, resolved once the client is ready. */
@@ -392,6 +394,7 @@ export async function connectBackend(options: TestStoreOptions): Promise<{ store
     onError: options.onError,
     reservationTtlMs: options.reservationTtlMs,
     reservationsPerKey: options.reservationsPerKey,
+    reservationKeyBytes: options.reservationKeyBytes,
   });
   await waitFor('the store to connect', async () => store.isHealthy(), 10_000, 20);
   return { store, exchange };

@@ -1,4 +1,4 @@
-import { DEFAULT_RESERVATION_TTL_MS, DEFAULT_RESERVATIONS_PER_KEY } from '../../limiter/reservations';
+import { DEFAULT_RESERVATION_TTL_MS, DEFAULT_RESERVATIONS_KEY_BYTES, DEFAULT_RESERVATIONS_PER_KEY, holdTimeMs } from '../../limiter/reservations';
 import type { CounterDecision, HoldAnswer, HoldCall, Reservations } from '../../limiter/store';
 import { RESERVE_OUTCOMES } from './reserve-script';
 import { callBeside, counterArguments, type BesideCallOptions } from './beside-call';
@@ -13,8 +13,10 @@ export interface RedisReservationsOptions extends BesideCallOptions {
   /** `<prefix>{`: a book's key is this, its descriptor's tag, and `}|holds`. */
   readonly tagOpen: string;
   readonly ttlMs?: number;
-  /** Entries (holds and remembered commits) of one book, at most (RESERVATIONS_MAX_PER_KEY). */
+  /** Holds of one book, at most (RESERVATIONS_MAX_PER_KEY). */
   readonly maxPerKey?: number;
+  /** Bytes of one book's holds (holdBytes each), at most (RESERVATIONS_MAX_KEY_BYTES). */
+  readonly maxKeyBytes?: number;
 }
 
 const KIND_CODE = { reserve: 'r', commit: 'c', release: 'x' } as const;
@@ -22,10 +24,12 @@ const KIND_CODE = { reserve: 'r', commit: 'c', release: 'x' } as const;
 export class RedisReservations implements Reservations {
   readonly ttlMs: number;
   private readonly maxPerKey: number;
+  private readonly maxKeyBytes: number;
 
   constructor(private readonly options: RedisReservationsOptions) {
     this.ttlMs = options.ttlMs ?? DEFAULT_RESERVATION_TTL_MS;
     this.maxPerKey = options.maxPerKey ?? DEFAULT_RESERVATIONS_PER_KEY;
+    this.maxKeyBytes = options.maxKeyBytes ?? DEFAULT_RESERVATIONS_KEY_BYTES;
   }
 
   hold(call: HoldCall): Promise<HoldAnswer> {
@@ -33,7 +37,20 @@ export class RedisReservations implements Reservations {
     const parts = counterArguments(counters, this.options.keyOf, (c) => (c.hits === 0 ? c : { ...c, hits: 0 }));
     if (parts instanceof Error) return Promise.reject(parts);
     const keys = [...parts.keys, `${this.options.tagOpen}${call.key}}|holds`];
-    const args = [keys.length, ...keys, KIND_CODE[call.kind], call.id, call.hits, this.ttlMs, this.maxPerKey, call.maxHeld ?? -1, ...parts.specs];
+    const holdMs = holdTimeMs(this.ttlMs, call.holdMs);
+    const args = [
+      keys.length,
+      ...keys,
+      KIND_CODE[call.kind],
+      call.id,
+      call.hits,
+      holdMs,
+      this.ttlMs,
+      this.maxPerKey,
+      this.maxKeyBytes,
+      call.maxHeld ?? -1,
+      ...parts.specs,
+    ];
     return callBeside(this.options, args, (reply) => readReply(reply, counters.length + (call.maxHeld === undefined ? 0 : 1)));
   }
 }

@@ -64,8 +64,10 @@ export interface RedisStoreOptions {
   readonly onConnectionChange?: (state: 'ready' | 'lost', error?: Error) => void;
   /** How long a reservation is held (RESERVATION_TTL), ms; the default of src/limiter/reservations.ts when omitted. */
   readonly reservationTtlMs?: number;
-  /** Entries one descriptor's reservations keep at most (RESERVATIONS_MAX_PER_KEY). */
+  /** Holds one descriptor's reservations keep at most (RESERVATIONS_MAX_PER_KEY). */
   readonly reservationsPerKey?: number;
+  /** Bytes of one descriptor's holds, at most (RESERVATIONS_MAX_KEY_BYTES). */
+  readonly reservationKeyBytes?: number;
 }
 
 /** Requests per DECIDE script call, at most. */
@@ -231,6 +233,7 @@ export class RedisStore implements Store {
       timeoutMs,
       ttlMs: options.reservationTtlMs,
       maxPerKey: options.reservationsPerKey,
+      maxKeyBytes: options.reservationKeyBytes,
       failed,
     });
     // Settlements are written in the background, off every decision's path: a busy Redis gets longer to take them.

@@ -60,7 +60,7 @@ const INVALID: Record<string, string> = {
   'unknown-root-key.yaml': 'descriptor: unknown key (expected one of: domain, descriptors)',
   'unknown-rule-key.yaml':
     'descriptors[0].limit: unknown key (expected one of: key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, ' +
-    'detailed_metric, count_denied_requests, value_to_metric, share_threshold, metadata)',
+    'detailed_metric, count_denied_requests, reservations, reservation_hold_seconds, value_to_metric, share_threshold, metadata)',
   'unknown-unit-unknown.yaml': 'descriptors[0].rate_limit.unit: unknown unit "unknown"',
   'unknown-unit.yaml': 'descriptors[2].rate_limit.unit: unknown unit "sec"',
   'unlimited-with-multiplier.yaml': 'descriptors[0].rate_limit.unit_multiplier: not allowed with unlimited: true',
@@ -566,9 +566,9 @@ describe('in-flight limits (concurrency)', () => {
     ]);
     const config2 = buildConfig([config]);
     expect(describeConfig(config2).filter((l) => l.startsWith('d.tenant') || l.startsWith('d.both'))).toEqual([
-      'd.tenant: concurrency=5 name=in_flight, shadow_mode: false, quota_mode: false',
-      'd.both.0: concurrency=2, shadow_mode: false, quota_mode: false',
-      'd.both.1: unit=HOUR requests_per_unit=300 unit_multiplier=1 algorithm=sliding_window, shadow_mode: false, quota_mode: false',
+      'd.tenant: concurrency=5 name=in_flight reservations=true, shadow_mode: false, quota_mode: false',
+      'd.both.0: concurrency=2 reservations=true, shadow_mode: false, quota_mode: false',
+      'd.both.1: unit=HOUR requests_per_unit=300 unit_multiplier=1 algorithm=sliding_window reservations=true, shadow_mode: false, quota_mode: false',
     ]);
     expect(ruleMatch(config2, 'd', [{ key: 'tenant', value: 'acme' }]).rule).toMatchObject({ concurrency: 5, name: 'in_flight' });
     expect(ruleMatch(config2, 'd', [{ key: 'both', value: 'x' }]).rule?.limits?.map((l) => l.concurrency)).toEqual([2, undefined]);
@@ -593,6 +593,50 @@ describe('in-flight limits (concurrency)', () => {
     ],
   ])('%s is an error naming the file and the path', (_label, rules, message) => {
     expect(errorOf(rules)).toBe(`flight.yaml: ${message}`);
+  });
+});
+
+describe('reservations (reservations: true, reservation_hold_seconds)', () => {
+  const load = (rules: string): ReturnType<typeof parseConfigText> => parseConfigText('holds.yaml', `domain: d\ndescriptors:\n${rules}`, opts);
+
+  test('a rule opts in, with a hold time of its own; a concurrency limit opts in by itself; no other rule takes them', () => {
+    const config = buildConfig([
+      load(
+        '  - key: tokens\n    reservations: true\n    reservation_hold_seconds: 300\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n' +
+          '  - key: tenant\n    rate_limit: {concurrency: 5}\n' +
+          '  - key: plain\n    rate_limit: {unit: minute, requests_per_unit: 10}\n',
+      ),
+    ]);
+    const rule = (key: string) => config.domains.get('d')!.rules.get(key)!.keyOnly!;
+    expect([rule('tokens').reservations, rule('tokens').reservationHoldSeconds]).toEqual([true, 300]);
+    expect([rule('tenant').reservations, rule('tenant').reservationHoldSeconds]).toEqual([true, 0]);
+    expect([rule('plain').reservations, rule('plain').reservationHoldSeconds]).toEqual([false, 0]);
+    expect(describeConfig(config)).toContain(
+      'd.tokens: unit=MINUTE requests_per_unit=1000 unit_multiplier=1 algorithm=sliding_window reservations=true reservation_hold_seconds=300, shadow_mode: false, quota_mode: false',
+    );
+    expect(ruleMatch(config, 'd', [{ key: 'tokens', value: 'a' }]).rule).toMatchObject({ reservations: true, reservationHoldSeconds: 300 });
+    expect(ruleMatch(config, 'd', [{ key: 'plain', value: 'a' }]).rule).not.toHaveProperty('reservations');
+  });
+
+  test.each([
+    ['on a rule without a limit', '  - key: k\n    reservations: true\n', 'descriptors[0].reservations: only on a rule with a limit to reserve against'],
+    [
+      'on an unlimited rule',
+      '  - key: k\n    reservations: true\n    rate_limit: {unlimited: true}\n',
+      'descriptors[0].reservations: only on a rule with a limit to reserve against',
+    ],
+    [
+      'a hold time without reservations',
+      '  - key: k\n    reservation_hold_seconds: 60\n    rate_limit: {unit: minute, requests_per_unit: 10}\n',
+      'descriptors[0].reservation_hold_seconds: only on a rule that takes reservations',
+    ],
+    [
+      'a hold time past 7 days',
+      '  - key: k\n    reservations: true\n    reservation_hold_seconds: 604801\n    rate_limit: {unit: minute, requests_per_unit: 10}\n',
+      'descriptors[0].reservation_hold_seconds: expected an integer from 1 to 604800, got 604801',
+    ],
+  ])('%s is an error naming the file and the path', (_label, rules, message) => {
+    expect(rejection(() => load(rules))).toContain(`holds.yaml: ${message}`);
   });
 });
 

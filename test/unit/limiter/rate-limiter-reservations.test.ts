@@ -23,6 +23,7 @@ const RULES = `${RESERVATION_RULES.trimEnd()}
     rate_limit: {unit: hour, requests_per_unit: 1}
   - key: dry
     shadow_mode: true
+    reservations: true
     rate_limit: {unit: hour, requests_per_unit: 10}
 `;
 
@@ -101,17 +102,94 @@ describe('reservations through the limiter', () => {
     expect(events).toMatchObject([{ domain: 'llm', kind: 'reserve', outcome: 'held', held: 1, lapsed: 0 }]);
   });
 
-  it('frees a lapsed hold after the TTL, and charges the commit of its ID all the same', async () => {
+  it("frees a lapsed hold after its rule's shortest window (the minute, not the TTL), and charges every commit of its ID", async () => {
     const { limiter, clock } = setup();
     expect((await limiter.shouldRateLimit(req(reserve('api_key', 'carol', 'a', 1000)))).overallCode).toBe('OK');
     expect((await limiter.shouldRateLimit(req(reserve('api_key', 'carol', 'b', 1)))).overallCode).toBe('OVER_LIMIT');
-    clock.advance(TTL);
+    clock.advance(59_999);
+    expect((await limiter.shouldRateLimit(req(reserve('api_key', 'carol', 'b', 1)))).overallCode).toBe('OVER_LIMIT');
+    clock.advance(1);
     expect((await limiter.shouldRateLimit(req(reserve('api_key', 'carol', 'b', 1)))).overallCode).toBe('OK');
     // 'a' lapsed: unknown, charged 999 past nothing held but b's 1.
     const late = await limiter.shouldRateLimit(req(commit('api_key', 'carol', 'a', 999)));
     expect(late.statuses[0]).toMatchObject({ code: 'OK', limitRemaining: 1 });
+    // A second commit of the same ID is charged again: recorded past the limit.
     const again = await limiter.shouldRateLimit(req(commit('api_key', 'carol', 'a', 999)));
-    expect(again.statuses[0]).toMatchObject({ code: 'OK', limitRemaining: 1 });
+    expect(again.statuses[0]).toMatchObject({ code: 'OVER_LIMIT', limitRemaining: 0 });
+  });
+
+  it('holds for the TTL on a rule of concurrency alone, and for its own reservation_hold_seconds, capped by the TTL', async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const store = new MemoryStore({ clock, maxKeys: 1_000, sweepIntervalMs: 0, reservations: { ttlMs: TTL } });
+    const rules =
+      'domain: llm\ndescriptors:\n' +
+      '  - key: flight\n    rate_limit: {concurrency: 1}\n' +
+      '  - key: slow\n    reservations: true\n    reservation_hold_seconds: 120\n    rate_limit: {unit: second, requests_per_unit: 10}\n' +
+      '  - key: long\n    reservations: true\n    reservation_hold_seconds: 3600\n    rate_limit: {unit: second, requests_per_unit: 10}\n';
+    const config = buildConfig([parseConfigText('llm.yaml', rules, { defaultAlgorithm: 'sliding_window' })]);
+    const limiter = new RateLimiter({ store, config: () => config, ...LIMITER_DEFAULTS });
+    const code = async (key: string, id: string, hits = 10): Promise<string> => (await limiter.shouldRateLimit(req(reserve(key, 'x', id, hits)))).overallCode;
+    for (const key of ['flight', 'slow', 'long']) expect([await code(key, 'a'), await code(key, 'b')]).toEqual(['OK', 'OVER_LIMIT']);
+    clock.advance(120_000 - 1);
+    expect([await code('flight', 'b'), await code('slow', 'b'), await code('long', 'b')]).toEqual(['OVER_LIMIT', 'OVER_LIMIT', 'OVER_LIMIT']);
+    clock.advance(1);
+    expect([await code('flight', 'b'), await code('slow', 'b'), await code('long', 'b')]).toEqual(['OVER_LIMIT', 'OK', 'OVER_LIMIT']);
+    clock.advance(TTL - 120_000);
+    expect([await code('flight', 'c'), await code('long', 'c')]).toEqual(['OK', 'OK']);
+  });
+
+  it('refuses a second reserve of an ID it holds: 10 concurrent reserves of one ID hold once against concurrency 2', async () => {
+    const { limiter, store } = setup();
+    const answers = await Promise.all(Array.from({ length: 10 }, () => limiter.shouldRateLimit(req(reserve('both', 'k', 'same', 1)))));
+    expect(answers.filter((a) => a.overallCode === 'OK')).toHaveLength(1);
+    // The one hold counts once in flight: another ID still fits, a third does not.
+    expect((await limiter.shouldRateLimit(req(reserve('both', 'k', 'other', 1)))).overallCode).toBe('OK');
+    expect((await limiter.shouldRateLimit(req(reserve('both', 'k', 'third', 1)))).overallCode).toBe('OVER_LIMIT');
+    expect(store.reservations.size).toBe(2);
+    // The refused reserve's wait: until the ID's hold lapses (its rule's hour, capped by the TTL).
+    const reused = await limiter.shouldRateLimit(req(reserve('both', 'k', 'same', 1)));
+    expect(reused.statuses[0]).toMatchObject({ code: 'OVER_LIMIT', limitRemaining: 0, durationUntilResetMs: TTL });
+  });
+
+  it("charges a commit at most its limit: one of 2^32-1 denies a token bucket's descriptor for one window, not for years", async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const store = new MemoryStore({ clock, maxKeys: 1_000, sweepIntervalMs: 0 });
+    const rules =
+      'domain: llm\ndescriptors:\n  - key: b\n    reservations: true\n    rate_limit: {unit: minute, requests_per_unit: 600, algorithm: token_bucket}\n';
+    const config = buildConfig([parseConfigText('llm.yaml', rules, { defaultAlgorithm: 'sliding_window' })]);
+    const outcomes: DescriptorOutcome[] = [];
+    const limiter = new RateLimiter({ store, config: () => config, ...LIMITER_DEFAULTS, observer: { onDescriptor: (o) => outcomes.push(o) } });
+    const huge = await limiter.shouldRateLimit(req(commit('b', 'x', 'id', 4_294_967_295)));
+    expect(huge.statuses[0]).toMatchObject({ code: 'OK', limitRemaining: 0 });
+    // The outcome reports what was charged.
+    expect(outcomes[0]).toMatchObject({ hits: 600 });
+    expect((await limiter.shouldRateLimit(req(reserve('b', 'x', 'r', 1)))).statuses[0]).toMatchObject({ code: 'OVER_LIMIT' });
+    // 600 a minute refill one a 100 ms: after the window, the bucket is full again.
+    clock.advance(60_000);
+    expect((await limiter.shouldRateLimit(req(reserve('b', 'x', 'r', 600)))).statuses[0]).toMatchObject({ code: 'OK', limitRemaining: 0 });
+  });
+
+  it('takes reserve and commit entries only on a rule that opts in; a rule keyed like the entry is matched as the reference does', async () => {
+    const clock = new FakeClock(1_700_000_000_000);
+    const store = new MemoryStore({ clock, maxKeys: 1_000, sweepIntervalMs: 0 });
+    const rules =
+      'domain: llm\ndescriptors:\n' +
+      '  - key: plain\n    rate_limit: {unit: minute, requests_per_unit: 5}\n' +
+      '  - key: git\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    descriptors:\n      - key: commit\n        rate_limit: {unit: minute, requests_per_unit: 2}\n';
+    const config = buildConfig([parseConfigText('llm.yaml', rules, { defaultAlgorithm: 'sliding_window' })]);
+    const limiter = new RateLimiter({ store, config: () => config, ...LIMITER_DEFAULTS });
+    for (const entry of [reserve('plain', 'x', 'id', 1), commit('plain', 'x', 'id', 1_000_000)]) {
+      await expect(limiter.shouldRateLimit(req(d([['other', 'y']]), entry))).rejects.toThrow(
+        /^descriptors\[1\]: its rule \(plain\) takes no reservations: a "reserve" or "commit" entry needs `reservations: true` on the rule$/,
+      );
+    }
+    // (git, x), (commit, sha) is the nested rule `commit`, counted as any descriptor: 2 a minute.
+    const codes: string[] = [];
+    for (let i = 0; i < 3; i++) codes.push((await limiter.shouldRateLimit(req(commit('git', 'x', 'sha', 1)))).overallCode);
+    expect(codes).toEqual(['OK', 'OK', 'OVER_LIMIT']);
+    // A descriptor that matches no rule, with or without its last entry, is not limited, as any other.
+    expect(await limiter.shouldRateLimit(req(commit('nothing', 'x', 'id', 5)))).toMatchObject({ overallCode: 'OK', statuses: [{ limitRemaining: 0 }] });
+    expect(store.reservations.size).toBe(0);
   });
 
   it('limits 5 in flight: the sixth is OVER_LIMIT until a commit frees one, whose hits are not charged', async () => {

@@ -1,4 +1,19 @@
-import { addHold, dropLapsed, emptyBook, firstLapseMs, freeHold, judgeHeld, judgeInFlight, markCommitted, refuseAll } from '../../../src/limiter/reservations';
+import {
+  addHold,
+  commitCharge,
+  dropLapsed,
+  emptyBook,
+  firstLapseMs,
+  freeHold,
+  hasRoom,
+  HOLD_ENTRY_BYTES,
+  holdBytes,
+  holdTimeMs,
+  holdTimeOf,
+  judgeHeld,
+  judgeInFlight,
+  refuseAll,
+} from '../../../src/limiter/reservations';
 import type { CounterRequest } from '../../../src/limiter/store';
 import { FakeClock } from '../../helpers/fake-clock';
 
@@ -6,49 +21,65 @@ const TTL = 600_000;
 const counter: CounterRequest = { key: 'k', algorithm: 'sliding_window', limit: 1_000, windowMs: 60_000, hits: 0 };
 
 describe('a book of holds', () => {
-  it('sums the estimates it holds, and frees one hold exactly once', () => {
+  it('sums the estimates and bytes it holds, and frees one hold exactly once', () => {
     const clock = new FakeClock(1_000);
     const book = emptyBook();
     addHold(book, 'a', 100, clock.nowMs(), TTL);
-    addHold(book, 'b', 250, clock.nowMs(), TTL);
-    expect(book).toMatchObject({ reserved: 350, held: 2 });
+    addHold(book, 'bé', 250, clock.nowMs(), TTL);
+    // 64 a hold beside its ID's UTF-8 bytes ('é' is two).
+    expect(book).toMatchObject({ reserved: 350, bytes: HOLD_ENTRY_BYTES * 2 + 1 + 3 });
+    expect(holdBytes('bé')).toBe(HOLD_ENTRY_BYTES + 3);
     expect(freeHold(book, 'a')).toBe(true);
     expect(freeHold(book, 'a')).toBe(false);
-    expect(book).toMatchObject({ reserved: 250, held: 1 });
+    expect(book).toMatchObject({ reserved: 250, bytes: HOLD_ENTRY_BYTES + 3 });
     expect(book.entries.size).toBe(1);
   });
 
-  it('drops holds at their TTL, oldest first, and counts only holds (not remembered commits) as lapsed', () => {
+  it('drops holds at their hold time, oldest first, each told to its owner', () => {
     const clock = new FakeClock(5_000);
     const book = emptyBook();
     addHold(book, 'a', 100, clock.nowMs(), TTL);
     clock.advance(1_000);
     addHold(book, 'b', 40, clock.nowMs(), TTL);
-    markCommitted(book, 'b', clock.nowMs(), TTL);
     addHold(book, 'c', 7, clock.nowMs(), TTL);
-    expect(book).toMatchObject({ reserved: 107, held: 2 });
     expect(firstLapseMs(book, clock.nowMs())).toBe(TTL - 1_000);
     clock.advance(TTL - 1_001);
     expect(dropLapsed(book, clock.nowMs())).toBe(0);
     clock.advance(1);
-    expect(dropLapsed(book, clock.nowMs())).toBe(1);
-    expect(book).toMatchObject({ reserved: 7, held: 1 });
+    const gone: string[] = [];
+    expect(dropLapsed(book, clock.nowMs(), (id) => gone.push(id))).toBe(1);
+    expect(book).toMatchObject({ reserved: 47, bytes: 2 * (HOLD_ENTRY_BYTES + 1) });
     clock.advance(1_000);
-    // b (remembered) and c lapse together: one hold among them.
-    expect(dropLapsed(book, clock.nowMs())).toBe(1);
-    expect(book).toMatchObject({ reserved: 0, held: 0 });
+    expect(dropLapsed(book, clock.nowMs(), (id) => gone.push(id))).toBe(2);
+    expect(gone).toEqual(['a', 'b', 'c']);
+    expect(book).toMatchObject({ reserved: 0, bytes: 0 });
     expect(book.entries.size).toBe(0);
     expect(firstLapseMs(book, clock.nowMs())).toBe(0);
   });
 
-  it('moves a committed ID to the end of the book, so insertion order stays lapse order', () => {
+  it('has room while under both bounds with the new ID counted', () => {
     const book = emptyBook();
     addHold(book, 'a', 1, 0, TTL);
-    addHold(book, 'b', 1, 10, TTL);
-    markCommitted(book, 'a', 20, TTL);
-    expect([...book.entries.keys()]).toEqual(['b', 'a']);
-    expect(book.entries.get('a')).toEqual({ estimate: 0, committed: true, expiresAtMs: 20 + TTL });
-    expect(book).toMatchObject({ reserved: 1, held: 1 });
+    expect(hasRoom(book, 'b', 2, 2 * (HOLD_ENTRY_BYTES + 1))).toBe(true);
+    expect(hasRoom(book, 'bb', 2, 2 * (HOLD_ENTRY_BYTES + 1))).toBe(false);
+    expect(hasRoom(book, 'b', 1, 1_000)).toBe(false);
+  });
+});
+
+describe('hold time and commit charge', () => {
+  it("holds for the rule's shortest window, or its own hold time, never past the TTL", () => {
+    expect(holdTimeOf([60_000, 86_400_000], 0)).toBe(60_000);
+    expect(holdTimeOf([], 0)).toBeUndefined();
+    expect(holdTimeOf([1_000], 300)).toBe(300_000);
+    expect(holdTimeMs(TTL, undefined)).toBe(TTL);
+    expect(holdTimeMs(TTL, 60_000)).toBe(60_000);
+    expect(holdTimeMs(TTL, 3_600_000)).toBe(TTL);
+  });
+
+  it("charges a commit at most the counter's limit", () => {
+    expect(commitCharge(counter, 700)).toBe(700);
+    expect(commitCharge(counter, 4_294_967_295)).toBe(1_000);
+    expect(commitCharge(counter, 0)).toBe(0);
   });
 });
 

@@ -53,7 +53,16 @@ function error(text: string): string {
 
 describe('a key added to RULE_SETTINGS', () => {
   test('the copy of the table is the one the loader reads', () => {
-    expect(Object.keys(RULE_SETTINGS)).toEqual(['shadowMode', 'quotaMode', 'detailedMetric', 'countDeniedRequests', 'cost', 'audit']);
+    expect(Object.keys(RULE_SETTINGS)).toEqual([
+      'shadowMode',
+      'quotaMode',
+      'detailedMetric',
+      'countDeniedRequests',
+      'reservations',
+      'reservationHoldSeconds',
+      'cost',
+      'audit',
+    ]);
   });
 
   test('loads onto the rule and reaches the matched rule, its default where it is not set', () => {
@@ -99,7 +108,7 @@ describe('a key added to RULE_SETTINGS', () => {
   test('is a rule key in the list of expected keys, in table order; not being a reference key, misplaced it is an error', () => {
     expect(error(`domain: d\ndescriptors:\n  - key: a\n    limit: 1\n`)).toBe(
       't.yaml: descriptors[0].limit: unknown key (expected one of: key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, ' +
-        'detailed_metric, count_denied_requests, cost, audit, value_to_metric, share_threshold, metadata)',
+        'detailed_metric, count_denied_requests, reservations, reservation_hold_seconds, cost, audit, value_to_metric, share_threshold, metadata)',
     );
     expect(error(`domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, cost: 2}\n`)).toMatch(
       /^t\.yaml: descriptors\[0\]\.rate_limit\.cost: unknown key/,

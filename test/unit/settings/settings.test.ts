@@ -173,6 +173,7 @@ describe('loadSettings with the reference server variable names', () => {
       commitKey: 'commit',
       ttlMs: 600_000,
       maxPerKey: 10_000,
+      maxKeyBytes: 1_048_576,
       maxEntries: 1_000_000,
       maxBytes: 128 * 1024 * 1024,
     });

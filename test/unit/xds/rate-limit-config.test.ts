@@ -86,14 +86,21 @@ descriptors:
     // protobufjs's name for a proto field: camelCase.
     const fieldOf = (yaml: string) => descriptor.fields[yaml.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase())];
     const carried = (Object.values(RULE_SETTINGS) as RuleSetting[]).filter((s) => fieldOf(s.yaml) !== undefined);
-    expect(carried.map((s) => s.yaml)).toEqual(expect.arrayContaining(['shadow_mode', 'quota_mode', 'detailed_metric']));
+    expect(carried.map((s) => s.yaml)).toEqual(
+      expect.arrayContaining(['shadow_mode', 'quota_mode', 'detailed_metric', 'reservations', 'reservation_hold_seconds']),
+    );
     const limit = 'rate_limit: {unit: second, requests_per_unit: 5}';
     const plain = parseConfigText('RateLimitConfig "r"', `domain: d\ndescriptors:\n  - key: a\n    ${limit}\n`, OPTS);
     for (const s of carried) {
       const set = s.type === 'boolean' ? !s.default : s.max;
-      const rule = { key: 'a', [fieldOf(s.yaml).name]: set, rateLimit: { unit: 'SECOND', requestsPerUnit: 5 } };
+      // A hold time goes only with reservations.
+      const needs = s.yaml === 'reservation_hold_seconds' ? { reservations: true } : {};
+      const rule = { key: 'a', ...needs, [fieldOf(s.yaml).name]: set, rateLimit: { unit: 'SECOND', requestsPerUnit: 5 } };
       const fromXds = configFromResources([resource({ name: 'r', domain: 'd', descriptors: [rule] })], OPTS);
-      const fromFile = parseConfigText('RateLimitConfig "r"', `domain: d\ndescriptors:\n  - key: a\n    ${s.yaml}: ${set}\n    ${limit}\n`, OPTS);
+      const also = Object.keys(needs)
+        .map((k) => `    ${k}: true\n`)
+        .join('');
+      const fromFile = parseConfigText('RateLimitConfig "r"', `domain: d\ndescriptors:\n  - key: a\n${also}    ${s.yaml}: ${set}\n    ${limit}\n`, OPTS);
       expect(fromFile).not.toEqual(plain);
       expect(fromXds.domains.get('d')).toEqual(fromFile);
     }
