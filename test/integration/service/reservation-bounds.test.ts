@@ -134,8 +134,7 @@ describe.each(['memory', 'redis'])('reservation bounds on the wire (%s)', (backe
     expect((await call(b, 'tokens', carol, 'reserve', 'y', 501)).overall).toBe('OVER_LIMIT');
   });
 
-  it('takes reserve and commit entries only on a rule that opts in, charges a commit at most the limit, and holds no longer than a window', async () => {
-    // A commit on a rule that did not opt in: refused, naming the descriptor.
+  it('takes reserve and commit entries only on a rule that opts in: elsewhere INVALID_ARGUMENT naming the descriptor, nothing charged', async () => {
     const refused = a.shouldRateLimit({
       domain: 'bounds',
       descriptors: [
@@ -154,23 +153,31 @@ describe.each(['memory', 'redis'])('reservation bounds on the wire (%s)', (backe
       details: expect.stringMatching(/^descriptors\[1\]: its rule \(plain\) takes no reservations/),
     });
     expect(await call(b, 'tokens', `erin-${run}`, 'reserve', 'e', 1)).toMatchObject({ overall: 'OK', remaining: 999 });
+  });
 
-    // 10 a second: a commit of 2^32-1 charges 10, and a hold of the whole bucket lapses with its window.
+  it('charges a commit at most the limit: one of 2^32-1 on a bucket of 10 a second locks it for a second, beside a legit key', async () => {
     const locked = `locked-${run}`;
-    const held = `held-${run}`;
     const legit = `legit-${run}`;
     expect(await call(a, 'bucket', locked, 'commit', 'huge', 4_294_967_295)).toMatchObject({ overall: 'OK', remaining: 0 });
-    expect(await call(b, 'bucket', held, 'reserve', 'all', 10)).toMatchObject({ overall: 'OK', remaining: 0 });
     const lockedNow = await call(b, 'bucket', locked, 'reserve', 'r', 1);
     expect(lockedNow.overall).toBe('OVER_LIMIT');
     expect(lockedNow.resetMs).toBeLessThanOrEqual(1_000);
-    expect((await call(a, 'bucket', held, 'reserve', 'r', 1)).overall).toBe('OVER_LIMIT');
-    // The legit key beside them: 5 reserved and committed, exactly.
     expect(await call(a, 'bucket', legit, 'reserve', 'l', 5)).toMatchObject({ overall: 'OK', remaining: 5 });
     expect(await call(b, 'bucket', legit, 'commit', 'l', 5)).toMatchObject({ overall: 'OK', remaining: 5 });
     await new Promise((r) => setTimeout(r, 1_100));
     expect(await call(b, 'bucket', locked, 'reserve', 'r', 10)).toMatchObject({ overall: 'OK', remaining: 0 });
+  });
+
+  it("holds no longer than its rule's window: a hold of a whole 10-a-second bucket lapses after a second, not RESERVATION_TTL", async () => {
+    const held = `held-${run}`;
+    const legit = `steady-${run}`;
+    expect(await call(b, 'bucket', held, 'reserve', 'all', 10)).toMatchObject({ overall: 'OK', remaining: 0 });
+    expect((await call(a, 'bucket', held, 'reserve', 'r', 1)).overall).toBe('OVER_LIMIT');
+    expect(await call(a, 'bucket', legit, 'reserve', 'l', 4)).toMatchObject({ overall: 'OK', remaining: 6 });
+    await new Promise((r) => setTimeout(r, 1_100));
     expect(await call(a, 'bucket', held, 'reserve', 'r', 10)).toMatchObject({ overall: 'OK', remaining: 0 });
+    // The legit hold lapsed too (never committed): its key is whole again.
+    expect(await call(b, 'bucket', legit, 'reserve', 'm', 10)).toMatchObject({ overall: 'OK', remaining: 0 });
   });
 
   it('keeps taking reserve + commit pairs on a shared descriptor: 300 pairs, 50 at a time, against books of 100', async () => {
