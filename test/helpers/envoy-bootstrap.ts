@@ -98,7 +98,10 @@ export const SCHEMA: Readonly<Record<string, Readonly<Record<string, string>>>> 
     response_headers_to_add: 'envoy.config.core.v3.HeaderValueOption',
   },
   'envoy.type.v3.HttpStatus': { code: '' },
-  'envoy.config.core.v3.HeaderValueOption': { header: 'envoy.config.core.v3.HeaderValue' },
+  'envoy.config.core.v3.HeaderValueOption': { header: 'envoy.config.core.v3.HeaderValue', append_action: '' },
+  'envoy.extensions.filters.http.header_mutation.v3.HeaderMutation': { mutations: 'envoy.extensions.filters.http.header_mutation.v3.Mutations' },
+  'envoy.extensions.filters.http.header_mutation.v3.Mutations': { request_mutations: 'envoy.config.common.mutation_rules.v3.HeaderMutation' },
+  'envoy.config.common.mutation_rules.v3.HeaderMutation': { append: 'envoy.config.core.v3.HeaderValueOption' },
   'envoy.config.core.v3.HeaderValue': { key: '', value: '' },
   'envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings.NoAssignmentBehavior': {
     fallback_rate_limit: 'envoy.type.v3.RateLimitStrategy',
