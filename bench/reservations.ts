@@ -26,7 +26,14 @@ import { freePort } from './processes';
  * reserve/commit (the cost reserved before, committed after). Figures: streams let through, tokens
  * they spent, and that as a multiple of the budget; recorded: what the budget's counter holds after.
  *
+ * Shared descriptor: reserve + commit pairs started at a steady `shared-rate` a second for
+ * `shared-seconds` on one descriptor (one book), with the store's default settings (RESERVATION_TTL,
+ * RESERVATIONS_MAX_PER_KEY, RESERVATIONS_MAX_KEY_BYTES), at most 1,024 pairs in flight. Figures:
+ * pairs a second completed with both answers OK, pairs refused or failed, the pacing's shortfall
+ * (pairs the loop could not start in time), and a pair's p99 latency; the load average beside them.
+ *
  *   node dist/bench/reservations.js [--seconds 5] [--concurrency 64] [--streams 100] [--cost 100] [--budget 1000]
+ *                                   [--shared-seconds 60] [--shared-rate 1000]
  */
 
 export interface RateRow {
@@ -46,9 +53,30 @@ export interface OverspendRow {
   readonly ofBudget: number;
 }
 
+/** Pairs on one shared descriptor at a steady rate. */
+export interface SharedRow {
+  /** Pairs a second asked for. */
+  readonly target: number;
+  readonly seconds: number;
+  /** Pairs whose reserve and commit both answered OK. */
+  readonly completed: number;
+  /** completed / seconds. */
+  readonly perSecond: number;
+  /** Pairs whose reserve was OVER_LIMIT, or whose calls failed. */
+  readonly refused: number;
+  readonly failed: number;
+  /** Pairs the loop could not start on time (the in-flight cap reached): the pacing's shortfall. */
+  readonly late: number;
+  /** A pair's latency (reserve sent to commit answered), ms. */
+  readonly p99Ms: number;
+  /** The load average when the run ended. */
+  readonly loadAverage: readonly number[];
+}
+
 export interface ReservationBench {
   readonly rate: readonly RateRow[];
   readonly overspend: readonly OverspendRow[];
+  readonly shared: SharedRow;
   readonly loadAverage: readonly number[];
 }
 
@@ -129,6 +157,67 @@ export async function rate(limiter: RateLimiter, mode: RateRow['mode'], o: { sec
   return { mode, perSecond: calls / seconds, calls, seconds };
 }
 
+/** Pairs in flight at most in the shared run: past it the loop waits (and counts the pairs it starts late). */
+const SHARED_IN_FLIGHT = 1_024;
+
+/**
+ * Reserve + commit pairs on one descriptor, started at `rate` a second for `seconds` (a tick every
+ * 10 ms starts the pairs due by then), each a reserve of 10 and a commit of 7 under an ID of its own.
+ */
+export async function sharedRate(limiter: RateLimiter, o: { seconds: number; rate: number }): Promise<SharedRow> {
+  const value = `shared-${Date.now()}`;
+  const latencies: number[] = [];
+  let completed = 0;
+  let refused = 0;
+  let failed = 0;
+  let late = 0;
+  let started = 0;
+  let inFlight = 0;
+  const pending = new Set<Promise<void>>();
+  const pair = async (n: number): Promise<void> => {
+    const id = `pair-${n}`;
+    const t0 = performance.now();
+    try {
+      const reserved = await limiter.shouldRateLimit(ask('fast', value, 10, ['reserve', id]));
+      if (!ok(reserved)) {
+        refused++;
+        return;
+      }
+      const committed = await limiter.shouldRateLimit(ask('fast', value, 7, ['commit', id]));
+      if (ok(committed)) {
+        completed++;
+        latencies.push(performance.now() - t0);
+      } else refused++;
+    } catch {
+      failed++;
+    }
+  };
+  const begin = performance.now();
+  const end = begin + o.seconds * 1000;
+  while (performance.now() < end) {
+    const due = Math.floor(((performance.now() - begin) / 1000) * o.rate);
+    while (started < due) {
+      if (inFlight >= SHARED_IN_FLIGHT) {
+        late += due - started;
+        started = due;
+        break;
+      }
+      inFlight++;
+      const p = pair(started++).finally(() => {
+        inFlight--;
+        pending.delete(p);
+      });
+      pending.add(p);
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  await Promise.all(pending);
+  const seconds = (performance.now() - begin) / 1000;
+  latencies.sort((x, y) => x - y);
+  const p99Ms = latencies.length === 0 ? 0 : latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * 0.99))];
+  return { target: o.rate, seconds, completed, perSecond: completed / seconds, refused, failed, late, p99Ms, loadAverage: loadavg() };
+}
+
 /** A redis-server of its own on a free loopback port, no persistence. */
 export async function startBenchRedis(): Promise<{ url: string; stop(): void }> {
   const port = await freePort();
@@ -154,9 +243,19 @@ export async function runReservationBench(o: {
   streams: number;
   cost: number;
   budget: number;
+  sharedSeconds: number;
+  sharedRate: number;
 }): Promise<ReservationBench> {
   const redis = await startBenchRedis();
-  const store = new RedisStore({ client: createRedisClient(parseRedisTarget(loadSettings({ REDIS_URL: redis.url }).redis)), timeoutMs: 1_000 });
+  // The store as the service makes it, with the default reservation settings.
+  const settings = loadSettings({ REDIS_URL: redis.url });
+  const store = new RedisStore({
+    client: createRedisClient(parseRedisTarget(settings.redis)),
+    timeoutMs: 1_000,
+    reservationTtlMs: settings.reservations.ttlMs,
+    reservationsPerKey: settings.reservations.maxPerKey,
+    reservationKeyBytes: settings.reservations.maxKeyBytes,
+  });
   try {
     if (!(await store.whenReady(5_000))) throw new Error('the store did not connect');
     const limiter = limiterOn(store, o.budget);
@@ -174,7 +273,8 @@ export async function runReservationBench(o: {
     };
     const overspendRows: OverspendRow[] = [];
     for (const mode of ['check only', 'post-paid', 'reserve/commit'] as const) overspendRows.push(await overspend(limiter, store, mode, o));
-    return { rate: [merged('check'), merged('reserve+commit')], overspend: overspendRows, loadAverage: loadavg() };
+    const shared = await sharedRate(limiter, { seconds: o.sharedSeconds, rate: o.sharedRate });
+    return { rate: [merged('check'), merged('reserve+commit')], overspend: overspendRows, shared, loadAverage: loadavg() };
   } finally {
     await store.close();
     redis.stop();
@@ -194,6 +294,10 @@ export function reservationTables(b: ReservationBench, o: { streams: number; cos
     '| --- | ---: | ---: | ---: | ---: |',
     ...b.overspend.map((r) => `| ${r.mode} | ${r.admitted} | ${r.spent} | ${r.ofBudget.toFixed(1)} | ${r.recorded} |`),
     '',
+    `| one shared descriptor, ${b.shared.target} pairs a second asked for ${Math.round(b.shared.seconds)} s, default settings | pairs a second | refused | failed | started late | p99 of a pair | load average |`,
+    '| --- | ---: | ---: | ---: | ---: | ---: | --- |',
+    `| reserve + commit | ${Math.round(b.shared.perSecond)} | ${b.shared.refused} | ${b.shared.failed} | ${b.shared.late} | ${b.shared.p99Ms.toFixed(1)} ms | ${b.shared.loadAverage.map((x) => x.toFixed(2)).join(' ')} |`,
+    '',
     `load average ${b.loadAverage.map((x) => x.toFixed(2)).join(' ')}`,
   ];
   return lines.join('\n');
@@ -211,6 +315,8 @@ if (require.main === module) {
     streams: arg('streams', 100),
     cost: arg('cost', 100),
     budget: arg('budget', 1000),
+    sharedSeconds: arg('shared-seconds', 60),
+    sharedRate: arg('shared-rate', 1000),
   };
   runReservationBench(o).then(
     (b) => {
