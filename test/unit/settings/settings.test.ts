@@ -183,6 +183,9 @@ describe('loadSettings with the reference server variable names', () => {
     expect(() => loadSettings({ COMMIT_ENTRY_KEY: 'reserve' })).toThrow('invalid setting COMMIT_ENTRY_KEY: must differ from RESERVE_ENTRY_KEY ("reserve")');
     expect(() => loadSettings({ RESERVATION_TTL: '500ms' })).toThrow('invalid setting RESERVATION_TTL: expected a duration from 1s to 168h');
     expect(() => loadSettings({ RESERVATIONS_MAX_PER_KEY: '0' })).toThrow('RESERVATIONS_MAX_PER_KEY');
+    expect(loadSettings({ RESERVATIONS_MAX_KEY_BYTES: '65536' }).reservations.maxKeyBytes).toBe(65_536);
+    // Below one hold of the longest ID (64 + 256 bytes) rounded up: refused.
+    expect(() => loadSettings({ RESERVATIONS_MAX_KEY_BYTES: '512' })).toThrow('RESERVATIONS_MAX_KEY_BYTES');
   });
 
   it('warns that counters are per process when neither BACKEND_TYPE nor REDIS_URL is set', () => {
