@@ -85,7 +85,9 @@ export interface Hold {
 /**
  * The reservations of one descriptor: its holds in insertion order, which is their expiry order
  * (the holds of one descriptor share its rule's hold time, on a clock that never goes back), so
- * lapsed ones are dropped from the front.
+ * lapsed ones are dropped from the front. (After a reload that shortens a rule's hold time, holds
+ * taken since lapse no sooner than the older ones before them: at most the old hold time. Redis
+ * orders them by expiry and drops each at its own.)
  */
 export interface HoldBook {
   readonly entries: Map<string, Hold>;
