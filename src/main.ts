@@ -28,7 +28,7 @@ import { createStore, denialCacheEnabled, type Backend } from './store/create-st
 import { LeasedStore } from './limiter/leases';
 import { monotonicClock } from './limiter/types';
 import { warmUp, type LimiterSettings } from './app/warm-up';
-import { clusterMetrics, isSupervisor, reportReady, superviseWorkers } from './app/workers';
+import { clusterMetrics, isSupervisor, reportReady, superviseWorkers, workerIndex } from './app/workers';
 import type { Store } from './limiter/store';
 import type { SharedDocuments } from './limiter/replica-exchange';
 import { HeldReservations } from './top/held-reservations';
@@ -103,7 +103,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   const { exchange, shared } = backend;
   teardown.push(() => backend.store.close());
   // This process among the replicas sharing the store (quota demand, lease parts).
-  const replicaId = randomBytes(6).toString('hex');
+  const replicaId = replicaName(settings.replicaId);
   // Leased limits (`lease: true`) are decided here against this replica's part, on a store shared with other replicas.
   const leases = shared ? startLeases(settings, backend, replicaId, metrics) : undefined;
   if (leases !== undefined) teardown.push(() => leases.stop());
@@ -212,6 +212,18 @@ function startLeases(settings: Settings, backend: Backend, replicaId: string, me
       return store.shutdown();
     },
   };
+}
+
+/**
+ * This process's name among the replicas: REPLICA_ID (a worker adds `-<its index>`, which a worker
+ * started again in its place keeps), or a random one. A name of its own lets a restarted process
+ * take its place again in the store's lease ledgers (their highest seq of it kept 10 minutes) and
+ * demand exchanges, instead of holding a second one until the first lapses.
+ */
+function replicaName(configured: string | undefined): string {
+  if (configured === undefined) return randomBytes(6).toString('hex');
+  const index = workerIndex();
+  return index === undefined ? configured : `${configured}-${index}`;
 }
 
 /** The limiter's options that come from the settings: the service's limiter and the warm-up's take the same. */

@@ -27,8 +27,8 @@ export interface SupervisorOptions {
   readonly shutdownGraceMs: number;
   /** Called instead of process.exit (tests). */
   readonly exit?: (code: number) => void;
-  /** Called instead of cluster.fork (tests). */
-  readonly fork?: () => Worker;
+  /** Called instead of cluster.fork (tests), with the worker's environment (WORKER_INDEX_ENV). */
+  readonly fork?: (env: Readonly<Record<string, string>>) => Worker;
   /** Stop on SIGTERM/SIGINT of this process; default true (tests turn it off). */
   readonly handleSignals?: boolean;
 }
@@ -159,6 +159,20 @@ export function isSupervisor(workers: number): boolean {
   return workers > 1 && cluster.isPrimary;
 }
 
+/**
+ * The environment variable telling a worker its index (0..WORKERS - 1): a worker started again in
+ * place of one that exited takes its index, so that its name among the replicas (REPLICA_ID plus
+ * the index) is its predecessor's.
+ */
+export const WORKER_INDEX_ENV = 'SLIDEGATE_WORKER_INDEX';
+
+/** This worker's index, or undefined outside a cluster (or when the primary did not set it). */
+export function workerIndex(): number | undefined {
+  if (!cluster.isWorker) return undefined;
+  const index = Number(process.env[WORKER_INDEX_ENV]);
+  return Number.isSafeInteger(index) && index >= 0 ? index : undefined;
+}
+
 /** Tells the primary (if any) that this worker serves. No-op outside a cluster. */
 export function reportReady(): void {
   if (cluster.isWorker) process.send?.(WORKER_READY);
@@ -168,7 +182,7 @@ export function reportReady(): void {
 export function superviseWorkers(options: SupervisorOptions): void {
   const { logger } = options;
   const exit = options.exit ?? ((code: number) => process.exit(code));
-  const forkWorker = options.fork ?? (() => cluster.fork());
+  const forkWorker = options.fork ?? ((env) => cluster.fork(env));
   const ready = new WeakSet<Worker>();
   // Own bookkeeping: cluster.workers drops a worker on disconnect, which may come after its exit.
   const live = new Set<Worker>();
@@ -187,8 +201,8 @@ export function superviseWorkers(options: SupervisorOptions): void {
     );
   };
 
-  const fork = (): void => {
-    const worker = forkWorker();
+  const fork = (index: number): void => {
+    const worker = forkWorker({ [WORKER_INDEX_ENV]: String(index) });
     live.add(worker);
     const forkedAt = Date.now();
     worker.on('message', (message: unknown) => {
@@ -212,7 +226,7 @@ export function superviseWorkers(options: SupervisorOptions): void {
       const delayMs = Math.min(5_000, recentCrashes === 0 ? 0 : 100 * 2 ** recentCrashes);
       logger.error({ pid: worker.process.pid, code, signal, restartInMs: delayMs }, 'worker exited; starting a new one');
       setTimeout(() => {
-        if (!stopping) fork();
+        if (!stopping) fork(index);
       }, delayMs);
     });
   };
@@ -234,5 +248,5 @@ export function superviseWorkers(options: SupervisorOptions): void {
     process.once('SIGINT', () => stop('SIGINT'));
   }
   logger.info({ workers: options.workers }, 'starting workers');
-  for (let i = 0; i < options.workers; i++) fork();
+  for (let i = 0; i < options.workers; i++) fork(i);
 }

@@ -469,6 +469,83 @@ export const IN_PROCESS_STATE: Readonly<Record<Algorithm, InProcessCounter>> = {
   leaky_bucket: BUCKET,
 };
 
+/**
+ * Hits charged to a state kept in process, as giveBack() needs them to take them out again: where
+ * they went (the state's index right after the charge: the fixed window, calendar period or newest
+ * sub-window charged) and, for a bucket, its TAT before and after.
+ */
+export interface TakenHits {
+  readonly hits: number;
+  readonly atMs: number;
+  readonly index: number;
+  readonly tatBeforeMs: number;
+  readonly tatBeforeRem: number;
+  readonly tatAfterMs: number;
+  readonly tatAfterRem: number;
+}
+
+/** Charges `c`'s hits to `state` at `now` (IN_PROCESS_STATE) and says where they went, for giveBack(). */
+export function takeHits(c: CounterRequest, state: CounterState, now: number): TakenHits {
+  const tatBeforeMs = state.tatMs;
+  const tatBeforeRem = state.tatRem;
+  IN_PROCESS_STATE[c.algorithm].charge(c, state, now);
+  return { hits: c.hits, atMs: now, index: state.index, tatBeforeMs, tatBeforeRem, tatAfterMs: state.tatMs, tatAfterRem: state.tatRem };
+}
+
+/**
+ * Takes hits charged by takeHits() out of `state` at `now` (a later part of their call denied it),
+ * so that every later decision reads the state as if they had never been charged:
+ * - windows (fixed, calendar, sliding, sub-windows) and logs: exactly. The hits are subtracted from
+ *   the window, period, sub-window or log entry they went to, wherever the state has moved since;
+ *   a window the state no longer holds no longer weighs on any decision, and is left as it is.
+ * - buckets: exactly when nothing was charged in between (the TAT before the charge is put back).
+ *   Otherwise the level may since have drained to a point where the hits no longer made a
+ *   difference, which the state no longer tells: what is given back is the hits less what the
+ *   bucket drains in the time since the charge (at most that much of the level stays: the bucket
+ *   reads fuller than had the hits never been charged, never emptier).
+ */
+export function giveBack(c: CounterRequest, state: CounterState, taken: TakenHits, now: number): void {
+  const hits = taken.hits;
+  if (hits <= 0) return;
+  switch (c.algorithm) {
+    case 'fixed_window':
+      if (state.index === taken.index) state.current = Math.max(0, state.current - hits);
+      return;
+    case 'sliding_window': {
+      if (state.subWindows > 1) {
+        const at = state.subWindows - (state.index - taken.index);
+        if (state.counts !== undefined && at >= 0 && at <= state.subWindows) state.counts[at] = Math.max(0, state.counts[at] - hits);
+        return;
+      }
+      if (state.index === taken.index) state.current = Math.max(0, state.current - hits);
+      else if (state.index === taken.index + 1) state.previous = Math.max(0, state.previous - hits);
+      return;
+    }
+    case 'sliding_log': {
+      const log = state.log;
+      const at = log === undefined ? -1 : log.findIndex((e) => e.atMs === taken.atMs);
+      if (at < 0) return;
+      // An entry left empty would still read as the newest admission: it goes.
+      if (log![at].hits <= hits) log!.splice(at, 1);
+      else log![at].hits -= hits;
+      return;
+    }
+    case 'token_bucket':
+    case 'leaky_bucket': {
+      if (state.tatMs === taken.tatAfterMs && state.tatRem === taken.tatAfterRem) {
+        state.tatMs = taken.tatBeforeMs;
+        state.tatRem = taken.tatBeforeRem;
+        return;
+      }
+      if (c.limit === 0) return;
+      // Whole ms of the TAT that surely are still these hits': their length, less the time since.
+      const back = Math.floor((hits * c.windowMs) / c.limit) - (now - taken.atMs);
+      if (back > 0 && state.tatMs > now) state.tatMs = Math.max(now, state.tatMs - back);
+      return;
+    }
+  }
+}
+
 /** Adds hits to the newest sub-window, sliding the counts forward to the one containing now. */
 function chargeSubWindows(state: CounterState, now: number, hits: number): void {
   const k = state.subWindows;

@@ -45,13 +45,30 @@ export interface ReplicaDemand {
 export interface DemandExchange {
   /** The budget: its counter's key (./keys.ts), free of `{` and `}`. */
   readonly key: string;
+  /** The counter's hash tag (CounterRequest.tag), when it has one: the Redis adapter keeps the demand in its slot. */
+  readonly tag?: string;
+  /** Whose demand: quota streams' (`rlqs`, the default) or leases' (`lease`); each kind is a budget of its own. */
+  readonly kind?: DemandKind;
   /** This replica's entry; absent with `withdraw`. */
   readonly publish?: ReplicaDemand;
   /** Removes the entry named `withdraw` instead. */
   readonly withdraw?: string;
   /** How long the published entry lives without being published again, ms. */
   readonly ttlMs: number;
+  /** Replicas the budget records at most (1..MAX_REPLICAS_PER_BUDGET); default MAX_REPLICAS_PER_BUDGET. */
+  readonly maxMembers?: number;
 }
 
-/** Replicas kept per budget; a new one beyond it is not recorded (it then divides as if alone). */
+export type DemandKind = 'rlqs' | 'lease';
+
+/**
+ * Replicas kept per budget; a new one beyond it is not recorded (the live entries returned do not
+ * hold it: the others divide without it).
+ */
 export const MAX_REPLICAS_PER_BUDGET = 256;
+
+/** The replicas `exchange` may record: its maxMembers within 1..MAX_REPLICAS_PER_BUDGET. */
+export function demandMembersCap(exchange: DemandExchange): number {
+  const max = exchange.maxMembers;
+  return max === undefined || !(max >= 1) ? MAX_REPLICAS_PER_BUDGET : Math.min(MAX_REPLICAS_PER_BUDGET, Math.floor(max));
+}

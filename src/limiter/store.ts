@@ -62,14 +62,16 @@ export interface Store {
  *
  * Contract (every adapter, checked by test/contract):
  * - settle charges every counter its hits whatever the outcome (as countDenied), atomically with
- *   the counters' decision, and records (member, seq) in the ledger of `key` for `ttlMs` (the
- *   member's entry lapses ttlMs after the call that wrote it, whatever other members write);
+ *   the counters' decision, and records (member, seq) in the ledger for `ttlMs` (the member's entry
+ *   lapses ttlMs after the call that wrote it, whatever other members write);
  * - a call whose seq is not above the last one recorded for its member on that ledger charges
- *   nothing: its counters are answered as checks (hits 0) and `applied` is false. So a settlement
- *   sent again after a timeout (that Redis may have run) is never charged twice;
- * - the ledger holds one entry per member (the highest seq), at most MAX_SETTLE_MEMBERS members
- *   (lapsed entries make room first); a member beyond is charged without being recorded (its
- *   resend may then charge again);
+ *   nothing: its counters are answered as checks (hits 0), `applied` is false and `heldSeq` says
+ *   the seq recorded. So a settlement sent again after a timeout (that Redis may have run) is never
+ *   charged twice, and a sender learns when the seq recorded is above any it sent (an earlier
+ *   process under the same member name);
+ * - the ledger holds one entry per member (the highest seq), at most `maxMembers` members (lapsed
+ *   entries make room first); a new member beyond is refused: nothing charged, nothing recorded,
+ *   its counters answered as checks, `full` true. So every charge is applied once;
  * - a call the adapter cannot take (settleCallProblem, a counter it cannot decide) rejects before
  *   anything is charged or recorded;
  * - a call that cannot be answered rejects with StoreUnavailableError within its deadline.
@@ -80,25 +82,33 @@ export interface Settlements {
 
 export interface SettleCall {
   /**
-   * The ledger: the counters' tag (or the one counter's key), free of `{` and `}`, so that the Redis
-   * store keeps it in their hash slot.
+   * The ledger: a counter's key, or the counters' tag, free of `{` and `}`. The Redis store keeps it
+   * in their hash slot: under `tag` when given, else under its own name.
    */
   readonly key: string;
+  /** The counters' hash tag (CounterRequest.tag) when the ledger is not named by it; absent: `key` is the tag. */
+  readonly tag?: string;
   /** The replica settling (unique among every process sharing the store). */
   readonly member: string;
-  /** Increases with every settlement the member sends, on any ledger (a positive safe integer). */
+  /** Increases with every settlement the member sends on one ledger (a positive safe integer). */
   readonly seq: number;
   /** The counters, each with the hits to charge. */
   readonly counters: readonly CounterRequest[];
   /** How long the ledger keeps the member's seq after this call, ms (longer than any resend). */
   readonly ttlMs: number;
+  /** Members the ledger records at most (1..MAX_SETTLE_MEMBERS); default MAX_SETTLE_MEMBERS. */
+  readonly maxMembers?: number;
 }
 
 export interface SettleAnswer {
   /** One per counter, in order: after the charge, or a check when nothing was charged. */
   readonly decisions: readonly CounterDecision[];
-  /** False when the seq had been applied already (nothing charged). */
+  /** True when charged and recorded. */
   readonly applied: boolean;
+  /** True when refused: a new member of a ledger holding maxMembers live members (nothing charged or recorded). */
+  readonly full: boolean;
+  /** The member's seq the ledger holds after the call (0 when none: refused). */
+  readonly heldSeq: number;
 }
 
 /** Members one settlement ledger records at most. */
@@ -106,14 +116,19 @@ export const MAX_SETTLE_MEMBERS = 256;
 
 /**
  * Why no adapter takes `call` (a caller's bug, rejected before anything is charged), or undefined
- * when they all do: a ledger key free of `{` and `}`, a member named, seq and ttlMs positive safe
- * integers.
+ * when they all do: a ledger key and tag free of `{` and `}`, a member named, seq and ttlMs positive
+ * safe integers, maxMembers from 1 to MAX_SETTLE_MEMBERS.
  */
 export function settleCallProblem(call: SettleCall): string | undefined {
   if (call.key.length === 0 || /[{}]/.test(call.key)) return `settlement ledger ${JSON.stringify(call.key)} is empty or holds a brace`;
+  if (call.tag !== undefined && (call.tag.length === 0 || /[{}]/.test(call.tag))) return `settlement tag ${JSON.stringify(call.tag)} is empty or holds a brace`;
   if (call.member.length === 0) return 'settlement member is empty';
   if (!Number.isSafeInteger(call.seq) || call.seq < 1) return `settlement seq ${call.seq} is not a positive safe integer`;
   if (!Number.isSafeInteger(call.ttlMs) || call.ttlMs < 1) return `settlement ttl ${call.ttlMs} ms is not a positive safe integer`;
+  const max = call.maxMembers;
+  if (max !== undefined && (!Number.isSafeInteger(max) || max < 1 || max > MAX_SETTLE_MEMBERS)) {
+    return `settlement maxMembers ${max} is not an integer from 1 to ${MAX_SETTLE_MEMBERS}`;
+  }
   return undefined;
 }
 

@@ -144,6 +144,8 @@ export interface LeaseSource {
   readonly size: number;
   /** Estimated bytes the leases hold. */
   readonly bytes: number;
+  /** Estimated bytes per second their syncs send and read back. */
+  readonly syncBytes: number;
   view(max: number): { readonly leases: readonly LeaseView[] };
 }
 
@@ -204,7 +206,7 @@ export class Metrics {
   /** The leases, read at each scrape by the lease gauges; undefined until attached (a store without leases). */
   private leases: LeaseSource | undefined;
   private readonly leaseSettled: Counter<'domain' | 'descriptor'>;
-  private readonly leaseRefused: Counter;
+  private readonly leaseRefused: Counter<'reason'>;
   private readonly leaseStoreErrors: Counter;
   /** Rule label sets of the settled-hits counter (bounded by maxSeries like the rule counters). */
   private readonly leaseSeries = new Set<string>();
@@ -365,7 +367,8 @@ export class Metrics {
     });
     this.leaseRefused = new Counter({
       name: 'ratelimit_service_lease_refused_total',
-      help: 'Calls on a leased counter decided by the store because the leases of this process were full (LEASE_MAX_KEYS, LEASE_MAX_BYTES).',
+      help: 'Leased counters of calls decided by the store because they could not hold a part, by reason: keys, memory, traffic (LEASE_MAX_KEYS, LEASE_MAX_BYTES, LEASE_MAX_SYNC_BYTES_PER_SECOND), replicas (its ledger or demand exchange holds LEASE_MAX_REPLICAS others).',
+      labelNames: ['reason'],
       registers,
     });
     this.leaseStoreErrors = new Counter({
@@ -380,6 +383,12 @@ export class Metrics {
       'ratelimit_service_lease_memory_bytes',
       'Estimated bytes the leases of this process hold (LEASE_MAX_BYTES bounds it).',
       () => leases()?.bytes ?? 0,
+    );
+    scrapedGauge(
+      registers,
+      'ratelimit_service_lease_sync_bytes_per_second',
+      'Estimated bytes per second the lease syncs of this process send to Redis and read back (LEASE_MAX_SYNC_BYTES_PER_SECOND bounds new leases).',
+      () => leases()?.syncBytes ?? 0,
     );
     const maxSeries = this.maxSeries;
     perRuleGauges<LeaseRuleTotals>(
@@ -516,7 +525,7 @@ export class Metrics {
       }
       this.leaseSettled.inc({ domain, descriptor }, hits);
     },
-    onLeaseRefused: () => this.leaseRefused.inc(),
+    onLeaseRefused: (reason) => this.leaseRefused.inc({ reason }),
     onStoreError: () => this.leaseStoreErrors.inc(),
   };
 

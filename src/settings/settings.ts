@@ -333,6 +333,12 @@ export interface Settings {
    * container's cgroup quota allows, else one per core; 1 with memory).
    */
   readonly workers: number;
+  /**
+   * This replica's name among every process sharing the store (REPLICA_ID; with WORKERS > 1 each
+   * worker adds `-<its index>`): a restarted process under the same name takes its own place again in
+   * the store's lease ledgers and demand exchanges. Undefined: a random name per process.
+   */
+  readonly replicaId: string | undefined;
   /** Calls each process makes to itself at start, before it takes traffic (src/app/warm-up.ts); 0: none. */
   readonly warmUpCalls: number;
   /** Longest wait for in-flight calls after SIGTERM, ms. */
@@ -608,6 +614,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
       responseTimeInMilliseconds: bool(env, 'PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS', false),
     }),
     workers,
+    replicaId: replicaId(env),
     warmUpCalls: int(env, 'WARM_UP_CALLS', 10_000, 0, 10_000_000),
     shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 5_000, 0, 600_000),
     configType: oneOf<ConfigType>(env, 'CONFIG_TYPE', 'FILE', CONFIG_TYPES, false),
@@ -782,7 +789,23 @@ function leaseSettings(env: Env): LeaseLimits {
     ttlMs,
     maxLeases: int(env, 'LEASE_MAX_KEYS', 1_000, 1, 1_000_000),
     maxBytes: int(env, 'LEASE_MAX_BYTES', 16 * MIB, 64 * 1024, 2 ** 34),
+    // The store's ledgers and demand hashes keep at most 256 members each (MAX_SETTLE_MEMBERS, MAX_REPLICAS_PER_BUDGET).
+    maxReplicas: int(env, 'LEASE_MAX_REPLICAS', 256, 1, 256),
+    maxSyncBytesPerSecond: int(env, 'LEASE_MAX_SYNC_BYTES_PER_SECOND', 8 * MIB, 64 * 1024, 2 ** 34),
   });
+}
+
+/** Longest REPLICA_ID, bytes (it names this process in every lease sync, and a worker adds `-<index>`). */
+export const MAX_REPLICA_ID_BYTES = 128;
+
+/** REPLICA_ID: letters, digits, `.`, `_` and `-` (a pod's or a host's name), at most MAX_REPLICA_ID_BYTES. */
+function replicaId(env: Env): string | undefined {
+  const id = optional(env, 'REPLICA_ID');
+  if (id === undefined) return undefined;
+  if (!/^[A-Za-z0-9._-]+$/.test(id)) throw new SettingsError('REPLICA_ID', `only letters, digits, ".", "_" and "-", got ${JSON.stringify(id.slice(0, 200))}`);
+  // ASCII only: one byte per character.
+  if (id.length > MAX_REPLICA_ID_BYTES) throw new SettingsError('REPLICA_ID', `at most ${MAX_REPLICA_ID_BYTES} bytes, got ${id.length}`);
+  return id;
 }
 
 function positive(name: string, ms: number): number {

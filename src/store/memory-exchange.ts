@@ -1,4 +1,4 @@
-import { MAX_REPLICAS_PER_BUDGET, type DemandExchange, type ReplicaDemand, type ReplicaExchange } from '../limiter/replica-exchange';
+import { demandMembersCap, type DemandExchange, type ReplicaDemand, type ReplicaExchange } from '../limiter/replica-exchange';
 import { monotonicClock, type Clock } from '../limiter/types';
 
 /** Budgets whose demand is kept; beyond it the least recently exchanged one is dropped. */
@@ -28,16 +28,20 @@ export class MemoryExchange implements ReplicaExchange {
 
   exchangeDemand(exchange: DemandExchange): Promise<ReplicaDemand[]> {
     const now = this.clock.nowMs();
-    const entries = this.demands.get(exchange.key) ?? new Map<string, Timed<ReplicaDemand>>();
-    this.demands.delete(exchange.key);
+    // Each kind of demand on a counter is a budget of its own.
+    const budget = exchange.kind === 'lease' ? `${exchange.key}|lease` : exchange.key;
+    const entries = this.demands.get(budget) ?? new Map<string, Timed<ReplicaDemand>>();
+    this.demands.delete(budget);
+    // Expired entries make room first, as in Redis.
+    liveValues(entries, now);
     if (exchange.withdraw !== undefined) entries.delete(exchange.withdraw);
     const p = exchange.publish;
-    if (p !== undefined && (entries.has(p.member) || entries.size < MAX_REPLICAS_PER_BUDGET)) {
+    if (p !== undefined && (entries.has(p.member) || entries.size < demandMembersCap(exchange))) {
       entries.set(p.member, { value: p, expiresAtMs: now + exchange.ttlMs });
     }
     const live = liveValues(entries, now);
     if (entries.size > 0) {
-      this.demands.set(exchange.key, entries);
+      this.demands.set(budget, entries);
       if (this.demands.size > MEMORY_EXCHANGE_MAX_BUDGETS) this.demands.delete(this.demands.keys().next().value!);
     }
     return Promise.resolve(live);

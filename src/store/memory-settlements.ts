@@ -15,10 +15,10 @@ import type { Clock } from '../limiter/types';
  * The memory store's settlements: one ledger per key in this process, each a map of member to its
  * last applied seq, decided with the store's own counters in one synchronous step (atomic, as every
  * call of the memory store). A member's entry lapses ttlMs after the call that wrote it; a ledger
- * goes when its last entry has lapsed. Bounded: MAX_SETTLE_MEMBERS members per ledger (lapsed
- * entries make room first), and ledgers in number and in estimated bytes over all keys, the least
- * recently written ledger dropped first (its members' resends are then charged again, as a member
- * beyond the cap is: forgetting over-counts, it never lets a charge go unpaid).
+ * goes when its last entry has lapsed. Bounded: a call's maxMembers members per ledger (lapsed
+ * entries make room first; a new member beyond is refused, nothing charged), and ledgers in number
+ * and in estimated bytes over all keys, the least recently written ledger dropped first (its
+ * members' resends are then charged again: forgetting over-counts, it never lets a charge go unpaid).
  */
 
 export interface MemorySettlementsOptions {
@@ -88,11 +88,16 @@ export class MemorySettlements implements Settlements {
     const problem = settleCallProblem(call);
     if (problem !== undefined) throw new Error(problem);
     const now = this.clock.nowMs();
-    const { key, member, seq } = call;
+    const { member, seq } = call;
+    // A ledger named under a tag of its own is another than the one its name alone names.
+    const key = call.tag === undefined || call.tag === call.key ? call.key : `${call.tag}}${call.key}`;
     const ledger = this.ledgers.peek(key, now);
     const entry = ledger?.members.get(member);
     if (entry !== undefined && entry.lapseAtMs > now && seq <= entry.seq) {
-      return { decisions: this.decide(asChecks(call.counters)), applied: false };
+      return { decisions: this.decide(asChecks(call.counters)), applied: false, full: false, heldSeq: entry.seq };
+    }
+    if (ledger !== undefined && entry === undefined && !this.hasRoom(key, ledger, now, call.maxMembers ?? MAX_SETTLE_MEMBERS)) {
+      return { decisions: this.decide(asChecks(call.counters)), applied: false, full: true, heldSeq: 0 };
     }
     // Decided before anything is recorded: a call that throws leaves no trace in the ledger.
     const decisions = this.decide(call.counters, COUNTED);
@@ -105,13 +110,13 @@ export class MemorySettlements implements Settlements {
       entry.seq = seq;
       entry.lapseAtMs = lapseAtMs;
       this.written(key, ledger, lapseAtMs);
-    } else if (this.hasRoom(key, ledger, now)) {
+    } else {
       ledger.members.set(member, { seq, lapseAtMs });
       this.written(key, ledger, lapseAtMs);
       this.ledgers.resize(ledger, ledgerBytes(key, ledger));
     }
     this.ledgers.tidy(now);
-    return { decisions, applied: true };
+    return { decisions, applied: true, full: false, heldSeq: seq };
   }
 
   /** Drops the lapsed ledgers among at most `budget` examined (the memory store's sweep). */
@@ -120,11 +125,11 @@ export class MemorySettlements implements Settlements {
   }
 
   /** Whether `ledger` can take a new member, its lapsed entries dropped first when it is full. */
-  private hasRoom(key: string, ledger: Ledger, now: number): boolean {
-    if (ledger.members.size < MAX_SETTLE_MEMBERS) return true;
+  private hasRoom(key: string, ledger: Ledger, now: number, cap: number): boolean {
+    if (ledger.members.size < cap) return true;
     for (const [name, e] of ledger.members) if (e.lapseAtMs <= now) ledger.members.delete(name);
     this.ledgers.resize(ledger, ledgerBytes(key, ledger));
-    return ledger.members.size < MAX_SETTLE_MEMBERS;
+    return ledger.members.size < cap;
   }
 
   /** A member's entry of `ledger` written, lapsing at `lapseAtMs`: the ledger lives as long, and is the most recently used. */

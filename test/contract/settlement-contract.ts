@@ -5,8 +5,8 @@ import { requireBefore, untilUnstretched } from '../helpers/deadline';
  * Settlements on each store (part of the store contract, see ./store-contract.ts): charges applied
  * once per (member, seq) on a ledger, whichever replica (`peer`, a second connection to the same
  * Redis; the memory store is one process, so its peer is itself) sends them, forgotten ttlMs after
- * they were written, at most MAX_SETTLE_MEMBERS members per ledger. Each call carries its own TTL:
- * the fixtures need nothing for them.
+ * they were written, at most MAX_SETTLE_MEMBERS members per ledger (or a call's maxMembers), a new
+ * member beyond refused. Each call carries its own TTL and cap: the fixtures need nothing for them.
  */
 
 interface SettlementHarness {
@@ -74,10 +74,17 @@ export function describeSettlementContract(harness: () => SettlementHarness): vo
       const c = counter(key, 100, 60);
       expect(await settle(h.store, settlement(key, 'replica-a', 1, [c]))).toEqual({
         applied: true,
+        full: false,
+        heldSeq: 1,
         decisions: [{ allowed: true, remaining: 40, resetMs: expect.any(Number) }],
       });
       // Sent again (a timeout that Redis had run): nothing charged, wherever it lands.
-      expect(await settle(h.peer, settlement(key, 'replica-a', 1, [c]))).toMatchObject({ applied: false, decisions: [{ allowed: true, remaining: 40 }] });
+      expect(await settle(h.peer, settlement(key, 'replica-a', 1, [c]))).toMatchObject({
+        applied: false,
+        full: false,
+        heldSeq: 1,
+        decisions: [{ allowed: true, remaining: 40 }],
+      });
       expect(await settle(h.store, settlement(key, 'replica-a', 1, [c]))).toMatchObject({ applied: false, decisions: [{ allowed: true, remaining: 40 }] });
       expect(await counted(h.store, c)).toBe(60);
       // Past the limit: denied, and counted all the same (decided in process, too late to refuse).
@@ -94,6 +101,8 @@ export function describeSettlementContract(harness: () => SettlementHarness): vo
       const applied = async (store: Store, member: string, seq: number): Promise<boolean> => (await settle(store, settlement(key, member, seq, [c]))).applied;
       expect(await applied(h.store, 'a', 5)).toBe(true);
       expect(await applied(h.peer, 'a', 3)).toBe(false);
+      // The seq held is said: a sender tells its own resend (the same seq) from an earlier process's higher one.
+      expect(await settle(h.store, settlement(key, 'a', 3, [c]))).toMatchObject({ applied: false, full: false, heldSeq: 5 });
       expect(await applied(h.store, 'a', 5)).toBe(false);
       expect(await counted(h.store, c)).toBe(10);
       // Another member's seq, below a's: its own.
@@ -153,8 +162,8 @@ export function describeSettlementContract(harness: () => SettlementHarness): vo
     it('records a settlement of no counters all the same', async () => {
       const h = harness();
       const key = freshKey('empty');
-      expect(await settle(h.store, settlement(key, 'm', 1, []))).toEqual({ applied: true, decisions: [] });
-      expect(await settle(h.peer, settlement(key, 'm', 1, []))).toEqual({ applied: false, decisions: [] });
+      expect(await settle(h.store, settlement(key, 'm', 1, []))).toEqual({ applied: true, full: false, heldSeq: 1, decisions: [] });
+      expect(await settle(h.peer, settlement(key, 'm', 1, []))).toEqual({ applied: false, full: false, heldSeq: 1, decisions: [] });
     });
 
     it('rejects a call no store takes, charging and recording nothing', async () => {
@@ -168,6 +177,9 @@ export function describeSettlementContract(harness: () => SettlementHarness): vo
         settlement(key, 'm', 1, [c], 0),
         settlement(key, '', 1, [c]),
         settlement(`${key}{x}`, 'm', 1, [c]),
+        { ...settlement(key, 'm', 1, [c]), tag: 'a}b' },
+        { ...settlement(key, 'm', 1, [c]), maxMembers: 0 },
+        { ...settlement(key, 'm', 1, [c]), maxMembers: MAX_SETTLE_MEMBERS + 1 },
       ];
       for (const call of bad) await expect(settle(h.store, call)).rejects.toThrow(/settlement/);
       expect(await counted(h.store, c)).toBe(0);
@@ -197,7 +209,7 @@ export function describeSettlementContract(harness: () => SettlementHarness): vo
       });
     });
 
-    it(`records at most ${MAX_SETTLE_MEMBERS} members: one beyond is charged on every resend, until lapsed entries make room`, async () => {
+    it(`records at most ${MAX_SETTLE_MEMBERS} members: one beyond is refused, charged nothing, until lapsed entries make room`, async () => {
       const h = harness();
       await untilUnstretched(async () => {
         const key = freshKey('cap');
@@ -208,9 +220,9 @@ export function describeSettlementContract(harness: () => SettlementHarness): vo
         );
         const filledAt = h.nowMs();
         expect(fill.every((a) => a.applied)).toBe(true);
-        // Beyond the cap: charged, applied, and not recorded (its resend is charged again).
-        expect((await settle(h.store, settlement(key, 'late', 1, [c], SHORT_TTL))).applied).toBe(true);
-        expect((await settle(h.peer, settlement(key, 'late', 1, [c], SHORT_TTL))).applied).toBe(true);
+        // Beyond the cap: refused, charged nothing, not recorded.
+        expect(await settle(h.store, settlement(key, 'late', 1, [c], SHORT_TTL))).toMatchObject({ applied: false, full: true, heldSeq: 0 });
+        expect(await settle(h.peer, settlement(key, 'late', 1, [c], SHORT_TTL))).toMatchObject({ applied: false, full: true, heldSeq: 0 });
         // The members recorded still are.
         expect((await settle(h.store, settlement(key, 'member-0', 1, [c], SHORT_TTL))).applied).toBe(false);
         expect((await settle(h.peer, settlement(key, `member-${MAX_SETTLE_MEMBERS - 1}`, 1, [c], SHORT_TTL))).applied).toBe(false);
@@ -218,15 +230,44 @@ export function describeSettlementContract(harness: () => SettlementHarness): vo
         // One member settles again with a longer TTL: the ledger outlives the others' entries.
         const renewedAt = h.nowMs();
         expect((await settle(h.store, settlement(key, 'member-0', 2, [c], 4 * SHORT_TTL))).applied).toBe(true);
-        expect(await counted(h.store, c)).toBe(MAX_SETTLE_MEMBERS + 3);
+        expect(await counted(h.store, c)).toBe(MAX_SETTLE_MEMBERS + 1);
         // Every other entry lapsed: they make room, and the late member is recorded now.
         await after(h, filledAt + SHORT_TTL);
         expect((await settle(h.peer, settlement(key, 'late', 1, [c], SHORT_TTL))).applied).toBe(true);
         expect((await settle(h.store, settlement(key, 'late', 1, [c], SHORT_TTL))).applied).toBe(false);
         expect((await settle(h.peer, settlement(key, 'member-0', 2, [c], 4 * SHORT_TTL))).applied).toBe(false);
         requireBefore(renewedAt + 4 * SHORT_TTL, h.nowMs(), "the renewed member's resend within its TTL");
-        expect(await counted(h.store, c)).toBe(MAX_SETTLE_MEMBERS + 4);
+        expect(await counted(h.store, c)).toBe(MAX_SETTLE_MEMBERS + 2);
       });
+    });
+
+    it("takes a call's maxMembers as the cap: a member recorded keeps its place, a new one beyond is refused through either replica", async () => {
+      const h = harness();
+      const key = freshKey('small-cap');
+      const c = counter(key, 1_000, 1);
+      const capped = (member: string, seq: number): SettleCall => ({ ...settlement(key, member, seq, [c]), maxMembers: 2 });
+      expect((await settle(h.store, capped('a', 1))).applied).toBe(true);
+      expect((await settle(h.peer, capped('b', 1))).applied).toBe(true);
+      expect(await settle(h.store, capped('c', 1))).toMatchObject({ applied: false, full: true, decisions: [{ allowed: true, remaining: 998 }] });
+      expect(await settle(h.peer, capped('c', 2))).toMatchObject({ applied: false, full: true });
+      expect((await settle(h.peer, capped('a', 2))).applied).toBe(true);
+      expect(await counted(h.store, c)).toBe(3);
+    });
+
+    it("keeps a counter's own ledger under its tag apart from the tag's ledger, each applied once", async () => {
+      const h = harness();
+      const tag = freshKey('own');
+      const limits = [counter(tag, 1_000, 5, { tag }), counter(`${tag}|hour`, 1_000, 7, { tag, algorithm: 'fixed_window' })];
+      // The second limit's own ledger (what a lease settles on), in the tag's slot.
+      const own = (seq: number): SettleCall => ({ ...settlement(limits[1].key, 'm', seq, [limits[1]]), tag });
+      expect((await settle(h.store, own(1))).applied).toBe(true);
+      expect((await settle(h.peer, own(1))).applied).toBe(false);
+      // The first limit's own ledger is the tag's (no tag of its own): another than the second's.
+      expect((await settle(h.store, settlement(tag, 'm', 1, [limits[0]]))).applied).toBe(true);
+      expect((await settle(h.peer, settlement(tag, 'm', 1, [limits[0]]))).applied).toBe(false);
+      expect((await settle(h.store, own(2))).applied).toBe(true);
+      expect(await counted(h.store, limits[0])).toBe(5);
+      expect(await counted(h.store, limits[1])).toBe(14);
     });
   });
 }

@@ -426,6 +426,34 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
         expect(await exchange({ key: freshKey('other'), withdraw: 'r1', ttlMs: DAY })).toEqual([]);
       });
 
+      it('records at most maxMembers replicas: a new one beyond is left out of the entries, a recorded one keeps its place', async () => {
+        const key = freshKey('demand-cap');
+        const capped = (member: string, d: number): Parameters<ReplicaExchange['exchangeDemand']>[0] => ({
+          key,
+          publish: demand(member, d, 0),
+          ttlMs: DAY,
+          maxMembers: 2,
+        });
+        await h.exchange.exchangeDemand(capped('r1', 1));
+        await h.exchange.exchangeDemand(capped('r2', 2));
+        expect(sorted(await h.exchange.exchangeDemand(capped('r3', 3)))).toEqual([demand('r1', 1, 0), demand('r2', 2, 0)]);
+        expect(sorted(await h.exchange.exchangeDemand(capped('r1', 5)))).toEqual([demand('r1', 5, 0), demand('r2', 2, 0)]);
+        // A withdrawn one makes room.
+        await h.exchange.exchangeDemand({ key, withdraw: 'r2', ttlMs: DAY });
+        expect(sorted(await h.exchange.exchangeDemand(capped('r3', 3)))).toEqual([demand('r1', 5, 0), demand('r3', 3, 0)]);
+      });
+
+      it("keeps a counter's lease demand apart from its quota demand, and under a tag of its own apart from the tag's", async () => {
+        const key = freshKey('demand-kinds');
+        await h.exchange.exchangeDemand({ key, publish: demand('q', 1, 1), ttlMs: DAY });
+        expect(await h.exchange.exchangeDemand({ key, kind: 'lease', publish: demand('l', 2, 0), ttlMs: DAY })).toEqual([demand('l', 2, 0)]);
+        expect(await h.exchange.exchangeDemand({ key: `${key}|hour`, tag: key, kind: 'lease', publish: demand('t', 3, 0), ttlMs: DAY })).toEqual([
+          demand('t', 3, 0),
+        ]);
+        expect(await h.exchange.exchangeDemand({ key, withdraw: 'nobody', ttlMs: DAY })).toEqual([demand('q', 1, 1)]);
+        expect(await h.exchange.exchangeDemand({ key, tag: key, kind: 'lease', withdraw: 'nobody', ttlMs: DAY })).toEqual([demand('l', 2, 0)]);
+      });
+
       overTime('forgets an entry not published again within its ttl', async () => {
         const key = freshKey('demand-ttl');
         await h.exchange.exchangeDemand({ key, publish: demand('short', 1, 1), ttlMs: SHORT });

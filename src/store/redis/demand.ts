@@ -1,15 +1,16 @@
 import type { DemandExchange, ReplicaDemand } from '../../limiter/replica-exchange';
 
 /**
- * Quota demand in Redis: one hash per budget, a field per replica, the value
+ * Demand in Redis (quota budgets' and leases'): one hash per budget, a field per replica, the value
  * `expiresAtMs demand admitted proxies` with the expiry from Redis `TIME`, so replicas whose clocks
- * differ still agree on which entries are live. DEMAND_SCRIPT publishes or withdraws one replica's
- * entry, drops expired entries and returns the live ones in one atomic call; the hash itself expires
- * with its longest-lived entry.
+ * differ still agree on which entries are live. DEMAND_SCRIPT drops expired entries, publishes or
+ * withdraws one replica's entry and returns the live ones in one atomic call; the hash itself
+ * expires with its longest-lived entry.
  *
- * KEYS[1]  the budget's demand hash (the counter's hash tag, so it lives in the counter's slot)
+ * KEYS[1]  the budget's demand hash (in the counter's hash slot)
  * ARGV[1]  ttl of the published entry, ms
- * ARGV[2]  most fields kept; a new field beyond it is not written
+ * ARGV[2]  most fields kept: a new field is not written while as many live ones are held (expired
+ *          ones are dropped first), and the reply then does not hold it
  * ARGV[3]  the replica
  * ARGV[4]  its entry "demand admitted proxies", or "" to withdraw it
  * reply    flat array: member, "expiresAtMs demand admitted proxies", ... for every live entry
@@ -19,23 +20,35 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[1])
 local cap = tonumber(ARGV[2])
-if ARGV[4] == '' then
-  redis.call('HDEL', KEYS[1], ARGV[3])
-elseif redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 or redis.call('HLEN', KEYS[1]) < cap then
-  redis.call('HSET', KEYS[1], ARGV[3], string.format('%.0f', now + ttl) .. ' ' .. ARGV[4])
-end
+local member = ARGV[3]
 local all = redis.call('HGETALL', KEYS[1])
-local live = {}
-local latest = 0
+local names, values, held = {}, {}, false
 for i = 1, #all, 2 do
   local expires = tonumber(string.match(all[i + 1], '^(%d+)'))
   if expires == nil or expires <= now then
     redis.call('HDEL', KEYS[1], all[i])
+  elseif all[i] ~= member then
+    names[#names + 1] = all[i]
+    values[#values + 1] = all[i + 1]
   else
-    live[#live + 1] = all[i]
-    live[#live + 1] = all[i + 1]
-    if expires > latest then latest = expires end
+    held = true
   end
+end
+if ARGV[4] == '' then
+  if held then redis.call('HDEL', KEYS[1], member) end
+elseif held or #names < cap then
+  local entry = string.format('%.0f', now + ttl) .. ' ' .. ARGV[4]
+  redis.call('HSET', KEYS[1], member, entry)
+  names[#names + 1] = member
+  values[#values + 1] = entry
+end
+local live = {}
+local latest = 0
+for i = 1, #names do
+  live[#live + 1] = names[i]
+  live[#live + 1] = values[i]
+  local expires = tonumber(string.match(values[i], '^(%d+)'))
+  if expires > latest then latest = expires end
 end
 if latest > 0 then redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', latest)) end
 return live

@@ -1,4 +1,4 @@
-import { MAX_REPLICAS_PER_BUDGET, type DemandExchange, type ReplicaDemand, type ReplicaExchange } from '../../limiter/replica-exchange';
+import { demandMembersCap, type DemandExchange, type ReplicaDemand, type ReplicaExchange } from '../../limiter/replica-exchange';
 import { StoreUnavailableError } from '../../limiter/store';
 import type { RedisClient } from './connection';
 import { DEMAND_COMMAND, DEMAND_SCRIPT, demandArgs, parseDemandReply } from './demand';
@@ -52,15 +52,20 @@ export class RedisExchange implements ReplicaExchange {
     return this.documents.all(kind, max);
   }
 
-  /** One script call, outside the store's batcher (one per budget sync, not per request). */
+  /**
+   * One script call, outside the store's batcher (one per budget sync, not per request). The hash
+   * lives in the counter's slot: `{<tag>}<key>|<kind>` (`{<key>}|<kind>` without a tag of its own).
+   */
   exchangeDemand(exchange: DemandExchange): Promise<ReplicaDemand[]> {
-    const key = this.tagOpen + exchange.key + '}|rlqs';
+    const { tag, key: name } = exchange;
+    const kind = exchange.kind ?? 'rlqs';
+    const key = tag === undefined || tag === name ? `${this.tagOpen}${name}}|${kind}` : `${this.tagOpen}${tag}}${name}|${kind}`;
     return new Promise<ReplicaDemand[]>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.onError('timeout');
         reject(new StoreUnavailableError(`redis did not answer within ${this.deadlineMs} ms`));
       }, this.deadlineMs);
-      this.demandCall([key, ...demandArgs(exchange, MAX_REPLICAS_PER_BUDGET)]).then(
+      this.demandCall([key, ...demandArgs(exchange, demandMembersCap(exchange))]).then(
         (reply) => {
           clearTimeout(timer);
           resolve(parseDemandReply(reply));

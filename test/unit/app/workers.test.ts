@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { Worker } from 'node:cluster';
 import { silentLogger } from '../../../src/log';
-import { superviseWorkers, WORKER_READY } from '../../../src/app/workers';
+import { superviseWorkers, WORKER_INDEX_ENV, WORKER_READY } from '../../../src/app/workers';
 
 /** A forked worker as the supervisor sees it: messages, exit, and its process. */
 class FakeWorker extends EventEmitter {
@@ -10,6 +10,9 @@ class FakeWorker extends EventEmitter {
   readonly process = { pid: FakeWorker.nextPid++, kill: (signal: string) => void this.killedWith.push(signal) };
   readonly killedWith: string[] = [];
   connected = true;
+  constructor(readonly env: Readonly<Record<string, string>>) {
+    super();
+  }
   isConnected(): boolean {
     return this.connected;
   }
@@ -33,8 +36,8 @@ function supervise(workers: number) {
     logger: silentLogger(),
     shutdownGraceMs: 1_000,
     exit: (code) => exits.push(code),
-    fork: () => {
-      const w = new FakeWorker();
+    fork: (env) => {
+      const w = new FakeWorker(env);
       forked.push(w);
       return w as unknown as Worker;
     },
@@ -70,6 +73,17 @@ describe('superviseWorkers', () => {
     jest.advanceTimersByTime(5_000);
     expect(forked).toHaveLength(4);
     expect(exits).toEqual([]);
+  });
+
+  it("gives each worker an index, and a worker started again its predecessor's (its name among the replicas)", () => {
+    const { forked } = supervise(3);
+    expect(forked.map((w) => w.env[WORKER_INDEX_ENV])).toEqual(['0', '1', '2']);
+    forked.forEach((w) => w.ready());
+    forked[1].die(null, 'SIGKILL');
+    jest.advanceTimersByTime(5_000);
+    forked[0].die(1, null);
+    jest.advanceTimersByTime(5_000);
+    expect(forked.slice(3).map((w) => w.env[WORKER_INDEX_ENV])).toEqual(['1', '0']);
   });
 
   it('restarts a ready worker that crashes, backing off when crashes follow each other', () => {

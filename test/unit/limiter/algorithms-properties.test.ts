@@ -4,12 +4,18 @@ import {
   bucketDrainMs,
   chargeBucket,
   EMPTY_BUCKET,
+  giveBack,
+  IN_PROCESS_STATE,
   MAX_BUCKET_AHEAD_MS,
+  newCounterState,
   slidingWindow,
   subWindowCounter,
+  takeHits,
   type BucketState,
+  type TakenHits,
   type Verdict,
 } from '../../../src/limiter/algorithms';
+import type { CounterRequest } from '../../../src/limiter/store';
 import { arrivalsOf, maxInAnyWindow, type Arrival } from '../../helpers/arrivals';
 
 // Sub-window sliding windows (plain and strict) and the GCRA buckets, each driven by a small state
@@ -323,5 +329,138 @@ describe('bucket (GCRA)', () => {
       }),
       { numRuns: 2_000 },
     );
+  });
+});
+
+// ---- Giving back hits charged in process (a mixed call the store then denied) ----
+
+describe('giveBack', () => {
+  const W = 1_000;
+  interface Shape {
+    readonly label: string;
+    readonly counter: (limit: number) => CounterRequest;
+  }
+  const shapes: readonly Shape[] = [
+    { label: 'fixed_window', counter: (limit) => ({ key: 'k', algorithm: 'fixed_window', windowMs: W, limit, hits: 0 }) },
+    {
+      label: 'fixed_window on calendar seconds',
+      counter: (limit) => ({ key: 'k', algorithm: 'fixed_window', windowMs: W, limit, hits: 0, calendar: { unit: 'second', offsetMs: 0 } }),
+    },
+    { label: 'sliding_window', counter: (limit) => ({ key: 'k', algorithm: 'sliding_window', windowMs: W, limit, hits: 0 }) },
+    { label: 'sliding_window with 4 sub-windows', counter: (limit) => ({ key: 'k', algorithm: 'sliding_window', windowMs: W, limit, hits: 0, subWindows: 4 }) },
+    { label: 'sliding_log', counter: (limit) => ({ key: 'k', algorithm: 'sliding_log', windowMs: W, limit, hits: 0 }) },
+  ];
+  const buckets: readonly Shape[] = [
+    { label: 'token_bucket', counter: (limit) => ({ key: 'k', algorithm: 'token_bucket', windowMs: W, limit, burst: limit + 3, hits: 0 }) },
+    { label: 'leaky_bucket', counter: (limit) => ({ key: 'k', algorithm: 'leaky_bucket', windowMs: W, limit, burst: limit, hits: 0 }) },
+  ];
+
+  /** Charges at increasing times; the one at `taken` is charged, then given back after `backAfter` more charges and `lagMs`. */
+  const scenarioArb = fc.record({
+    limit: fc.integer({ min: 1, max: 40 }),
+    start: fc.integer({ min: 0, max: 5 * W }),
+    charges: fc.array(fc.record({ gapMs: fc.integer({ min: 0, max: 700 }), hits: fc.integer({ min: 1, max: 6 }) }), { minLength: 1, maxLength: 12 }),
+    taken: fc.nat(),
+    backAfter: fc.nat(),
+    lagMs: fc.integer({ min: 0, max: 900 }),
+  });
+
+  type Scenario = typeof scenarioArb extends fc.Arbitrary<infer T> ? T : never;
+
+  /**
+   * Two states: one charged every time, the taken charge given back at its moment; one never
+   * charged that time. Returns both and the times after the give-back at which to compare them.
+   */
+  function replay(shape: Shape, s: Scenario) {
+    const c = shape.counter(s.limit);
+    const at: number[] = [];
+    let t = s.start;
+    for (const ch of s.charges) at.push((t += ch.gapMs));
+    const k = s.taken % s.charges.length;
+    const back = Math.min(s.charges.length, k + 1 + (s.backAfter % s.charges.length));
+    const backAt = (back < s.charges.length ? at[back] : at[at.length - 1]) + s.lagMs;
+    const withIt = newCounterState(c, s.start);
+    const without = newCounterState(c, s.start);
+    let held: TakenHits | undefined;
+    let charged = false;
+    let sinceMs = 0;
+    for (let i = 0; i < s.charges.length; i++) {
+      if (i === back && held !== undefined) {
+        // Given back before the charges from `back` on (their time is at or after it).
+        const t1 = Math.min(backAt, at[i]);
+        giveBack({ ...c, hits: s.charges[k].hits }, withIt, held, t1);
+        sinceMs = t1 - at[k];
+        held = undefined;
+      }
+      const charge = { ...c, hits: s.charges[i].hits };
+      if (i === k) held = takeHits(charge, withIt, at[i]);
+      else {
+        IN_PROCESS_STATE[c.algorithm].charge(charge, withIt, at[i]);
+        IN_PROCESS_STATE[c.algorithm].charge(charge, without, at[i]);
+      }
+      if (i > k) charged = true;
+    }
+    const end = Math.max(backAt, at[at.length - 1]);
+    if (held !== undefined) {
+      giveBack({ ...c, hits: s.charges[k].hits }, withIt, held, end);
+      sinceMs = end - at[k];
+    }
+    const probes = [0, 1, 37, 250, 999, 1_000, 1_500, 2_500].map((d) => end + d);
+    return { c, withIt, without, probes, between: charged && back > k + 1, sinceMs };
+  }
+
+  for (const shape of shapes) {
+    it(`${shape.label}: leaves the state as if the hits were never charged, however the windows moved since`, () => {
+      fc.assert(
+        fc.property(scenarioArb, fc.integer({ min: 0, max: 8 }), (s, hits) => {
+          const { c, withIt, without, probes } = replay(shape, s);
+          for (const t of probes) {
+            const ask = { ...c, hits };
+            expect(IN_PROCESS_STATE[c.algorithm].decide(ask, withIt, t, 0)).toEqual(IN_PROCESS_STATE[c.algorithm].decide(ask, without, t, 0));
+          }
+        }),
+        { numRuns: 400 },
+      );
+    });
+  }
+
+  for (const shape of buckets) {
+    it(`${shape.label}: exact when nothing was charged in between; else never emptier, and fuller by at most what drained since the charge`, () => {
+      fc.assert(
+        fc.property(scenarioArb, (s) => {
+          const { c, withIt, without, probes, between, sinceMs } = replay(shape, s);
+          for (const t of probes) {
+            const level = (state: typeof withIt): number => bucketDrainMs({ tatMs: state.tatMs, tatRem: state.tatRem }, t, c.limit);
+            if (!between) expect(level(withIt)).toBe(level(without));
+            expect(level(withIt)).toBeGreaterThanOrEqual(level(without));
+            // Levels in ms of drain, rounded up: one ms of rounding.
+            expect(level(withIt) - level(without)).toBeLessThanOrEqual(sinceMs + 1);
+          }
+        }),
+        { numRuns: 400 },
+      );
+    });
+  }
+
+  it('a bucket charged, then charged by others while it would have drained empty beneath them: fuller than without by no more than the time since', () => {
+    const c: CounterRequest = { key: 'k', algorithm: 'token_bucket', windowMs: W, limit: 10, burst: 10, hits: 5 };
+    // 5 hits at 0 (500 ms of TAT), 1 more at 300; given back at 450. Without the 5, the bucket was
+    // empty from 0 to 300 and again from 400: what the state no longer tells.
+    const withIt = newCounterState(c, 0);
+    const taken = takeHits(c, withIt, 0);
+    IN_PROCESS_STATE.token_bucket.charge({ ...c, hits: 1 }, withIt, 300);
+    giveBack(c, withIt, taken, 450);
+    const without = newCounterState(c, 0);
+    IN_PROCESS_STATE.token_bucket.charge({ ...c, hits: 1 }, without, 300);
+    expect(bucketDrainMs(without, 450, 10)).toBe(0);
+    expect(bucketDrainMs(withIt, 450, 10)).toBe(100);
+    // Given back right after the other charge, it is exact: the 5 hits' TAT was all still ahead.
+    const early = newCounterState(c, 0);
+    const first = takeHits(c, early, 0);
+    IN_PROCESS_STATE.token_bucket.charge({ ...c, hits: 4 }, early, 300);
+    giveBack(c, early, first, 300);
+    const plain = newCounterState(c, 0);
+    IN_PROCESS_STATE.token_bucket.charge({ ...c, hits: 4 }, plain, 300);
+    expect(bucketDrainMs(early, 300, 10)).toBe(bucketDrainMs(plain, 300, 10));
   });
 });

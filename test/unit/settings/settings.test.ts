@@ -188,6 +188,27 @@ describe('loadSettings with the reference server variable names', () => {
     expect(() => loadSettings({ RESERVATIONS_MAX_KEY_BYTES: '512' })).toThrow('RESERVATIONS_MAX_KEY_BYTES');
   });
 
+  it('reads the lease settings and REPLICA_ID, with their defaults, and stops at a bad one naming it', () => {
+    expect(loadSettings({}).leases).toEqual({
+      syncIntervalMs: 250,
+      ttlMs: 2_000,
+      maxLeases: 1_000,
+      maxBytes: 16 * 1024 * 1024,
+      maxReplicas: 256,
+      maxSyncBytesPerSecond: 8 * 1024 * 1024,
+    });
+    expect(loadSettings({}).replicaId).toBeUndefined();
+    const s = loadSettings({ LEASE_MAX_REPLICAS: '3', LEASE_MAX_SYNC_BYTES_PER_SECOND: '100000', REPLICA_ID: 'ratelimit-7.prod_a' });
+    expect(s.leases).toMatchObject({ maxReplicas: 3, maxSyncBytesPerSecond: 100_000 });
+    expect(s.replicaId).toBe('ratelimit-7.prod_a');
+    expect(() => loadSettings({ LEASE_MAX_REPLICAS: '257' })).toThrow('invalid setting LEASE_MAX_REPLICAS: expected an integer from 1 to 256');
+    expect(() => loadSettings({ LEASE_MAX_SYNC_BYTES_PER_SECOND: '1000' })).toThrow('LEASE_MAX_SYNC_BYTES_PER_SECOND');
+    expect(() => loadSettings({ REPLICA_ID: 'pod 7' })).toThrow('invalid setting REPLICA_ID: only letters, digits, ".", "_" and "-"');
+    expect(() => loadSettings({ REPLICA_ID: 'pod{7}' })).toThrow('REPLICA_ID');
+    expect(() => loadSettings({ REPLICA_ID: 'p'.repeat(129) })).toThrow('invalid setting REPLICA_ID: at most 128 bytes, got 129');
+    expect(loadSettings({ REPLICA_ID: 'p'.repeat(128) }).replicaId).toHaveLength(128);
+  });
+
   it('warns that counters are per process when neither BACKEND_TYPE nor REDIS_URL is set', () => {
     const perProcess = (env: Record<string, string>) => loadSettings(env).warnings.filter((w) => w.includes('per process'));
     expect(perProcess({})).toHaveLength(1);

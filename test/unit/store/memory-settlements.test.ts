@@ -80,20 +80,36 @@ describe('MemorySettlements', () => {
     expect(s.bytes).toBe(0);
   });
 
-  it(`records ${MAX_SETTLE_MEMBERS} members of a ledger at most; lapsed ones make room, and its bytes follow them`, () => {
+  it(`records ${MAX_SETTLE_MEMBERS} members of a ledger at most, refusing (charging nothing) a new one beyond; lapsed ones make room, and its bytes follow them`, () => {
     const s = make();
     for (let i = 0; i < MAX_SETTLE_MEMBERS; i++) s.settleNow(call('cap', `member-${i}`, 1, i === 0 ? 10 * TTL : TTL));
     const full = s.bytes;
-    expect(s.settleNow(call('cap', 'late', 1)).applied).toBe(true);
-    expect(s.settleNow(call('cap', 'late', 1)).applied).toBe(true);
+    expect(s.settleNow(call('cap', 'late', 1))).toMatchObject({ applied: false, full: true, heldSeq: 0 });
+    expect(s.settleNow(call('cap', 'late', 1))).toMatchObject({ applied: false, full: true });
     expect(s.bytes).toBe(full);
-    expect(counted('cap')).toBe(MAX_SETTLE_MEMBERS + 2);
+    expect(counted('cap')).toBe(MAX_SETTLE_MEMBERS);
     clock.advance(TTL);
     // member-0 alone is live: the others' entries go, and the late member takes a place.
-    expect(s.settleNow(call('cap', 'late', 1)).applied).toBe(true);
-    expect(s.settleNow(call('cap', 'late', 1)).applied).toBe(false);
+    expect(s.settleNow(call('cap', 'late', 1))).toMatchObject({ applied: true, full: false, heldSeq: 1 });
+    expect(s.settleNow(call('cap', 'late', 1))).toMatchObject({ applied: false, full: false, heldSeq: 1 });
     expect(s.settleNow(call('cap', 'member-0', 1)).applied).toBe(false);
+    expect(counted('cap')).toBe(MAX_SETTLE_MEMBERS + 1);
     expect(s.bytes).toBeLessThan(full / 50);
+  });
+
+  it("takes a call's maxMembers as the ledger's cap, and keeps a tagged ledger apart from its name's", () => {
+    const s = make();
+    const capped = (member: string, seq = 1): SettleCall => ({ ...call('small', member, seq), maxMembers: 2 });
+    expect(s.settleNow(capped('a')).applied).toBe(true);
+    expect(s.settleNow(capped('b')).applied).toBe(true);
+    expect(s.settleNow(capped('c'))).toMatchObject({ applied: false, full: true });
+    // A member recorded keeps its place: its next seq is applied, an old one answered with the seq held.
+    expect(s.settleNow(capped('a', 5)).applied).toBe(true);
+    expect(s.settleNow(capped('a', 3))).toMatchObject({ applied: false, full: false, heldSeq: 5 });
+    expect(counted('small')).toBe(3);
+    // The same name under a tag of its own is another ledger.
+    expect(s.settleNow({ ...call('small', 'a', 5), tag: 'descriptor' }).applied).toBe(true);
+    expect(s.settleNow({ ...call('small', 'a', 5), tag: 'small' }).applied).toBe(false);
   });
 
   it('records nothing of a call whose decision throws', () => {
