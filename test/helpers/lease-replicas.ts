@@ -272,3 +272,21 @@ export function mixedCalls(
     }),
   };
 }
+
+/** One call of a burst: its reply, or the gRPC status it failed with. */
+export type BurstReply = { readonly reply: DecodedRateLimitResponse } | { readonly error: grpc.status };
+
+/**
+ * Sends `n` calls at once, `request(i)` over `clients[i % clients.length]` (each client one
+ * connection), and resolves with every outcome in order once all are answered.
+ */
+export function burst(clients: readonly RlsClient[], n: number, request: (i: number) => RlsRequestInput): Promise<BurstReply[]> {
+  return Promise.all(
+    Array.from({ length: n }, (_, i) =>
+      clients[i % clients.length].shouldRateLimit(request(i), { deadlineMs: 20_000 }).then(
+        (reply): BurstReply => ({ reply }),
+        (err: grpc.ServiceError): BurstReply => ({ error: err.code }),
+      ),
+    ),
+  );
+}

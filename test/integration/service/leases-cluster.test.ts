@@ -1,13 +1,14 @@
 import { keySlot } from '../../../src/store/redis/key-slot';
 import { Stretched, untilUnstretched } from '../../helpers/deadline';
-import { descriptor, type RlsRequestInput } from '../../helpers/grpc-client';
-import { admittedCalls, countBetween, drive, mixedCalls, pollUntil, startReplica, worstSpan, type Replica } from '../../helpers/lease-replicas';
+import { descriptor, rlsClient, type RlsClient, type RlsRequestInput } from '../../helpers/grpc-client';
+import { admittedCalls, burst, countBetween, drive, mixedCalls, pollUntil, startReplica, worstSpan, type Replica } from '../../helpers/lease-replicas';
 import { startCluster, type RedisClusterSetup, type RedisProcess } from '../../helpers/redis';
 
 /**
  * Leases on a real 3-master Redis Cluster: two replicas (processes of their own), leased counters
  * whose keys live on different masters, each settled in its own slot. The bound of any span of a
- * window, and a call mixing a leased and a plain counter on two masters.
+ * window, a call mixing a leased and a plain counter on two masters, 2,000 such calls in flight at
+ * once, and every key of a lease (its windows, its ledger, its demand) in its counter's slot.
  */
 
 const LIMIT = 100;
@@ -23,6 +24,12 @@ descriptors:
     rate_limit: {unit: hour, algorithm: fixed_window, requests_per_unit: 1000, lease: true}
   - key: plain
     rate_limit: {unit: hour, algorithm: fixed_window, requests_per_unit: 3}
+  - key: hot
+    rate_limit: {unit: minute, requests_per_unit: ${LIMIT}, lease: true}
+  - key: wide
+    rate_limit: {unit: minute, requests_per_unit: 1000000, lease: true}
+  - key: legit
+    rate_limit: {unit: hour, algorithm: fixed_window, requests_per_unit: 20}
 `;
 
 const ask = (key: string, value: string, hits?: number): RlsRequestInput => ({
@@ -95,8 +102,9 @@ const settledOf = (r: Replica, rule: string): Promise<number> => r.metric('ratel
  */
 async function openLeases(replicas: readonly Replica[], key: string, values: readonly string[]): Promise<void> {
   await Promise.all(replicas.flatMap((r) => values.map((v) => r.client.shouldRateLimit(ask(key, v, 0)))));
-  const perSecond = key === 'zone' ? LIMIT : Infinity;
-  const held = (all: number[]): boolean => all.every((s) => s > 0) && all.reduce((x, y) => x + y, 0) <= values.length * perSecond * 1.001;
+  const perSecond = key === 'zone' ? LIMIT : key === 'hot' ? LIMIT / 60 : Infinity;
+  const held = (all: number[]): boolean =>
+    all.every((s) => s > 0) && (replicas.length === 1 || all.reduce((x, y) => x + y, 0) <= values.length * perSecond * 1.001);
   const shares = await pollUntil(
     () => Promise.all(replicas.map((r) => r.metric('ratelimit_service_lease_share', { domain: 'lease', descriptor: key }))),
     held,
@@ -188,4 +196,73 @@ test('on a Cluster, a call mixing a leased and a plain counter on two masters is
     expect(clusterCount(`lease|fw3600000|plain=${plain}`)).toBe(3);
     expect(clusterCount(`lease|fw3600000|plain=${spare}`)).toBe(0);
   });
+});
+
+describe('2,000 calls in flight at once on one replica holding a minute of 100, the other counter of each call on another master (bound 105.4)', () => {
+  let attempt = 0;
+  test.each([
+    ['every counter leased and live, over one connection', 'fast', 1],
+    ['every counter leased and live, over four connections', 'fast', 4],
+    ['a plain counter in each call, over one connection', 'plain', 1],
+    ['a plain counter in each call, over four connections', 'plain', 4],
+  ] as const)('%s: at most the bound admitted, each hit in Redis once, and a caller beside them answered exactly', async (_label, shape, connections) => {
+    attempt++;
+    const hot = `h${attempt}`;
+    const hotMaster = masterOf(`lease|sw60000|hot=${hot}`).port;
+    let wide = '';
+    for (let i = 0; wide === ''; i++) if (masterOf(`lease|sw60000|wide=w${attempt}-${i}`).port !== hotMaster) wide = `w${attempt}-${i}`;
+    await openLeases([a], 'hot', [hot]);
+    if (shape === 'fast') await openLeases([a], 'wide', [wide]);
+    const clients: RlsClient[] = Array.from({ length: connections }, () => rlsClient(`127.0.0.1:${a.run.grpcPort}`));
+    try {
+      const partner = (i: number): [string, string] => (shape === 'fast' ? ['wide', wide] : ['plain', `o${attempt}-${i}`]);
+      const calls = burst(clients, 2_000, (i) => ({ domain: 'lease', descriptors: [descriptor([['hot', hot]]), descriptor([partner(i)])] }));
+      const legitReplies = [];
+      for (let i = 0; i < 30; i++) legitReplies.push(await a.client.shouldRateLimit(ask('legit', `l${attempt}`)));
+      const replies = await calls;
+      const errors = replies.filter((r) => 'error' in r);
+      const admitted = replies.filter((r) => 'reply' in r && r.reply.overallCode === 'OK').length;
+      const counterKey = `lease|sw60000|hot=${hot}`;
+      const inRedis = await pollUntil(
+        async () => clusterCount(counterKey),
+        (n) => n >= admitted,
+        3_000,
+      );
+      console.log('cluster, 2,000 calls in flight', { shape, connections, admitted, inRedis, errors: errors.length });
+      expect(errors).toEqual([]);
+      expect(admitted).toBeLessThanOrEqual(LIMIT * 1.05 + (LIMIT * SYNC_MS) / 60_000);
+      expect(admitted).toBeGreaterThanOrEqual(95);
+      expect(inRedis).toBe(admitted);
+      expect(legitReplies.map((r) => r.statuses[0].limitRemaining)).toEqual([...Array.from({ length: 20 }, (_, i) => 19 - i), ...Array(10).fill(0)]);
+    } finally {
+      for (const client of clients) client.close();
+    }
+  });
+});
+
+test("every key of a lease lives in its counter's slot (its windows, its ledger, its demand): no master but the counter's can split them", async () => {
+  const value = 'slots';
+  await openLeases([a, b], 'zone', [value]);
+  await Promise.all([a, b].map((r) => r.client.shouldRateLimit(ask('zone', value))));
+  const counterKey = `lease|sw1000|zone=${value}`;
+  const slot = keySlot(`{${counterKey}}`);
+  const owner = masterOf(counterKey).port;
+  const keys = await pollUntil(
+    async () =>
+      cluster.nodes.flatMap((node) =>
+        node
+          .cli('--scan', '--pattern', `*${counterKey}*`)
+          .split('\n')
+          .filter(Boolean)
+          .map((key) => ({ key, port: node.port })),
+      ),
+    (found) => ['|settled', '|lease'].every((suffix) => found.some((k) => k.key.endsWith(suffix))),
+    3_000,
+  );
+  console.log('keys of a lease', { slot, owner, keys });
+  expect(keys.some((k) => k.key.endsWith('|settled'))).toBe(true);
+  expect(keys.some((k) => k.key.endsWith('|lease'))).toBe(true);
+  for (const k of keys) {
+    expect({ key: k.key, slot: keySlot(k.key), port: k.port }).toEqual({ key: k.key, slot, port: owner });
+  }
 });

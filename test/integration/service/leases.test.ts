@@ -415,7 +415,7 @@ test('a peer flooding a leased rule with distinct values fills at most LEASE_MAX
     ).toBe(0);
     await openLeases([h], 'crowd', legit);
     const held = await h.metric('ratelimit_service_leases');
-    const refusedBefore = await h.metric('ratelimit_service_lease_refused_total');
+    const refusedBefore = await h.metric('ratelimit_service_lease_refused_total', { reason: 'keys' });
     const hostile = rlsClient(`127.0.0.1:${h.run.grpcPort}`);
     const VALUES = 2_000;
     let next = 0;
@@ -447,7 +447,7 @@ test('a peer flooding a leased rule with distinct values fills at most LEASE_MAX
     }
     await Promise.all([flood, gauge]);
     hostile.close();
-    const refused = (await h.metric('ratelimit_service_lease_refused_total')) - refusedBefore;
+    const refused = (await h.metric('ratelimit_service_lease_refused_total', { reason: 'keys' })) - refusedBefore;
     requireOneWindow(replies);
     const legitAdmitted = replies.filter((r) => r.overallCode === 'OK').length;
     console.log('flood of 2000 values, LEASE_MAX_KEYS 50', {
