@@ -699,7 +699,7 @@ describe('LeasedStore', () => {
     for (let i = 0; i < 5; i++) expect((await a.decide([minute, hour])).every((d) => d.allowed)).toBe(true);
     // The minute's settlement fails (its reply lost before Redis ran it), the hour's goes through.
     const settle = w.ledger.settle.bind(w.ledger);
-    w.ledger.settle = (call) => (call.key === minute.key ? Promise.reject(new StoreUnavailableError('lost')) : settle(call));
+    w.ledger.settle = (call) => (call.counters[0]?.key === minute.key ? Promise.reject(new StoreUnavailableError('lost')) : settle(call));
     w.clock.advance(SYNC_MS);
     await a.tick();
     w.ledger.settle = settle;
