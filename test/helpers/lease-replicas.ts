@@ -1,6 +1,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { Stretched } from './deadline';
 import { descriptor, grpc, rlsClient, type DecodedRateLimitResponse, type RlsClient, type RlsRequestInput } from './grpc-client';
 import { request } from './http-request';
 import { LOOPBACK_ANY_PORT } from './service';
@@ -289,4 +290,31 @@ export function burst(clients: readonly RlsClient[], n: number, request: (i: num
       ),
     ),
   );
+}
+
+/**
+ * Throws Stretched (./deadline.ts) when the load of `log` was not steady: a gap of more than
+ * `maxGapMs` between two sendings of one offer (this process stalled, then sent in a bunch), or more
+ * than 1% of its calls answered after more than `maxLatencyMs` (the service stalled, then decided in
+ * a bunch). Calls bunched so are admitted in bunches, and a sliding window (exact or not) can then
+ * admit more than its limit in a span of one window while its estimate stays within it: what such a
+ * run measures of spans says nothing about the service.
+ */
+export function requireSteady(log: LoadLog, maxGapMs: number, maxLatencyMs: number): void {
+  for (const calls of log.calls) {
+    for (let i = 1; i < calls.length; i++) {
+      const gap = calls[i].sentMs - calls[i - 1].sentMs;
+      if (gap > maxGapMs) throw new Stretched(`no call sent for ${Math.round(gap)} ms at ${Math.round(calls[i - 1].sentMs)} ms`);
+    }
+  }
+  const all = log.calls.flat();
+  const late = all.filter((c) => c.doneMs - c.sentMs > maxLatencyMs).length;
+  if (late > all.length / 100) throw new Stretched(`${late} of ${all.length} calls answered after more than ${maxLatencyMs} ms`);
+}
+
+/** The run's steadiness as requireSteady() judges it: the longest gap between two sendings of an offer, and the calls answered late. */
+export function steadiness(log: LoadLog, maxLatencyMs: number): { readonly maxGapMs: number; readonly late: number } {
+  let maxGapMs = 0;
+  for (const calls of log.calls) for (let i = 1; i < calls.length; i++) maxGapMs = Math.max(maxGapMs, calls[i].sentMs - calls[i - 1].sentMs);
+  return { maxGapMs: Math.round(maxGapMs), late: log.calls.flat().filter((c) => c.doneMs - c.sentMs > maxLatencyMs).length };
 }

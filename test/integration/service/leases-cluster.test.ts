@@ -137,7 +137,8 @@ test('two replicas on a Cluster, two leased counters on two masters: each admits
     (n) => n >= admitted,
     3_000,
   );
-  console.log('cluster, 2 counters x 2 replicas x 150/s, limit 100/s', { per, admitted, settled });
+  const errors = log.calls.flat().filter((x) => x.error !== undefined).length;
+  console.log('cluster, 2 counters x 2 replicas x 150/s, limit 100/s', { per, admitted, settled, errors });
   expect(new Set(per.map((p) => p.master)).size).toBe(2);
   for (const p of per) {
     expect(p.worst).toBeLessThanOrEqual(BOUND);
