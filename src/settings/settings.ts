@@ -777,13 +777,17 @@ function reservationSettings(env: Env): ReservationSettings {
   });
 }
 
-/** LEASE_*: a part lives at least one second without news from the store, and longer than two syncs. */
+/**
+ * LEASE_*: a part lives at least one second without news from the store. It decides until one sync
+ * interval before its demand entry can lapse (LEASE_TTL after the exchange was sent), so LEASE_TTL is
+ * at least three intervals: one sync late or failed does not stop it.
+ */
 function leaseSettings(env: Env): LeaseLimits {
   const syncIntervalMs = positive('LEASE_SYNC_INTERVAL', duration(env, 'LEASE_SYNC_INTERVAL', 250));
   if (syncIntervalMs > 10_000) throw new SettingsError('LEASE_SYNC_INTERVAL', `at most 10s, got ${syncIntervalMs} ms`);
   const ttlMs = duration(env, 'LEASE_TTL', 2_000);
   if (ttlMs < 1_000) throw new SettingsError('LEASE_TTL', `at least 1s, got ${ttlMs} ms`);
-  if (ttlMs < 2 * syncIntervalMs) throw new SettingsError('LEASE_TTL', `at least twice LEASE_SYNC_INTERVAL (${syncIntervalMs} ms), got ${ttlMs} ms`);
+  if (ttlMs < 3 * syncIntervalMs) throw new SettingsError('LEASE_TTL', `at least three times LEASE_SYNC_INTERVAL (${syncIntervalMs} ms), got ${ttlMs} ms`);
   return Object.freeze({
     syncIntervalMs,
     ttlMs,

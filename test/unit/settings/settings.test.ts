@@ -202,6 +202,10 @@ describe('loadSettings with the reference server variable names', () => {
     expect(s.leases).toMatchObject({ maxReplicas: 3, maxSyncBytesPerSecond: 100_000 });
     expect(s.replicaId).toBe('ratelimit-7.prod_a');
     expect(() => loadSettings({ LEASE_MAX_REPLICAS: '257' })).toThrow('invalid setting LEASE_MAX_REPLICAS: expected an integer from 1 to 256');
+    expect(loadSettings({ LEASE_SYNC_INTERVAL: '500ms', LEASE_TTL: '1500ms' }).leases).toMatchObject({ syncIntervalMs: 500, ttlMs: 1_500 });
+    expect(() => loadSettings({ LEASE_SYNC_INTERVAL: '500ms', LEASE_TTL: '1s' })).toThrow(
+      'invalid setting LEASE_TTL: at least three times LEASE_SYNC_INTERVAL (500 ms), got 1000 ms',
+    );
     expect(() => loadSettings({ LEASE_MAX_SYNC_BYTES_PER_SECOND: '1000' })).toThrow('LEASE_MAX_SYNC_BYTES_PER_SECOND');
     expect(() => loadSettings({ REPLICA_ID: 'pod 7' })).toThrow('invalid setting REPLICA_ID: only letters, digits, ".", "_" and "-"');
     expect(() => loadSettings({ REPLICA_ID: 'pod{7}' })).toThrow('REPLICA_ID');
