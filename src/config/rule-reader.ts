@@ -1,5 +1,5 @@
 import { Document, isMap, isSeq, parseDocument, type YAMLError } from 'yaml';
-import { calendarKeyPrefix, concurrencyKeyPrefix, counterKeyPrefix } from '../limiter/keys';
+import { limitKeyPrefix } from '../limiter/keys';
 import { ALGORITHMS, isBucket, MAX_WINDOW_MS, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
 import { ConfigError } from './config-error';
 import {
@@ -37,7 +37,8 @@ const MAX_CONCURRENCY = 1_000_000;
 /** The keys of a rate_limit mapping that an in-flight limit (`concurrency`) has no use for. */
 const WINDOW_KEYS = ['unit', 'requests_per_unit', 'unlimited', 'unit_multiplier', 'algorithm', 'burst', 'sub_windows', 'strict', 'calendar', 'lease'] as const;
 
-interface ParsedLimit {
+/** One `rate_limit` mapping, read: its limit, and the names it replaces. */
+export interface ParsedLimit {
   readonly limit: Limit;
   readonly replaces: readonly string[];
 }
@@ -359,12 +360,6 @@ function readReservations(ctx: Context, path: string, settings: RuleSettings, li
   return inFlight && !settings.reservations ? { ...settings, reservations: true } : settings;
 }
 
-function limitKeyPrefix(domain: string, limit: Limit): string {
-  if (limit.concurrency !== undefined) return concurrencyKeyPrefix(domain);
-  if (limit.calendar === true) return calendarKeyPrefix(domain, limit.unit);
-  return counterKeyPrefix(domain, limit.algorithm, limit.windowMs, limit.subWindows);
-}
-
 /** A RuleNode's fields other than its RULE_SETTINGS ones. */
 type FixedFields = Omit<RuleNode, keyof RuleSettings>;
 
@@ -444,6 +439,25 @@ export function parseConfigText(file: string, text: string, opts: ParseOptions):
  */
 export function parseConfigValue(source: string, value: unknown, opts: ParseOptions): DomainConfig {
   return parseConfigDocument(source, new Document(value, { version: '1.1' }), opts);
+}
+
+/**
+ * One `rate_limit` mapping given as plain data (a runtime override's, src/limiter/overrides.ts),
+ * validated by the code that reads a config file's: the same keys, defaults and errors. Throws
+ * ConfigError naming `source` and the path under `rate_limit` (`rate_limit.unit`).
+ */
+export function parseRateLimitValue(source: string, value: unknown, opts: ParseOptions): ParsedLimit {
+  const path = 'rate_limit';
+  const doc = new Document(value, { version: '1.1' });
+  const ctx: Context = { file: source, aliases: checkYamlBounds(source, doc), defaultAlgorithm: opts.defaultAlgorithm, warnings: [] };
+  const node = resolve(ctx, doc.contents);
+  if (!isMap(node)) fail(ctx, path, `expected a mapping, got ${node === undefined ? 'nothing' : describe(node)}`);
+  // A mapping always yields a limit (an empty one is `requests_per_unit: 0` with a required unit).
+  const parsed = readLimit(ctx, node, path)!;
+  // What a file may hold with a warning (a reference key in the wrong place) is refused here: an
+  // override is written by one request, whose author reads the answer.
+  if (ctx.warnings.length > 0) throw new ConfigError(source, '', ctx.warnings[0].slice(source.length + 2).replace(': ignored (', ': refused ('));
+  return parsed;
 }
 
 function parseConfigDocument(file: string, doc: Document, opts: ParseOptions): DomainConfig {

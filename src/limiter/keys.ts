@@ -1,4 +1,4 @@
-import { algorithmCode, type Algorithm, type Entry, type Unit } from './types';
+import { algorithmCode, type Algorithm, type Entry, type Limit, type Unit } from './types';
 
 /**
  * Counter identities. The encoding is injective: every component is escaped so that the
@@ -50,6 +50,17 @@ export function calendarKeyPrefix(domain: string, unit: Unit): string {
  */
 export function concurrencyKeyPrefix(domain: string): string {
   return `${escapeComponent(domain)}|cc`;
+}
+
+/**
+ * The prefix of a limit's counters in `domain`: its in-flight book, its calendar windows, or its
+ * (algorithm, window, sub-windows). A config's rule and a runtime override of it (./overrides.ts)
+ * of the same shape get the same prefix, hence the same counter.
+ */
+export function limitKeyPrefix(domain: string, limit: Limit): string {
+  if (limit.concurrency !== undefined) return concurrencyKeyPrefix(domain);
+  if (limit.calendar === true) return calendarKeyPrefix(domain, limit.unit);
+  return counterKeyPrefix(domain, limit.algorithm, limit.windowMs, limit.subWindows);
 }
 
 /** Full counter identity: prefix + each entry as `|key=value`. */

@@ -24,6 +24,17 @@ export function pickRule(rules: KeyRules, value: string): RuleNode | undefined {
  * nothing, or the last node has no limit.
  */
 export function matchDescriptor(config: RateLimitConfig, domain: string, entries: readonly Entry[]): MatchedRule | undefined {
+  const node = reachRule(config, domain, entries);
+  // A node with a limit carries every MatchedRule field (src/config/rule-reader.ts sets keyPrefix with limit).
+  return node === undefined || node.limit === undefined ? undefined : (node as MatchedRule);
+}
+
+/**
+ * The node `entries` reach in `domain`, entry by entry as matchDescriptor walks, whether or not it
+ * has a limit: where a runtime override of the descriptor (./overrides.ts) takes its settings from.
+ * Undefined when the domain is unknown or an entry matches no rule.
+ */
+export function reachRule(config: RateLimitConfig, domain: string, entries: readonly Entry[]): RuleNode | undefined {
   const d = config.domains.get(domain);
   if (d === undefined || entries.length === 0) return undefined;
   let level: RuleLevel = d.rules;
@@ -35,8 +46,7 @@ export function matchDescriptor(config: RateLimitConfig, domain: string, entries
     if (node === undefined) return undefined;
     level = node.children;
   }
-  // A node with a limit carries every MatchedRule field (src/config/rule-reader.ts sets keyPrefix with limit).
-  return node === undefined || node.limit === undefined ? undefined : (node as MatchedRule);
+  return node;
 }
 
 /**

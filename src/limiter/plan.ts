@@ -6,6 +6,7 @@ import { counterKey, counterKeyPrefix } from './keys';
 import type { CalendarWindow } from './calendar';
 import { leaseMark } from './leases';
 import { commitCharge, holdTimeOf } from './reservations';
+import { descriptorTail, overriddenRule, type ActiveOverride, type OverrideLookup } from './overrides';
 import {
   DEFAULT_RESERVATION_KEYS,
   reservationEntryOf,
@@ -125,6 +126,11 @@ interface DescriptorMemo {
   readonly reservation: ReservationEntry | undefined;
   /** A reservation descriptor's plan, for the hits it was last planned with. */
   hold: PlannedHold | undefined;
+  /** The runtime override found for it (undefined: none), and the overrides' generation it was last checked at. */
+  readonly override: ActiveOverride | undefined;
+  overrideGen: number;
+  /** Its descriptorTail (without a reservation entry), once some override of its domain made it needed. */
+  tail: string | undefined;
 }
 
 /** A counted descriptor: its rule, its position in the request and its store request. */
@@ -174,6 +180,8 @@ export interface PlannerOptions {
   readonly calendarOffsetMs?: number;
   /** The entry keys of reserve and commit descriptors (RESERVE_ENTRY_KEY, COMMIT_ENTRY_KEY); `reserve` and `commit` by default. */
   readonly reservationKeys?: ReservationKeys;
+  /** The runtime overrides in force (./overrides.ts); none when absent. */
+  readonly overrides?: OverrideLookup;
 }
 
 /** Turns requests into plans, keeping them (and per-descriptor memos) for frozen requests until the config changes. */
@@ -188,6 +196,9 @@ export class RequestPlanner {
   // validated nor matched again. Replaced with the memos.
   private plans = new WeakMap<KeptRequest, KeptPlan>();
   private memosConfig: RateLimitConfig | undefined;
+  private readonly overrides: OverrideLookup | undefined;
+  /** The overrides' generation the kept plans were made under: another one replaces them (memos are checked one by one). */
+  private plansGeneration = 0;
   private readonly limits: RequestLimits;
   /** The CalendarWindow of each unit, made once: counters of calendar limits carry one. */
   private readonly calendars: Readonly<Record<Unit, CalendarWindow>>;
@@ -196,6 +207,7 @@ export class RequestPlanner {
   constructor(options: PlannerOptions) {
     this.reservationKeys = options.reservationKeys ?? DEFAULT_RESERVATION_KEYS;
     this.config = options.config;
+    this.overrides = options.overrides;
     this.quotaMode = options.quotaMode === true;
     this.defaultAlgorithm = options.defaultAlgorithm;
     this.limits = options.requestLimits ?? DEFAULT_REQUEST_LIMITS;
@@ -210,7 +222,7 @@ export class RequestPlanner {
    */
   planOf(req: RateLimitRequest): Plan {
     if (!isKeptRequest(req)) return this.plan(req);
-    const known = this.config() === this.memosConfig ? this.plans.get(req) : undefined;
+    const known = this.config() === this.memosConfig && (this.overrides?.generation ?? 0) === this.plansGeneration ? this.plans.get(req) : undefined;
     if (known !== undefined) return decidable(known);
     const plan = this.plan(req);
     const counters = plannedCounters(plan.counters);
@@ -233,6 +245,12 @@ export class RequestPlanner {
       this.plans = new WeakMap();
       this.memosConfig = config;
     }
+    const overrides = this.overrides;
+    const generation = overrides === undefined ? 0 : overrides.generation;
+    if (generation !== this.plansGeneration) {
+      this.plans = new WeakMap();
+      this.plansGeneration = generation;
+    }
 
     // Pass 1: validate and match every descriptor, collecting the names replaced by any match.
     const rules: (MatchedRule | undefined)[] = new Array<MatchedRule | undefined>(n);
@@ -245,7 +263,7 @@ export class RequestPlanner {
       let rule: MatchedRule | undefined;
       // Only kept descriptors have memos: another one simply finds none (no isFrozen per lookup).
       const memo = config === undefined ? undefined : this.memos.get(d as KeptDescriptor);
-      if (memo !== undefined && memo.domain === domain) {
+      if (memo !== undefined && memo.domain === domain && (memo.overrideGen === generation || this.sameOverride(memo, d, domain, generation))) {
         rule = memo.rule;
         memos[i] = memo;
         if (memo.reservation !== undefined) (reservations ??= new Array<ReservationEntry | undefined>(n))[i] = memo.reservation;
@@ -253,22 +271,41 @@ export class RequestPlanner {
         validateDescriptor(d, i, limits);
         let reservation = reservationEntryOf(d, i, this.reservationKeys);
         if (!domainKnown) continue;
+        // A runtime override of exactly the entries a rule is matched by replaces its limit; a request's own `limit` wins over both.
+        const inDomain = d.limit === undefined ? overrides?.inDomain(domain) : undefined;
+        let override: ActiveOverride | undefined;
+        let tail: string | undefined;
         if (d.limit !== undefined) rule = this.overrideRule(domain, d);
-        else if (reservation === undefined) rule = matchDescriptor(config!, domain, d.entries);
+        else if (reservation === undefined && inDomain === undefined) rule = matchDescriptor(config!, domain, d.entries);
         else {
+          let resolved = resolveRule(config!, domain, reservation === undefined ? d.entries : d.entries.slice(0, -1), inDomain);
           // A reservation's rule is the one its other entries match, and it must take reservations.
-          rule = matchDescriptor(config!, domain, d.entries.slice(0, -1));
-          if (rule === undefined || !rule.reservations) {
+          if (reservation !== undefined && (resolved.rule === undefined || !resolved.rule.reservations)) {
             // Read as any descriptor, as the reference reads it: a rule keyed like the entry matches it.
-            const plain = matchDescriptor(config!, domain, d.entries);
-            if (plain === undefined && rule !== undefined) throw this.noReservations(i, rule);
-            rule = plain;
+            const plain = resolveRule(config!, domain, d.entries, inDomain);
+            if (plain.rule === undefined && resolved.rule !== undefined) throw this.noReservations(i, resolved.rule);
+            resolved = plain;
             reservation = undefined;
           }
+          ({ rule, override, tail } = resolved);
         }
         if (reservation !== undefined) (reservations ??= new Array<ReservationEntry | undefined>(n))[i] = reservation;
         if (isKeptDescriptor(d)) {
-          this.memos.set(d, (memos[i] = { domain, rule, counter: undefined, counters: undefined, statKey: undefined, reservation, hold: undefined }));
+          this.memos.set(
+            d,
+            (memos[i] = {
+              domain,
+              rule,
+              counter: undefined,
+              counters: undefined,
+              statKey: undefined,
+              reservation,
+              hold: undefined,
+              override,
+              overrideGen: generation,
+              tail,
+            }),
+          );
         }
       }
       rules[i] = rule;
@@ -353,6 +390,25 @@ export class RequestPlanner {
     return new InvalidRequestError(
       `descriptors[${index}]: its rule (${rule.statKey}) takes no reservations: a "${reserve}" or "${commit}" entry needs \`reservations: true\` on the rule`,
     );
+  }
+
+  /**
+   * Whether the runtime override of a memo's descriptor is the one it was planned with, now that the
+   * overrides' generation moved (one lookup, its tail made at most once per memo); then the memo
+   * holds at `generation` too. A descriptor with a request `limit` is never overridden.
+   */
+  private sameOverride(memo: DescriptorMemo, d: Descriptor, domain: string, generation: number): boolean {
+    if (d.limit === undefined) {
+      const inDomain = this.overrides!.inDomain(domain);
+      let now: ActiveOverride | undefined;
+      if (inDomain !== undefined) {
+        memo.tail ??= descriptorTail(memo.reservation === undefined ? d.entries : d.entries.slice(0, -1));
+        now = inDomain.get(memo.tail);
+      }
+      if (now !== memo.override) return false;
+    }
+    memo.overrideGen = generation;
+    return true;
   }
 
   /** An ordinary descriptor on a rule that limits reservations in flight (`concurrency`): it holds nothing to count. */
@@ -514,6 +570,29 @@ export class RequestPlanner {
       override: true,
     };
   }
+}
+
+/** The rule that decides some entries, and the runtime override found for them (with the tail it was found by). */
+interface ResolvedRule {
+  readonly rule: MatchedRule | undefined;
+  readonly override: ActiveOverride | undefined;
+  readonly tail: string | undefined;
+}
+
+/**
+ * The rule of `entries` in `domain`: a runtime override's (`inDomain`: the domain's overrides, when
+ * it has any) where there is one for exactly these entries and it applies, else the config's.
+ */
+function resolveRule(
+  config: RateLimitConfig,
+  domain: string,
+  entries: Descriptor['entries'],
+  inDomain: ReadonlyMap<string, ActiveOverride> | undefined,
+): ResolvedRule {
+  if (inDomain === undefined) return { rule: matchDescriptor(config, domain, entries), override: undefined, tail: undefined };
+  const tail = descriptorTail(entries);
+  const override = inDomain.get(tail);
+  return { rule: override === undefined ? matchDescriptor(config, domain, entries) : overriddenRule(config, domain, entries, override), override, tail };
 }
 
 /** A copy of `plan` whose decision-time fields (statuses, deciding limits) are its own to fill. */

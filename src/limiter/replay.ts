@@ -106,6 +106,14 @@ export class Replays<F> {
     return entry.encoded;
   }
 
+  /**
+   * Forgets every remembered request: the limits they were denied under changed without a new
+   * config (a runtime override set or removed, ./overrides.ts).
+   */
+  clear(): void {
+    this.entries.clear();
+  }
+
   /** The listener to decide the request named `key` with: it remembers the request's LocalDenial. */
   remembering(key: string): LocalDenialListener {
     return (denial) => this.remember(key, denial);

@@ -174,6 +174,15 @@ export interface RuleLimit extends OutcomeRule {
 /** The most limits one `rate_limits` list may hold: each is one counter per request. */
 export const MAX_RULE_LIMITS = 10;
 
+/** Where the rule of an overridden descriptor comes from (./overrides.ts): the override, and the config's rule it replaces. */
+export interface OverrideOrigin {
+  /** The override's identity and the store's change number of it. */
+  readonly id: string;
+  readonly version: number;
+  /** The config's rule at the descriptor's path; undefined when that node has no limit of its own. */
+  readonly configRule: MatchedRule | undefined;
+}
+
 /** What a descriptor matched: the rule at the node reached by its last entry. */
 export interface MatchedRule extends RuleSettings {
   readonly limit: Limit;
@@ -185,4 +194,6 @@ export interface MatchedRule extends RuleSettings {
   readonly keyPrefix: string;
   /** True for the rule a request's own `limit` override makes (see OutcomeRule). */
   readonly override?: boolean;
+  /** Set on the rule a runtime override makes of the config's rule (./overrides.ts). */
+  readonly overridden?: OverrideOrigin;
 }

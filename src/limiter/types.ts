@@ -239,6 +239,8 @@ export interface OutcomeRule {
   readonly shadowMode: boolean;
   /** True for the rule a request's own `limit` override makes (named by the caller's keys, not by a config). */
   readonly override?: boolean;
+  /** Set when a runtime override decided (src/limiter/overrides.ts): the config's rule it replaced, if that rule has a limit. */
+  readonly overridden?: { readonly configRule: OutcomeRule | undefined };
 }
 
 /** Receives per-descriptor outcomes (metrics). Called synchronously on the hot path: keep it cheap. */

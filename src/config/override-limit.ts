@@ -1,0 +1,21 @@
+import { InvalidRequestError } from '../limiter/errors';
+import type { OverrideLimit } from '../limiter/overrides';
+import type { Algorithm } from '../limiter/types';
+import { ConfigError } from './config-error';
+import { parseRateLimitValue } from './rule-reader';
+
+/**
+ * How a runtime override's `rate_limit` is read (src/limiter/overrides.ts): by the code that reads a
+ * config file's, its errors as InvalidRequestError naming the field (`rate_limit.unit: unknown unit
+ * "sec"`), which the override API answers with 400.
+ */
+export function overrideLimitParser(defaultAlgorithm: Algorithm): (rateLimit: unknown) => OverrideLimit {
+  return (rateLimit) => {
+    try {
+      return parseRateLimitValue('override', rateLimit, { defaultAlgorithm });
+    } catch (err) {
+      if (err instanceof ConfigError) throw new InvalidRequestError(err.path === '' ? err.detail : `${err.path}: ${err.detail}`);
+      throw err;
+    }
+  };
+}
