@@ -351,6 +351,25 @@ export interface Settings {
   readonly xds: XdsSettings;
   readonly tracing: TracingSettings;
   readonly top: TopSettings;
+  /** Runtime overrides (src/limiter/overrides.ts): the API's tokens, the memory store's file, the caps and the sync (ADMIN_TOKENS_FILE, OVERRIDES_*). */
+  readonly overrides: OverrideSettings;
+}
+
+/** Runtime overrides: who may change them, where the memory store keeps them, how many, how fast every replica follows. */
+export interface OverrideSettings {
+  /** ADMIN_TOKENS_FILE: lines `NAME TOKEN`; the override API on PORT is served only with it (re-read when it changes). */
+  readonly adminTokensFile?: string;
+  /** OVERRIDES_FILE: where the memory store keeps them across restarts (BACKEND_TYPE=memory only); none: lost at restart. */
+  readonly file?: string;
+  /** OVERRIDES_SYNC_INTERVAL: a change reaches every replica sharing the store within it, ms (at most 1 s). */
+  readonly syncIntervalMs: number;
+  /** OVERRIDES_MAX: overrides kept at most; OVERRIDES_MAX_BYTES: their bytes (ids and JSON) at most. */
+  readonly maxCount: number;
+  readonly maxBytes: number;
+  /** OVERRIDES_MAX_BODY_BYTES: largest request body of the API; 413 past it. */
+  readonly maxBodyBytes: number;
+  /** OVERRIDES_MAX_REQUESTS_PER_SECOND: API requests per token and process per second (and as many at once); 429 past it. */
+  readonly maxRequestsPerSecond: number;
 }
 
 /** The live view of who is being limited (TOP_*; GET /top and the page on the debug port, src/top). */
@@ -478,6 +497,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
   if (h2ConnectionBufferBytes < h2StreamBufferBytes) {
     throw new SettingsError('H2_CONNECTION_BUFFER_BYTES', `must be at least H2_STREAM_BUFFER_BYTES (${h2StreamBufferBytes})`);
   }
+  const httpLimitsRead = httpLimits(env);
   const header = (name: string, fallback: string): string => {
     const v = str(env, name, fallback);
     if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(v)) throw new SettingsError(name, `not a valid header name: "${v}"`);
@@ -514,7 +534,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     grpcMaxConnections: int(env, 'GRPC_MAX_CONNECTIONS', 10_000, 1, 10_000_000),
     httpHost: str(env, 'HOST', '0.0.0.0'),
     httpPort: port(env, 'PORT', 8080),
-    httpLimits: httpLimits(env),
+    httpLimits: httpLimitsRead,
     debugHost: str(env, 'DEBUG_HOST', '0.0.0.0'),
     debugPort: port(env, 'DEBUG_PORT', 6070),
     logLevel: logLevel(env),
@@ -622,6 +642,29 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     xds: xdsSettings(env),
     tracing: tracingSettings(env),
     top: topSettings(env),
+    overrides: overrideSettings(env, backendType, httpLimitsRead.jsonBufferBytes),
+  });
+}
+
+function overrideSettings(env: Env, backendType: BackendType, jsonBufferBytes: number): OverrideSettings {
+  const file = optional(env, 'OVERRIDES_FILE');
+  if (file !== undefined && backendType !== 'memory') {
+    throw new SettingsError('OVERRIDES_FILE', 'only with BACKEND_TYPE=memory (with Redis the overrides are kept in the store)');
+  }
+  const syncIntervalMs = positive('OVERRIDES_SYNC_INTERVAL', duration(env, 'OVERRIDES_SYNC_INTERVAL', 1_000));
+  if (syncIntervalMs > 1_000)
+    throw new SettingsError('OVERRIDES_SYNC_INTERVAL', `at most 1s (every replica applies a change within it), got ${syncIntervalMs} ms`);
+  if (syncIntervalMs < 10) throw new SettingsError('OVERRIDES_SYNC_INTERVAL', `at least 10ms, got ${syncIntervalMs} ms`);
+  const maxBodyBytes = int(env, 'OVERRIDES_MAX_BODY_BYTES', 64 * 1024, 1024, 16 * MIB);
+  if (maxBodyBytes > jsonBufferBytes) throw new SettingsError('OVERRIDES_MAX_BODY_BYTES', `must be at most HTTP_JSON_BUFFER_BYTES (${jsonBufferBytes})`);
+  return Object.freeze({
+    adminTokensFile: optional(env, 'ADMIN_TOKENS_FILE'),
+    file,
+    syncIntervalMs,
+    maxCount: int(env, 'OVERRIDES_MAX', 100_000, 1, 10_000_000),
+    maxBytes: int(env, 'OVERRIDES_MAX_BYTES', 64 * MIB, 64 * 1024, 2 ** 36),
+    maxBodyBytes,
+    maxRequestsPerSecond: int(env, 'OVERRIDES_MAX_REQUESTS_PER_SECOND', 2_000, 1, 1_000_000),
   });
 }
 

@@ -7,6 +7,9 @@ import { createRedisClient, describeRedisTarget, parseRedisTarget } from './redi
 import { RedisExchange } from './redis/redis-exchange';
 import { RedisStore } from './redis/redis-store';
 import { MemoryExchange } from './memory-exchange';
+import { MemoryOverrides } from './memory-overrides';
+import { RedisOverrides } from './redis/redis-overrides';
+import type { OverridesStore } from '../limiter/overrides-store';
 import type { ReplicaExchange } from '../limiter/replica-exchange';
 import type { Store } from '../limiter/store';
 
@@ -20,10 +23,12 @@ export interface StoreHooks {
   readonly onFallback?: (policy: FailurePolicy) => void;
 }
 
-/** The counters and what replicas tell each other, on one backend. */
+/** The counters, what replicas tell each other, and the runtime overrides, on one backend. */
 export interface Backend {
   readonly store: Store;
   readonly exchange: ReplicaExchange;
+  /** Runtime overrides (Redis: in the store; memory: in the process, and OVERRIDES_FILE when set). Closed with the store. */
+  readonly overrides: OverridesStore;
   /** Whether other processes share it (Redis): then the exchange reaches other replicas. */
   readonly shared: boolean;
 }
@@ -39,6 +44,7 @@ export async function createStore(settings: Settings, logger: Logger, hooks: Sto
       return {
         store: new MemoryStore({ maxKeys: settings.memoryMaxKeys, maxBytes: settings.memoryMaxBytes, reservations: memoryReservations(settings) }),
         exchange: new MemoryExchange(),
+        overrides: await MemoryOverrides.open({ file: settings.overrides.file }),
         shared: false,
       };
     case 'redis':
@@ -116,5 +122,6 @@ async function createRedisBackedStore(settings: Settings, logger: Logger, hooks:
     { redis: target, policy: settings.storeFailurePolicy, denialCache: { maxKeys: settings.denialCacheMaxKeys, maxBytes: settings.denialCacheMaxBytes } },
     'using the redis store',
   );
-  return { store, exchange, shared: true };
+  const overrides = new RedisOverrides({ client, keyPrefix: settings.cacheKeyPrefix, timeoutMs: settings.storeTimeoutMs, onError: hooks.onStoreError });
+  return { store, exchange, overrides, shared: true };
 }

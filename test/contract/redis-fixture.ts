@@ -1,7 +1,9 @@
 import type { RedisType } from '../../src/settings/settings';
 import type { ReplicaExchange } from '../../src/limiter/replica-exchange';
 import type { Store } from '../../src/limiter/store';
-import { connectBackend, sleep } from '../helpers/redis';
+import { connectBackend, connectedClient, sleep } from '../helpers/redis';
+import { RedisOverrides } from '../../src/store/redis/redis-overrides';
+import type { OverridesFixture } from './overrides-contract';
 import { CONTRACT_RESERVATION_KEY_BYTES, CONTRACT_RESERVATION_TTL_MS, CONTRACT_RESERVATIONS_PER_KEY } from './reservation-contract';
 
 /**
@@ -42,6 +44,29 @@ export function redisFixture(
       advance: (ms: number) => sleep(ms),
       close: async () => {
         await Promise.all(stores.map((s) => s.close()));
+        await deployment.stop();
+      },
+    };
+  };
+}
+
+/**
+ * The overrides contract's fixture for a Redis deployment: two clients (two replicas), and per case
+ * a key prefix of its own, so that each case starts from an empty store on the same deployment.
+ */
+export function redisOverridesFixture(type: RedisType, start: () => Promise<{ readonly url: string; stop(): Promise<void> }>): () => Promise<OverridesFixture> {
+  return async () => {
+    const deployment = await start();
+    const clients = [await connectedClient(type, deployment.url), await connectedClient(type, deployment.url)];
+    let n = 0;
+    return {
+      fresh: async ({ rememberedRemovals }) => {
+        const keyPrefix = `contract-${process.pid}-${n++}:`;
+        const [store, peer] = clients.map((client) => new RedisOverrides({ client, keyPrefix, timeoutMs: 2_000, rememberedRemovals }));
+        return { store, peer };
+      },
+      close: async () => {
+        for (const client of clients) client.disconnect();
         await deployment.stop();
       },
     };

@@ -4,7 +4,7 @@ import { createServer, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadSettings } from '../../src/settings/settings';
-import { createRedisClient, parseRedisTarget } from '../../src/store/redis/connection';
+import { createRedisClient, parseRedisTarget, type RedisClient } from '../../src/store/redis/connection';
 import { RedisExchange } from '../../src/store/redis/redis-exchange';
 import { RedisStore, type RedisErrorKind } from '../../src/store/redis/redis-store';
 
@@ -398,6 +398,14 @@ export async function connectBackend(options: TestStoreOptions): Promise<{ store
   });
   await waitFor('the store to connect', async () => store.isHealthy(), 10_000, 20);
   return { store, exchange };
+}
+
+/** A client of a test Redis deployment, resolved once it is ready. */
+export async function connectedClient(type: TestStoreOptions['type'], url: string): Promise<RedisClient> {
+  const settings = loadSettings({ BACKEND_TYPE: 'redis', REDIS_TYPE: type, REDIS_URL: url });
+  const client = createRedisClient(parseRedisTarget(settings.redis));
+  await waitFor('the client to connect', async () => client.status === 'ready', 10_000, 20);
+  return client;
 }
 
 /** Waits until `check` holds (polling), or fails naming `what`. */
