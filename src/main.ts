@@ -32,6 +32,9 @@ import { clusterMetrics, isSupervisor, reportReady, superviseWorkers, workerInde
 import type { Store } from './limiter/store';
 import type { SharedDocuments } from './limiter/replica-exchange';
 import { HeldReservations } from './top/held-reservations';
+import { runtimeOverrides, type RuntimeOverrides } from './app/overrides';
+import { AdminTokens } from './http/admin-tokens';
+import type { OverrideMarks } from './top/top-report';
 import { LiveTop } from './top/live-top';
 import { TopSketch } from './top/top-sketch';
 
@@ -39,6 +42,10 @@ import { TopSketch } from './top/top-sketch';
 const REPLAY_MAX_KEYS = 10_000;
 /** The warm-up stops after this long whatever it has done (a store that is down makes every call fail fast anyway). */
 const WARM_UP_MAX_MS = 2_000;
+/** How long the start waits for the first read of the runtime overrides (a store that is down: the ticks go on trying). */
+const OVERRIDES_LOAD_MAX_MS = 5_000;
+/** How often ADMIN_TOKENS_FILE is looked at for a change. */
+const TOKENS_POLL_MS = 1_000;
 
 /**
  * Composition root: settings -> logger -> config source -> store -> limiter -> servers -> signals.
@@ -66,6 +73,8 @@ export interface Service {
   readonly leases?: LeasedStore;
   /** The quota stream service (RLQS): its streams and shares (view()). */
   readonly rlqs: RlqsService;
+  /** The runtime overrides in force here, their sync with the store and the API's operations. */
+  readonly overrides: RuntimeOverrides;
   /** Graceful stop: NOT_SERVING, refuse new calls, finish in-flight ones (up to shutdownGraceMs), release everything. */
   close(): Promise<void>;
 }
@@ -81,6 +90,8 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   logger.info({ settings: maskSettings(settings) }, 'starting');
   // Under WORKERS > 1 the supervisor has said them once already.
   if (!cluster.isWorker) logStartupWarnings(settings, logger);
+  // The override API's tokens, read before anything starts: a bad file stops the start, naming it and the line.
+  const tokens = settings.overrides.adminTokensFile === undefined ? undefined : AdminTokens.load(settings.overrides.adminTokensFile);
   const health = new HealthState();
   const { metrics, sinks } = startMetrics(settings, logger);
   // Everything started is stopped in reverse order, by close() and by a start that fails half-way.
@@ -102,6 +113,18 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   );
   const { exchange, shared } = backend;
   teardown.push(() => backend.store.close());
+  teardown.push(() => backend.overrides.close());
+  // Runtime overrides: what was remembered under the old ones (cached denials, replays) goes when they change.
+  const overridesApplied = new LateCall();
+  const overrides = runtimeOverrides({
+    settings,
+    store: backend.overrides,
+    config: () => rules.current(),
+    logger,
+    metrics,
+    onApplied: () => overridesApplied.call(),
+  });
+  teardown.push(() => overrides.stop());
   // This process among the replicas sharing the store (quota demand, lease parts).
   const replicaId = replicaName(settings.replicaId);
   // Leased limits (`lease: true`) are decided here against this replica's part, on a store shared with other replicas.
@@ -125,13 +148,14 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   // Replays (src/limiter/replay.ts) are built from the denial cache, which only the Redis store has.
   const replayMaxKeys = denialCacheEnabled(settings) ? Math.min(settings.denialCacheMaxKeys, REPLAY_MAX_KEYS) : 0;
   const limiting = limiterOptions(settings);
-  const limiter = new RateLimiter({ ...limiting, store, config: () => rules.current(), observer });
+  const limiter = new RateLimiter({ ...limiting, store, config: () => rules.current(), observer, overrides: overrides.table });
   // Both edges share one timed, error-counting view of the limiter.
   const decider = instrumentDecider(limiter, metrics);
-  const replays =
-    replayMaxKeys > 0
-      ? instrumentReplays(new Replays({ maxKeys: replayMaxKeys, config: () => rules.current(), encode: frameResponse, observer }), metrics)
-      : undefined;
+  const replays = replayMaxKeys > 0 ? new Replays({ maxKeys: replayMaxKeys, config: () => rules.current(), encode: frameResponse, observer }) : undefined;
+  overridesApplied.set(() => {
+    store.clearCache?.();
+    replays?.clear();
+  });
 
   // The OpenTelemetry SDK is loaded only when tracing is on; off, the edges hold no tracer at all.
   const tracer = settings.tracing.enabled ? await (await import('./tracing/otel-tracer')).createOtelTracer(settings.tracing, logger) : undefined;
@@ -152,8 +176,44 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   metrics.attachQuota(rlqs);
   // Server reflection (GRPC_REFLECTION): what grpcurl and ghz ask for the services' descriptors.
   const reflection = settings.grpcReflection.enabled ? new ReflectionService({ limits: settings.grpcReflection }).methods() : [];
-  const grpcOptions = { limiter: decider, replays, health, settings, logger, tracer, streamingMethods: [quotaStreamingMethod(rlqs), ...reflection] };
-  const listeners = await buildListeners({ settings, logger, health, metrics, sinks, rules, decider, grpcOptions, rlqs, top, held, leases: leases?.store });
+  const grpcOptions = {
+    limiter: decider,
+    replays: replays === undefined ? undefined : instrumentReplays(replays, metrics),
+    health,
+    settings,
+    logger,
+    tracer,
+    streamingMethods: [quotaStreamingMethod(rlqs), ...reflection],
+  };
+  if (tokens !== undefined) {
+    tokens.watch(TOKENS_POLL_MS, {
+      onReload: (names) => logger.info({ file: settings.overrides.adminTokensFile, names }, 'admin tokens read again'),
+      onError: (err) => logger.error({ err: err.message }, 'cannot use the new admin tokens file; the tokens in force stay'),
+    });
+    teardown.push(() => tokens.close());
+    if (!shared && settings.overrides.file === undefined) {
+      logger.warn('runtime overrides are kept in this process only: they are lost at restart (set OVERRIDES_FILE to keep them)');
+    }
+  }
+  // The overrides in force before the first call: a restarted replica decides with them from its first answer.
+  await overrides.load(OVERRIDES_LOAD_MAX_MS);
+  overrides.start();
+  const listeners = await buildListeners({
+    settings,
+    logger,
+    health,
+    metrics,
+    sinks,
+    rules,
+    decider,
+    grpcOptions,
+    rlqs,
+    top,
+    held,
+    leases: leases?.store,
+    overrides,
+    tokens,
+  });
 
   // Before the shared port opens: the first proxy calls then meet compiled code (see warm-up.ts).
   if (warmingUp) {
@@ -183,7 +243,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
       logger.info('stopped');
     })());
 
-  return { settings, logger, ...ports, metrics, health, limiter, configSource: rules, store: backend.store, leases: leases?.store, rlqs, close };
+  return { settings, logger, ...ports, metrics, health, limiter, configSource: rules, store: backend.store, leases: leases?.store, rlqs, overrides, close };
 }
 
 /**
@@ -343,8 +403,11 @@ async function buildListeners(options: {
   readonly top: LiveTop | undefined;
   readonly held: HeldReservations;
   readonly leases: LeasedStore | undefined;
+  readonly overrides: RuntimeOverrides;
+  /** ADMIN_TOKENS_FILE's tokens: the override API is served only with them. */
+  readonly tokens: AdminTokens | undefined;
 }): Promise<{ start(): Promise<Ports>; stop(graceMs: number): Promise<unknown> }> {
-  const { settings, logger, health, metrics, sinks, rules, decider, grpcOptions, rlqs, top, held, leases } = options;
+  const { settings, logger, health, metrics, sinks, rules, decider, grpcOptions, rlqs, top, held, leases, overrides, tokens } = options;
   // Under WORKERS > 1 every scrape answers for all workers (see workers.ts).
   const exposition = settings.disableStats ? undefined : (clusterMetrics(metrics.registry) ?? metrics);
   const prometheusServer =
@@ -370,6 +433,15 @@ async function buildListeners(options: {
     maxBodyBytes: settings.httpLimits.jsonMaxBodyBytes,
     jsonBufferBytes: settings.httpLimits.jsonBufferBytes,
     jsonRefusal: jsonRefusal(settings, logger),
+    overrides:
+      tokens === undefined
+        ? undefined
+        : {
+            admin: overrides.admin,
+            tokens,
+            maxBodyBytes: settings.overrides.maxBodyBytes,
+            maxRequestsPerSecond: settings.overrides.maxRequestsPerSecond,
+          },
     logger,
   });
   const debugServer = new DebugServer({
@@ -380,11 +452,12 @@ async function buildListeners(options: {
       const config = rules.current();
       return config === undefined ? [] : describeConfig(config);
     },
-    match: (domain, entries) => ruleMatch(rules.current(), domain, entries, held.heldOf(domain, entries)),
+    match: (domain, entries) => ruleMatch(rules.current(), domain, entries, held.heldOf(domain, entries), overrides.table.find(domain, entries)),
     quota: () => rlqs.view(),
     leases: leases === undefined ? undefined : () => leases.view(LEASES_SHOWN),
     metrics: exposition,
     top: top === undefined ? undefined : () => top.merged(),
+    overrideMarks: overrideMarks(overrides),
     // The page shows this replica's quota streams beside the heavy hitters (their shares cover every replica's proxies).
     topExtras: () => ({ rlqs: rlqsReport(rlqs.view()), reservations: held.byRule() }),
     logger,
@@ -398,6 +471,16 @@ async function buildListeners(options: {
       debugPort: await debugServer.start(),
     }),
     stop: (graceMs) => Promise.all([grpcServer.stop(graceMs), httpServer.close(graceMs), debugServer.close(graceMs), prometheusServer?.close(graceMs)]),
+  };
+}
+
+/** What /top says of a descriptor a runtime override decides (its counter key is the id of its row). */
+function overrideMarks(overrides: RuntimeOverrides): OverrideMarks {
+  return (id) => {
+    const o = overrides.table.byCounterKey(id);
+    if (o === undefined) return undefined;
+    const { requestsPerUnit, unit, unitMultiplier, algorithm, unlimited } = o.limit;
+    return { requests_per_unit: requestsPerUnit, unit, unit_multiplier: unitMultiplier, algorithm, unlimited, version: o.version };
   };
 }
 

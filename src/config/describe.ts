@@ -1,5 +1,6 @@
 import { isBucket, type Limit } from '../limiter/types';
 import { matchDescriptor } from '../limiter/match';
+import { overriddenRule, type ActiveOverride } from '../limiter/overrides';
 import type { RateLimitConfig, RuleLevel, RuleNode } from '../limiter/rules';
 import type { Entry } from '../limiter/types';
 
@@ -93,6 +94,18 @@ export interface RuleMatch {
         readonly reservationHoldSeconds?: number;
         /** Reservations the descriptor's book held at its last reserve, commit or release on this process (absent when none). */
         readonly reservationsHeld?: number;
+        /**
+         * Present when a runtime override of exactly this descriptor decides (the limit above is then
+         * the override's): its version, author, times and note, and the config's own limit it replaces.
+         */
+        readonly override?: {
+          readonly version: number;
+          readonly updatedBy: string;
+          readonly updatedAt: string;
+          readonly expiresAt: string | null;
+          readonly note: string | null;
+          readonly configLimit: LimitMatch | null;
+        };
       })
     | null;
 }
@@ -113,11 +126,18 @@ function limitMatch(limit: Limit): LimitMatch {
   return limit.lease === true ? { ...match, lease: true } : match;
 }
 
-/** The debug port's /rlmatch answer: the rule `entries` match in `domain` under `config`, with the reservations its book held at its last reservation call here (`held`, shown when above 0). */
-export function ruleMatch(config: RateLimitConfig | undefined, domain: string, entries: readonly Entry[], held = 0): RuleMatch {
+/**
+ * The debug port's /rlmatch answer: the rule that decides `entries` in `domain` under `config` (the
+ * runtime override of exactly these entries, `override`, when there is one and it applies), with the
+ * reservations its book held at its last reservation call here (`held`, shown when above 0).
+ */
+export function ruleMatch(config: RateLimitConfig | undefined, domain: string, entries: readonly Entry[], held = 0, override?: ActiveOverride): RuleMatch {
   const domains = config === undefined ? [] : [...config.domains.keys()];
-  const matched = config === undefined ? undefined : matchDescriptor(config, domain, entries);
+  const matched =
+    config === undefined ? undefined : override === undefined ? matchDescriptor(config, domain, entries) : overriddenRule(config, domain, entries, override);
   if (matched === undefined) return { domains, rule: null };
+  const origin = matched.overridden;
+  const record = origin === undefined ? undefined : override!.record();
   const rule = {
     ...limitMatch(matched.limit),
     shadowMode: matched.shadowMode,
@@ -125,6 +145,18 @@ export function ruleMatch(config: RateLimitConfig | undefined, domain: string, e
     ...(matched.reservations ? { reservations: true as const } : {}),
     ...(matched.reservationHoldSeconds > 0 ? { reservationHoldSeconds: matched.reservationHoldSeconds } : {}),
     ...(held > 0 ? { reservationsHeld: held } : {}),
+    ...(origin === undefined || record === undefined
+      ? {}
+      : {
+          override: {
+            version: origin.version,
+            updatedBy: record.updatedBy,
+            updatedAt: new Date(record.updatedAtMs).toISOString(),
+            expiresAt: record.expiresAtMs === undefined ? null : new Date(record.expiresAtMs).toISOString(),
+            note: record.note ?? null,
+            configLimit: origin.configRule === undefined ? null : limitMatch(origin.configRule.limit),
+          },
+        }),
   };
   if (matched.limits === undefined) return { domains, rule };
   return { domains, rule: { ...rule, limits: matched.limits.map((l) => ({ ...limitMatch(l.limit), statKey: `${domain}.${l.statKey}` })) } };

@@ -4,7 +4,7 @@ import type { RuleMatch } from '../config/describe';
 import { allow, pathOf, RoutedHttpServer, send, sendMetrics, type HttpListenerOptions } from './http-base';
 import type { MetricsExposition } from '../metrics/sinks';
 import type { MergedTop } from '../top/live-top';
-import { parseTopQuery, rulesReport, topReport } from '../top/top-report';
+import { parseTopQuery, rulesReport, topReport, type OverrideMarks } from '../top/top-report';
 import { TOP_PAGE, TOP_PAGE_CSP } from './top-page';
 import type { RlqsView } from '../service/rlqs-service';
 
@@ -23,6 +23,8 @@ export interface DebugServerOptions extends HttpListenerOptions {
   readonly metrics?: MetricsExposition;
   /** The live view (TOP_ENABLED); /top, /top/rules and the page answer 404 when absent. */
   readonly top?: () => Promise<MergedTop>;
+  /** Marks the descriptors a runtime override decides, in /top and on the page. */
+  readonly overrideMarks?: OverrideMarks;
   /** Extra fields of /top/rules (the page shows `rlqs`, the quota streams, when given). */
   readonly topExtras?: () => Record<string, unknown>;
   /** The quota streams and shares, for /rlqs; the endpoint answers 404 when absent. */
@@ -125,11 +127,13 @@ export class DebugServer extends RoutedHttpServer {
       send(res, 400, `${query}\nusage: ${path}?domain=D&by=denied|allowed|near_limit&limit=N\n`);
       return;
     }
-    this.answerTop(res, top, (merged) => ({ ...topReport(merged.view, merged.replicas, query), ...completeness(merged) }));
+    this.answerTop(res, top, (merged) => ({ ...topReport(merged.view, merged.replicas, query, this.options.overrideMarks), ...completeness(merged) }));
   }
 
   private topRules(res: http.ServerResponse, top: () => Promise<MergedTop>): void {
-    this.answerTop(res, top, (merged) => rulesReport(merged.view, merged.replicas, { ...completeness(merged), ...this.options.topExtras?.() }));
+    this.answerTop(res, top, (merged) =>
+      rulesReport(merged.view, merged.replicas, { ...completeness(merged), ...this.options.topExtras?.() }, this.options.overrideMarks),
+    );
   }
 
   private answerTop(res: http.ServerResponse, top: () => Promise<MergedTop>, report: (merged: MergedTop) => object): void {

@@ -4,6 +4,7 @@ import type { RateLimitRequest, RateLimitResponse } from '../limiter/types';
 import { requestFromJson, responseToJson } from '../wire/json-codec';
 import { allow, pathOf, RoutedHttpServer, send, sendMetrics, type HttpListenerOptions } from './http-base';
 import type { MetricsExposition } from '../metrics/sinks';
+import { OVERRIDES_PATH, OverridesApi, type BodyRead, type OverridesApiOptions } from './overrides-api';
 
 /**
  * The HTTP edge on HOST:PORT, as the reference server's:
@@ -14,7 +15,8 @@ import type { MetricsExposition } from '../metrics/sinks';
  * - POST /json: a RateLimitRequest in proto JSON (lowerCamelCase or snake_case field names), answered
  *   with the RateLimitResponse in proto JSON: 200 when OK, 429 when OVER_LIMIT, 400 for a bad body,
  *   503 when the store (or the config) is not available, 500 otherwise;
- * - GET /metrics: the Prometheus text exposition (when metrics are given).
+ * - GET /metrics: the Prometheus text exposition (when metrics are given);
+ * - /v1/overrides: the runtime override API (./overrides-api.ts), only with ADMIN_TOKENS_FILE (404 without).
  */
 
 /** What /json needs from the limiter. */
@@ -39,24 +41,31 @@ export interface HttpServerOptions extends HttpListenerOptions {
    * and /json (plaintext, no certificate) would be a way around them.
    */
   readonly jsonRefusal?: string;
+  /** The runtime override API (ADMIN_TOKENS_FILE); /v1/overrides answers 404 without it. Its bodies share the /json budget. */
+  readonly overrides?: OverridesApiOptions;
 }
 
 const DEFAULT_MAX_BODY = 1024 * 1024;
 const DEFAULT_JSON_BUFFER = 16 * 1024 * 1024;
 
-/** A /json body as text, or the answer that refused it. */
-type Body = { readonly text: string } | { readonly status: 413 | 503; readonly message: string };
+/** A body as text, or the answer that refused it. */
+type Body = BodyRead;
 
 export class HttpServer extends RoutedHttpServer {
   private readonly maxBody: number;
   private readonly bufferBytes: number;
-  /** /json body bytes held now, over every request (released when its response is done). */
+  /** Body bytes held now (/json and the override API), over every request (released when its response is done). */
   private buffered = 0;
+  private readonly overrides: OverridesApi | undefined;
 
   constructor(private readonly options: HttpServerOptions) {
     super(options);
     this.maxBody = options.maxBodyBytes ?? DEFAULT_MAX_BODY;
     this.bufferBytes = options.jsonBufferBytes ?? DEFAULT_JSON_BUFFER;
+    this.overrides =
+      options.overrides === undefined
+        ? undefined
+        : new OverridesApi(options.overrides, (req, res, maxBytes, cap) => this.readBody(req, res, maxBytes, cap), options.logger);
   }
 
   protected route(req: http.IncomingMessage, res: http.ServerResponse): void {
@@ -84,6 +93,10 @@ export class HttpServer extends RoutedHttpServer {
         if (this.options.metrics === undefined) break;
         sendMetrics(req, res, this.options.metrics, this.options.logger);
         return;
+      case OVERRIDES_PATH:
+        if (this.overrides === undefined) break;
+        this.overrides.handle(req, res);
+        return;
     }
     send(res, 404, 'not found\n');
   }
@@ -93,7 +106,7 @@ export class HttpServer extends RoutedHttpServer {
       refuse(req, res, 403, `${this.options.jsonRefusal}\n`);
       return;
     }
-    this.readBody(req, res).then(
+    this.readBody(req, res, this.maxBody, 'HTTP_JSON_MAX_BODY_BYTES').then(
       (read) => {
         if (!('text' in read)) {
           if (read.status === 503) res.setHeader('Retry-After', '1');
@@ -135,14 +148,15 @@ export class HttpServer extends RoutedHttpServer {
 
   /**
    * The body as text, held against the server-wide budget until the response is done; a body past
-   * maxBody (413) or past what the budget has left (503) is refused as soon as it is seen, without
-   * keeping what arrived of it. Slow bodies are cut by the listener's request deadline (408).
+   * `maxBody` (413, naming `cap`) or past what the budget has left (503) is refused as soon as it is
+   * seen, without keeping what arrived of it. Slow bodies are cut by the listener's request deadline (408).
    */
-  private readBody(req: http.IncomingMessage, res: http.ServerResponse): Promise<Body> {
+  private readBody(req: http.IncomingMessage, res: http.ServerResponse, maxBody: number, cap: string): Promise<Body> {
     return new Promise((resolve, reject) => {
+      const tooLarge: Body = { status: 413, message: `request body larger than ${maxBody} bytes (${cap})\n` };
       const declared = Number(req.headers['content-length']);
-      if (declared > this.maxBody) {
-        resolve({ status: 413, message: `request body larger than ${this.maxBody} bytes\n` });
+      if (declared > maxBody) {
+        resolve(tooLarge);
         return;
       }
       const chunks: Buffer[] = [];
@@ -159,8 +173,8 @@ export class HttpServer extends RoutedHttpServer {
         resolve(body);
       };
       const onData = (chunk: Buffer): void => {
-        if (held + chunk.length > this.maxBody) stop({ status: 413, message: `request body larger than ${this.maxBody} bytes\n` });
-        else if (this.buffered + chunk.length > this.bufferBytes) stop({ status: 503, message: 'too many /json request bytes being read at once; retry\n' });
+        if (held + chunk.length > maxBody) stop(tooLarge);
+        else if (this.buffered + chunk.length > this.bufferBytes) stop({ status: 503, message: 'too many request bytes being read at once; retry\n' });
         else {
           held += chunk.length;
           this.buffered += chunk.length;

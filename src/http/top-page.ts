@@ -32,6 +32,7 @@ const STYLE = `
   td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
   td.descriptor, .rule-head .descriptor { font-family: ui-monospace, Menlo, Consolas, monospace; word-break: break-all; }
   td.denied { color: var(--denied); font-weight: 600; }
+  td.descriptor .override { font-family: system-ui, sans-serif; color: #6a3fb0; font-weight: 600; margin-left: 6px; }
   .legend span { margin-right: 12px; }
   .legend i { display: inline-block; width: 10px; height: 10px; margin-right: 4px; vertical-align: -1px; }
   .legend i.allowed { background: var(--allowed); }
@@ -111,6 +112,11 @@ function descriptorText(descriptor) {
   return descriptor.map(([k, v]) => k + "=" + v).join(", ");
 }
 
+/** A runtime override's limit, as its row's mark says it. */
+function overrideText(o) {
+  return " override: " + (o.unlimited ? "unlimited" : o.requests_per_unit + " per " + unitText(o));
+}
+
 function ruleCard(r) {
   const card = el("div", { class: "rule", "data-domain": r.domain, "data-rule": r.rule });
   const head = el("div", { class: "rule-head" });
@@ -132,7 +138,8 @@ function ruleCard(r) {
   const body = table.appendChild(el("tbody"));
   for (const e of r.entries.slice(0, ROWS_PER_RULE)) {
     const row = el("tr");
-    row.appendChild(el("td", { class: "descriptor" }, descriptorText(e.descriptor)));
+    const cell = row.appendChild(el("td", { class: "descriptor" }, descriptorText(e.descriptor)));
+    if (e.override) cell.appendChild(el("span", { class: "override", title: "runtime override, version " + e.override.version }, overrideText(e.override)));
     row.appendChild(el("td", { class: "n denied" }, countText(e.denied, e.error.denied)));
     row.appendChild(el("td", { class: "n allowed" }, countText(e.allowed, e.error.allowed)));
     row.appendChild(el("td", { class: "n near" }, countText(e.near_limit, e.error.allowed)));

@@ -128,6 +128,8 @@ const STATSD_NAMES = {
   /** + the failure policy. */
   storeFallback: 'ratelimit.service.store_fallback.',
   globalShadowMode: 'ratelimit.service.global_shadow_mode',
+  /** + `<domain>.<action>`: a runtime override set, removed or expired. */
+  overrideChange: 'ratelimit.service.override_changes.',
   /** + `<domain>.<descriptor>.` and a rule counter's name (total_hits, over_limit, ...). */
   rule: 'ratelimit.service.rate_limit.',
 } as const;
@@ -155,6 +157,11 @@ interface LeaseRuleTotals {
   readonly descriptor: string;
   share: number;
   demand: number;
+}
+
+/** What the override gauge reads of the runtime overrides at a scrape. */
+export interface OverrideSource {
+  countsByDomain(): ReadonlyMap<string, number>;
 }
 
 /** What the RLQS gauges read of the quota service at a scrape. */
@@ -211,6 +218,11 @@ export class Metrics {
   /** Rule label sets of the settled-hits counter (bounded by maxSeries like the rule counters). */
   private readonly leaseSeries = new Set<string>();
   private readonly storeErrorsByKind: Counter<'kind'>;
+  /** The runtime overrides the override gauge reads at each scrape; undefined until attached. */
+  private overrides: OverrideSource | undefined;
+  private readonly overrideChanges: Counter<'domain' | 'action'>;
+  /** Domains of the override change counter (bounded by maxSeries like the rule counters). */
+  private readonly overrideDomains = new Set<string>();
   private readonly storeFallbacks: Counter<'policy'>;
   // Children by label value: the label sets are small and fixed, the lookups repeat.
   private readonly storeErrorChildren = new Map<string, Inc>();
@@ -402,6 +414,31 @@ export class Metrics {
       ],
     );
 
+    const overrides = (): OverrideSource | undefined => this.overrides;
+    new Gauge({
+      name: 'ratelimit_service_overrides',
+      help: 'Runtime overrides in force, by domain (every worker holds them all: under WORKERS the highest of theirs).',
+      labelNames: ['domain'],
+      registers,
+      aggregator: 'max',
+      collect() {
+        this.reset();
+        let n = 0;
+        let overflow = 0;
+        for (const [domain, count] of overrides()?.countsByDomain() ?? []) {
+          if (n++ < maxSeries) this.set({ domain }, count);
+          else overflow += count;
+        }
+        if (overflow > 0) this.set({ domain: OVERFLOW_LABEL }, overflow);
+      },
+    });
+    this.overrideChanges = new Counter({
+      name: 'ratelimit_service_override_changes_total',
+      help: 'Runtime overrides changed by this process, by domain and action (create, update, delete, expire).',
+      labelNames: ['domain', 'action'],
+      registers,
+    });
+
     const drops = options.statsdDrops;
     if (drops !== undefined) {
       const dropCounter = (name: string, help: string, value: (d: StatsdDrops) => number): void => {
@@ -528,6 +565,22 @@ export class Metrics {
     onLeaseRefused: (reason) => this.leaseRefused.inc({ reason }),
     onStoreError: () => this.leaseStoreErrors.inc(),
   };
+
+  /** The runtime overrides the override gauge reads at each scrape. */
+  attachOverrides(overrides: OverrideSource): void {
+    this.overrides = overrides;
+  }
+
+  /** One change of a runtime override made by this process (through its API, or an expiry it removed from the store). */
+  recordOverrideChange(domain: string, action: string): void {
+    let label = domain;
+    if (!this.overrideDomains.has(domain)) {
+      if (this.overrideDomains.size >= this.maxSeries) label = OVERFLOW_LABEL;
+      else this.overrideDomains.add(domain);
+    }
+    this.overrideChanges.inc({ domain: label, action });
+    this.statsd?.increment(`${STATSD_NAMES.overrideChange}${statsdSafe(label)}.${statsdSafe(action)}`, 1);
+  }
 
   /** The quota service whose streams and budgets the RLQS gauges read at each scrape. */
   attachQuota(quota: QuotaSource): void {

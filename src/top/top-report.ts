@@ -110,6 +110,21 @@ function unescapeComponent(s: string): string {
   return s.indexOf('%') < 0 ? s : s.replace(/%([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
 }
 
+/** What /top says of a descriptor a runtime override decided (src/limiter/overrides.ts): the override's limit and version. */
+export interface TopOverride {
+  readonly requests_per_unit: number;
+  readonly unit: string;
+  readonly unit_multiplier: number;
+  readonly algorithm: string;
+  readonly unlimited: boolean;
+  readonly version: number;
+}
+
+/** The override of a counter key (an entry's id), if one decides it; what marks a row of /top and of the page. */
+export type OverrideMarks = (id: string) => TopOverride | undefined;
+
+const NO_MARKS: OverrideMarks = () => undefined;
+
 /** One row of /top. */
 export interface TopEntry {
   readonly domain: string;
@@ -120,14 +135,21 @@ export interface TopEntry {
   readonly near_limit: number;
   /** How much each count may be above the true one (0: exact): denied, and allowed (near_limit's too, near-limit hits being allowed hits). */
   readonly error: { readonly allowed: number; readonly denied: number };
+  /** Present when a runtime override decides this descriptor: its limit. */
+  readonly override?: TopOverride;
 }
 
 /** GET /top: the heaviest descriptors of every rule (of one domain), sorted by `by`, then denied, then allowed. */
-export function topReport(view: WindowView, replicas: number, query: TopQuery): { window_s: number; replicas: number; entries: TopEntry[] } {
+export function topReport(
+  view: WindowView,
+  replicas: number,
+  query: TopQuery,
+  marks: OverrideMarks = NO_MARKS,
+): { window_s: number; replicas: number; entries: TopEntry[] } {
   const entries: TopEntry[] = [];
   for (const r of view.rules) {
     if (query.domain !== undefined && r.domain !== query.domain) continue;
-    for (const e of joinCounts(r.byDenied, r.byAllowed)) entries.push(topEntry(r, e));
+    for (const e of joinCounts(r.byDenied, r.byAllowed)) entries.push(topEntry(r, e, marks));
   }
   const key = query.by;
   entries.sort((a, b) => b[key] - a[key] || b.denied - a.denied || b.allowed - a.allowed);
@@ -135,7 +157,8 @@ export function topReport(view: WindowView, replicas: number, query: TopQuery): 
   return { window_s: view.windowMs / 1000, replicas, entries };
 }
 
-function topEntry(r: RuleView, e: EntryView): TopEntry {
+function topEntry(r: RuleView, e: EntryView, marks: OverrideMarks): TopEntry {
+  const override = marks(e.id);
   return {
     domain: r.domain,
     rule: r.rule,
@@ -144,6 +167,7 @@ function topEntry(r: RuleView, e: EntryView): TopEntry {
     denied: e.denied,
     near_limit: e.nearLimit,
     error: { allowed: e.errorAllowed, denied: e.errorDenied },
+    ...(override === undefined ? {} : { override }),
   };
 }
 
@@ -151,12 +175,12 @@ function topEntry(r: RuleView, e: EntryView): TopEntry {
 export const RULES_REPORT_MAX_BYTES = 512 * 1024;
 
 /** GET /top/rules: every rule with its limit, totals, steps and heaviest descriptors (the page's data), within RULES_REPORT_MAX_BYTES. */
-export function rulesReport(view: WindowView, replicas: number, extra: Record<string, unknown> = {}): Record<string, unknown> {
+export function rulesReport(view: WindowView, replicas: number, extra: Record<string, unknown> = {}, marks: OverrideMarks = NO_MARKS): Record<string, unknown> {
   const heaviest = [...view.rules].sort((a, b) => b.denied - a.denied || b.allowed - a.allowed);
   const kept: { readonly rule: RuleView; readonly report: object }[] = [];
   let bytes = 0;
   for (const r of heaviest) {
-    const report = ruleReport(r, view.stepMs);
+    const report = ruleReport(r, view.stepMs, marks);
     bytes += JSON.stringify(report).length;
     if (bytes > RULES_REPORT_MAX_BYTES) break;
     kept.push({ rule: r, report });
@@ -175,7 +199,7 @@ export function rulesReport(view: WindowView, replicas: number, extra: Record<st
   };
 }
 
-function ruleReport(r: RuleView, stepMs: number): object {
+function ruleReport(r: RuleView, stepMs: number, marks: OverrideMarks): object {
   return {
     domain: r.domain,
     rule: r.rule,
@@ -193,7 +217,7 @@ function ruleReport(r: RuleView, stepMs: number): object {
     near_limit: r.nearLimit,
     steps: { step_s: stepMs / 1000, allowed: r.stepAllowed, denied: r.stepDenied, near_limit: r.stepNearLimit },
     entries: joinCounts(r.byDenied, r.byAllowed).map((e) => {
-      const { domain: _d, rule: _r, ...rest } = topEntry(r, e);
+      const { domain: _d, rule: _r, ...rest } = topEntry(r, e, marks);
       return rest;
     }),
   };

@@ -223,10 +223,12 @@ export class TopSketch {
       if (this.byName.size >= this.maxRules) return undefined;
       const slices: Slice[] = [];
       for (let s = 0; s < SLICES; s++) slices.push({ denied: new SpaceSaving(this.capacity), allowed: new SpaceSaving(this.capacity), at: -1 });
+      // A rule's view shows the config's limit; the descriptors a runtime override decides are marked one by one (/top).
+      const shown = o.rule.overridden?.configRule ?? o.rule;
       w = {
         domain: o.domain,
         rule,
-        limit: limitView(o.rule.limit, o.rule.shadowMode),
+        limit: limitView(shown.limit, shown.shadowMode),
         slices,
         current: slices[0],
         steps: new Float64Array(3 * STEPS),
@@ -236,7 +238,7 @@ export class TopSketch {
       };
       this.moveTo(w, this.step);
       this.byName.set(name, w);
-    } else {
+    } else if (o.rule.overridden === undefined) {
       // A new config made a new rule object for it: its limit may have changed.
       w.limit = limitView(o.rule.limit, o.rule.shadowMode);
     }
