@@ -51,8 +51,12 @@ export class AdminTokens {
 
   /** Reads the file; throws AdminTokensError naming the file (and the line) when it cannot be used. */
   static load(file: string): AdminTokens {
-    const fingerprint = fingerprintOf(file);
-    return new AdminTokens(file, readTokens(file), fingerprint);
+    const tokens = readTokens(file);
+    try {
+      return new AdminTokens(file, tokens, fingerprintOf(file));
+    } catch (err) {
+      throw new AdminTokensError(file, 0, (err as Error).message);
+    }
   }
 
   /** The names of the tokens in force. */

@@ -213,6 +213,37 @@ describe('loadSettings with the reference server variable names', () => {
     expect(loadSettings({ REPLICA_ID: 'p'.repeat(128) }).replicaId).toHaveLength(128);
   });
 
+  it('reads the runtime override settings, with their defaults', () => {
+    expect(loadSettings({}).overrides).toEqual({
+      adminTokensFile: undefined,
+      file: undefined,
+      syncIntervalMs: 1_000,
+      maxCount: 100_000,
+      maxBytes: 64 * 1024 * 1024,
+      maxBodyBytes: 64 * 1024,
+      maxRequestsPerSecond: 2_000,
+    });
+    expect(
+      loadSettings({
+        ADMIN_TOKENS_FILE: '/etc/slidegate/tokens',
+        OVERRIDES_FILE: '/var/lib/slidegate/overrides',
+        OVERRIDES_SYNC_INTERVAL: '250ms',
+        OVERRIDES_MAX: '500',
+        OVERRIDES_MAX_BYTES: '1048576',
+        OVERRIDES_MAX_BODY_BYTES: '8192',
+        OVERRIDES_MAX_REQUESTS_PER_SECOND: '50',
+      }).overrides,
+    ).toEqual({
+      adminTokensFile: '/etc/slidegate/tokens',
+      file: '/var/lib/slidegate/overrides',
+      syncIntervalMs: 250,
+      maxCount: 500,
+      maxBytes: 1_048_576,
+      maxBodyBytes: 8_192,
+      maxRequestsPerSecond: 50,
+    });
+  });
+
   it('warns that counters are per process when neither BACKEND_TYPE nor REDIS_URL is set', () => {
     const perProcess = (env: Record<string, string>) => loadSettings(env).warnings.filter((w) => w.includes('per process'));
     expect(perProcess({})).toHaveLength(1);
@@ -338,6 +369,15 @@ describe('loadSettings rejects invalid values, naming the variable', () => {
     ['CALENDAR_TIMEZONE', { CALENDAR_TIMEZONE: '+5:30' }],
     ['CALENDAR_TIMEZONE', { CALENDAR_TIMEZONE: '+24:00' }],
     ['CALENDAR_TIMEZONE', { CALENDAR_TIMEZONE: '-08:60' }],
+    ['OVERRIDES_FILE', { REDIS_URL: 'r:6379', OVERRIDES_FILE: '/var/lib/overrides' }],
+    ['OVERRIDES_SYNC_INTERVAL', { OVERRIDES_SYNC_INTERVAL: '2s' }],
+    ['OVERRIDES_SYNC_INTERVAL', { OVERRIDES_SYNC_INTERVAL: '5ms' }],
+    ['OVERRIDES_SYNC_INTERVAL', { OVERRIDES_SYNC_INTERVAL: 'soon' }],
+    ['OVERRIDES_MAX', { OVERRIDES_MAX: '0' }],
+    ['OVERRIDES_MAX_BYTES', { OVERRIDES_MAX_BYTES: '1000' }],
+    ['OVERRIDES_MAX_BODY_BYTES', { OVERRIDES_MAX_BODY_BYTES: '100' }],
+    ['OVERRIDES_MAX_BODY_BYTES', { OVERRIDES_MAX_BODY_BYTES: '4096', HTTP_JSON_BUFFER_BYTES: '2048', HTTP_JSON_MAX_BODY_BYTES: '1024' }],
+    ['OVERRIDES_MAX_REQUESTS_PER_SECOND', { OVERRIDES_MAX_REQUESTS_PER_SECOND: '0' }],
   ];
 
   it.each(invalid)('%s rejects %j', (variable, env) => {
