@@ -1,4 +1,5 @@
 import type { ColdStartResult } from './cold-start';
+import type { ImportMeasure } from './overrides';
 import type { LoadResult } from './load-result';
 import type { ScenarioSpec } from './scenarios';
 
@@ -21,6 +22,8 @@ export interface RunMeasure {
   readonly luaCommandsPerCounter?: number;
   /** Script time (INFO commandstats) per counter decided, microseconds. */
   readonly scriptUsPerCounter?: number;
+  /** The machine's 1-minute load average when the run ended. */
+  readonly loadAverage?: number;
 }
 
 /** Medians over the repeats (errors: the sum). */
@@ -52,6 +55,10 @@ export interface ScenarioSummary {
   readonly rssMiB: number;
   /** h2load-mix: the attacker's share of all calls, as measured. */
   readonly attackShare?: number;
+  /** decisionsPerS / the `beside` scenario's, median of the run-by-run ratios (the two measured in the same rounds). */
+  readonly ratioToBeside?: number;
+  /** Median of the runs' 1-minute load averages. */
+  readonly loadAverage?: number;
 }
 
 export interface ScenarioResult extends ScenarioSpec {
@@ -89,4 +96,6 @@ export interface BenchResult {
   readonly scenarios: readonly ScenarioResult[];
   /** Fresh services driven at a fixed rate from their first answer (bench/cold-start.ts); absent when not measured. */
   readonly coldStart?: readonly ColdStartResult[];
+  /** `slidegate overrides import` into a fresh service per store (bench/overrides.ts); absent when not measured. */
+  readonly overrideImport?: readonly ImportMeasure[];
 }

@@ -96,6 +96,29 @@ export function attackShareLine(result: BenchResult): string {
   return `Attack share measured in the h2load mix (attacker calls / all calls): ${shares}.`;
 }
 
+/** Each row measured beside another (runtime overrides loaded, beside none): the run-by-run ratio and the load average, or ''. */
+export function besideLine(result: BenchResult): string {
+  const measured = result.scenarios.filter((s) => s.beside !== undefined && s.summary?.ratioToBeside !== undefined);
+  if (measured.length === 0) return '';
+  const rows = measured.map((s) => {
+    const load = s.summary!.loadAverage === undefined ? '' : `, load average ${fmt(s.summary!.loadAverage, 2)}`;
+    return `${s.name} ${fmt(s.summary!.ratioToBeside!, 3)} of ${s.beside}${load}`;
+  });
+  return `Runtime overrides loaded, measured in the same rounds as the row without them (median of the run-by-run ratios of decisions/s): ${rows.join('; ')}.`;
+}
+
+/** The override import measured per store (`slidegate overrides import`), or ''. */
+export function importLine(result: BenchResult): string {
+  const measured = result.overrideImport;
+  if (measured === undefined || measured.length === 0) return '';
+  const parts = measured.map((m) =>
+    m.error !== undefined
+      ? `${m.store}: failed`
+      : `${m.store} ${fmt(m.perSecond)} a second (${fmt(m.overrides)} in ${fmt(m.seconds, 2)} s, load average ${fmt(m.loadAverage, 2)})`,
+  );
+  return `\`slidegate overrides import\` of an NDJSON file into a fresh service (settings as shipped, the command's 16 connections): ${parts.join('; ')}.`;
+}
+
 /** The fixed-rate table: the service beside the no-op server at the same rate and connections. */
 export function rateTable(result: BenchResult): string {
   const rated = result.scenarios.filter((s) => s.kind === 'rate');
@@ -200,6 +223,8 @@ export function benchSvg(result: BenchResult): string {
 /** The standalone Markdown written next to the JSON. */
 export function resultMarkdown(result: BenchResult): string {
   const share = attackShareLine(result);
+  const beside = besideLine(result);
+  const imported = importLine(result);
   const cold = coldStartTable(result);
   return [
     `# make bench, ${result.date}`,
@@ -209,9 +234,11 @@ export function resultMarkdown(result: BenchResult): string {
     benchTable(result),
     '',
     ...(share ? [share, ''] : []),
+    ...(beside ? [beside, ''] : []),
     rateTable(result),
     '',
     ...(cold ? [cold, ''] : []),
+    ...(imported ? [imported, ''] : []),
     comparisonTable(result),
     '',
   ].join('\n');
@@ -257,13 +284,17 @@ export function docsBlock(result: BenchResult | undefined, base: string): string
   ];
   if (result) {
     const share = attackShareLine(result);
+    const beside = besideLine(result);
+    const imported = importLine(result);
     const cold = coldStartTable(result);
     parts.push(
       benchTable(result),
       ...(share ? [share] : []),
+      ...(beside ? [beside] : []),
       "Fixed rate (h2load `--rps`, which sends each connection's share in bursts), the no-op http2 server with as many processes at the same rate beside:",
       rateTable(result),
       ...(cold ? [cold] : []),
+      ...(imported ? [imported] : []),
     );
   } else {
     parts.push('No published run yet: run `make bench` on an otherwise idle machine to fill in the tables here.');

@@ -1,5 +1,5 @@
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { availableParallelism, cpus, platform, release, tmpdir, totalmem } from 'node:os';
+import { availableParallelism, cpus, loadavg, platform, release, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import type { BenchResult, BenchSettings, Machine, RunMeasure, ScenarioResult, ScenarioSummary } from './bench-result';
 import { loadSettings } from '../src/settings/settings';
@@ -17,6 +17,7 @@ import {
   ATTACK_MIX_SHARE,
   attackMixBodies,
   CONFIG_YAML,
+  DOMAIN,
   isLeased,
   LEASE_WARMUP_S,
   defaultWorkers,
@@ -27,6 +28,7 @@ import {
   type Workload,
 } from './scenarios';
 import { probeAnswers, redisCommandCalls, startNoop, startRedis, startService, type RedisProcess, type Target } from './targets';
+import { loadRedisOverrides, measureImport, writeBenchOverridesFile, type ImportMeasure } from './overrides';
 
 export type { BenchResult, RunMeasure, ScenarioResult, ScenarioSummary } from './bench-result';
 
@@ -100,6 +102,11 @@ interface AnswerSizes {
 
 /** `--only` matches the cold-start section by this name. */
 const COLD_START_NAME = 'cold-start';
+/** `--only` matches the override import section by this name (a tiny run measures it only when asked so). */
+const IMPORT_NAME = 'override-import';
+/** Overrides imported per store: a full run's, a tiny run's. */
+const IMPORT_COUNT = 10_000;
+const IMPORT_COUNT_TINY = 1_000;
 const COLD_START_CONNECTIONS = 40;
 const COLD_START_SECONDS = 2;
 
@@ -183,7 +190,13 @@ async function measure(run: () => Promise<LoadResult>, target: Target, descripto
   const load = await run();
   const wallS = (performance.now() - t0) / 1000;
   const after = processUsage(target.pid);
-  const m: RunMeasure = { load, wallS, cpuCores: (after.cpuSeconds - before.cpuSeconds) / wallS, rssMiB: after.rssBytes / 2 ** 20 };
+  const m: RunMeasure = {
+    load,
+    wallS,
+    cpuCores: (after.cpuSeconds - before.cpuSeconds) / wallS,
+    rssMiB: after.rssBytes / 2 ** 20,
+    loadAverage: loadavg()[0],
+  };
   if (!redis || !redisBefore || !callsBefore) return m;
   const callsAfter = await redisCommandCalls(redis.port);
   const redisAfter = processUsage(redis.pid);
@@ -204,7 +217,11 @@ async function measure(run: () => Promise<LoadResult>, target: Target, descripto
  * Medians of a scenario's runs. The ratio to its ceiling is the median of the run-by-run ratios when
  * the two were measured in alternation (`paired`), else the ratio of the medians.
  */
-function summarise(runs: readonly RunMeasure[], ceiling?: { readonly runs: readonly RunMeasure[]; readonly paired: boolean }): ScenarioSummary {
+function summarise(
+  runs: readonly RunMeasure[],
+  ceiling?: { readonly runs: readonly RunMeasure[]; readonly paired: boolean },
+  beside?: readonly RunMeasure[],
+): ScenarioSummary {
   const med = (f: (r: RunMeasure) => number | undefined): number => median(runs.map(f).filter((x): x is number => x !== undefined));
   const finite = (x: number): number | undefined => (Number.isFinite(x) ? x : undefined);
   const decisionsPerS = med((r) => r.load.rps);
@@ -226,6 +243,8 @@ function summarise(runs: readonly RunMeasure[], ceiling?: { readonly runs: reado
     redisCpuCores: finite(med((r) => r.redisCpuCores)),
     rssMiB: med((r) => r.rssMiB),
     attackShare: finite(med((r) => r.load.attackShare)),
+    ratioToBeside: beside === undefined || beside.length === 0 ? undefined : finite(ratioTo(runs, beside, true, (r) => r.load.rps)),
+    loadAverage: finite(med((r) => r.loadAverage)),
   };
 }
 
@@ -318,7 +337,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
   let redis: Promise<RedisProcess> | undefined;
   const getRedis = (): Promise<RedisProcess> => (redis ??= startRedis());
   const getTarget = (s: ScenarioSpec): Promise<Target> => {
-    const key = `${s.target}:${s.transport}:${s.backend ?? ''}:${s.workers}`;
+    const key = `${s.target}:${s.transport}:${s.backend ?? ''}:${s.workers}:${s.overrides ?? 0}`;
     // A service started with another process count than its store's default says so (WORKERS).
     const workers = s.backend !== undefined && s.workers !== defaultWorkers(s.backend) ? s.workers : undefined;
     let t = targets.get(key);
@@ -326,13 +345,30 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
       t =
         s.target === 'noop'
           ? startNoop(s.transport, probeFrame, s.workers)
-          : (s.backend === 'redis' ? getRedis() : Promise.resolve(undefined)).then((r) =>
-              startService({ backend: s.backend!, transport: s.transport, configDir, redisPort: r?.port, probeFrame, env: serviceEnv, workers }),
-            );
+          : (s.backend === 'redis' ? getRedis() : Promise.resolve(undefined)).then(async (r) => {
+              const env = s.overrides === undefined ? serviceEnv : { ...serviceEnv, ...(await loadOverrides(s, r)) };
+              return startService({ backend: s.backend!, transport: s.transport, configDir, redisPort: r?.port, probeFrame, env, workers });
+            });
       t.catch(() => undefined); // reported by the scenario that awaits it
       targets.set(key, t);
     }
     return t;
+  };
+
+  /**
+   * The overrides of a row that loads them, in place before its service starts (which reads them
+   * before it answers): the memory store's OVERRIDES_FILE, or Redis under a key prefix of the row's own.
+   */
+  const loadOverrides = async (s: ScenarioSpec, r: RedisProcess | undefined): Promise<Record<string, string>> => {
+    const count = s.overrides!;
+    if (r === undefined) {
+      const file = join(tmp, `overrides-${count}.ndjson`);
+      await writeBenchOverridesFile(file, DOMAIN, count);
+      return { OVERRIDES_FILE: file };
+    }
+    const prefix = `bench-overrides-${count}:`;
+    await loadRedisOverrides(r.port, prefix, DOMAIN, count);
+    return { CACHE_KEY_PREFIX: prefix };
   };
 
   const answerSizes = new Map<string, AnswerSizes>();
@@ -436,12 +472,17 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
       }
       const ceiling =
         s.kind === 'max' && s.ceiling ? (ready.find((x) => x.spec.name === s.ceiling && !x.error) ?? results.find((x) => x.name === s.ceiling)) : undefined;
-      const summary = summarise(p.runs, ceiling?.runs.length ? { runs: ceiling.runs, paired: 'spec' in ceiling } : undefined);
+      const beside = s.beside === undefined ? undefined : ready.find((x) => x.spec.name === s.beside && !x.error)?.runs;
+      const summary = summarise(p.runs, ceiling?.runs.length ? { runs: ceiling.runs, paired: 'spec' in ceiling } : undefined, beside);
       // The processes that actually served (the plan's count, unless the service was started otherwise).
       results.push({ ...s, descriptors: p.files.descriptors, workers: p.target.workers, runs: p.runs, summary });
       const share = summary.attackShare === undefined ? '' : `, attack share ${fmt(100 * summary.attackShare, 1)}%`;
       const cmds = summary.redisCommandsPerDecision === undefined ? '' : `, Redis ${fmt(summary.redisCommandsPerDecision, 4)} cmds/decision`;
-      process.stderr.write(`${s.name}: ${fmt(summary.decisionsPerS)} decisions/s, p99 ${fmt(summary.p99Ms, 2)} ms, ${summary.errors} errors${share}${cmds}\n`);
+      const besideText = summary.ratioToBeside === undefined ? '' : `, ${fmt(summary.ratioToBeside, 3)} of ${s.beside}`;
+      const loadText = summary.loadAverage === undefined ? '' : `, load average ${fmt(summary.loadAverage, 2)}`;
+      process.stderr.write(
+        `${s.name}: ${fmt(summary.decisionsPerS)} decisions/s, p99 ${fmt(summary.p99Ms, 2)} ms, ${summary.errors} errors${share}${cmds}${besideText}${loadText}\n`,
+      );
     }
   };
   /** Cold start (bench/cold-start.ts): the service with Redis, with and without its start-up warm-up. */
@@ -481,17 +522,62 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
       tmpDir: tmp,
     });
   };
+  /** `slidegate overrides import` into a fresh service per store, each alone on the machine. */
+  const overrideImport = async (): Promise<ImportMeasure[]> => {
+    const r = await getRedis();
+    const count = opts.tiny ? IMPORT_COUNT_TINY : IMPORT_COUNT;
+    const stores: { store: string; backend: 'memory' | 'redis'; env: Record<string, string> }[] = [
+      { store: 'memory', backend: 'memory', env: {} },
+      { store: 'memory, OVERRIDES_FILE', backend: 'memory', env: { OVERRIDES_FILE: join(tmp, 'import-overrides.ndjson') } },
+      { store: 'redis', backend: 'redis', env: { CACHE_KEY_PREFIX: 'bench-import:' } },
+    ];
+    const out: ImportMeasure[] = [];
+    for (const s of stores) {
+      out.push(
+        await measureImport({
+          store: s.store,
+          count,
+          domain: DOMAIN,
+          tmp,
+          start: (env) =>
+            startService({ backend: s.backend, transport: 'http2', configDir, redisPort: r.port, probeFrame, env: { ...serviceEnv, ...s.env, ...env } }),
+        }).catch((e: unknown): ImportMeasure => ({
+          store: s.store,
+          overrides: count,
+          seconds: NaN,
+          perSecond: NaN,
+          loadAverage: loadavg()[0],
+          error: message(e),
+        })),
+      );
+    }
+    return out;
+  };
   let cold: ColdStartResult[] | undefined;
+  let imports: ImportMeasure[] | undefined;
   try {
     // A no-op scenario that bounds others is measured with the first of them, not on its own.
     const bounding = new Set(specs.map((s) => s.ceiling).filter((c): c is string => c !== undefined));
     const measured = new Set<string>();
     for (const s of specs) {
       if (measured.has(s.name) || (bounding.has(s.name) && specs.some((x) => x.ceiling === s.name && !measured.has(x.name)))) continue;
+      // A row measured beside another (runtime overrides beside none) runs in that row's rounds.
+      if (s.beside !== undefined && specs.some((x) => x.name === s.beside && !measured.has(x.name))) continue;
       const c = s.ceiling === undefined || measured.has(s.ceiling) ? undefined : specs.find((x) => x.name === s.ceiling);
-      const group = c ? [c, s] : [s];
+      const group = [...(c ? [c] : []), s, ...specs.filter((x) => x.beside === s.name && !measured.has(x.name))];
       await measureTogether(group);
       for (const g of group) measured.add(g.name);
+    }
+    if (opts.only ? opts.only.test(IMPORT_NAME) : !opts.tiny) {
+      // Alone: the services of the scenarios would share the cores.
+      for (const t of targets.values()) await t.then((x) => x.stop()).catch(() => undefined);
+      targets.clear();
+      imports = await overrideImport();
+      for (const m of imports) {
+        process.stderr.write(
+          `${IMPORT_NAME} ${m.store}: ${m.error ?? `${fmt(m.overrides)} overrides in ${fmt(m.seconds, 2)} s, ${fmt(m.perSecond)} per second, load average ${fmt(m.loadAverage, 2)}`}\n`,
+        );
+      }
     }
     if (primary === 'h2load' && (!opts.only || opts.only.test(COLD_START_NAME))) {
       // Last, and alone: the services of the scenarios would share the cores.
@@ -519,7 +605,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
     generator: opts.generator,
     only: opts.only?.source,
   };
-  return { date: isoDate(), machine, options, scenarios: results, coldStart: cold };
+  return { date: isoDate(), machine, options, scenarios: results, coldStart: cold, overrideImport: imports };
 }
 
 function parseArgs(argv: readonly string[]): BenchOptions {

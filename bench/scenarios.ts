@@ -74,6 +74,9 @@ export function isLeased(w: Workload): boolean {
  */
 export const LEASE_WARMUP_S = 1;
 
+/** Runtime overrides the overrides rows load before the service starts (bench/overrides.ts): one on the call's descriptor. */
+export const OVERRIDES_LOADED = 100_000;
+
 export interface ScenarioSpec {
   /** Unique; `--only` matches it. Shape: `<target>[@<rate>-<conns>c]/<generator>`. */
   readonly name: string;
@@ -96,6 +99,10 @@ export interface ScenarioSpec {
    * speeds up during the run shifts both alike. For kind `max` its decisions/s is the ceiling.
    */
   readonly ceiling?: string;
+  /** Runtime overrides loaded before the service starts (bench/overrides.ts); none when absent. */
+  readonly overrides?: number;
+  /** The scenario this one is compared with: measured in the same rounds (its ceiling, it, this one, ...), `vs beside` the run-by-run ratio. */
+  readonly beside?: string;
 }
 
 export interface ScenarioPlanOptions {
@@ -258,17 +265,30 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
     });
     return name;
   };
-  /** A service scenario, preceded by its ceiling unless `ceiling` is false (cross-checks of another generator). */
-  const svc = (backend: Backend, workload: Workload, generator: GeneratorName, o: { ceiling?: boolean; transport?: Transport } = {}): void => {
+  /**
+   * A service scenario, preceded by its ceiling unless `ceiling` is false (cross-checks of another
+   * generator); with `overrides`, that many runtime overrides loaded, measured beside the same row without.
+   */
+  const svc = (
+    backend: Backend,
+    workload: Workload,
+    generator: GeneratorName,
+    o: { ceiling?: boolean; transport?: Transport; overrides?: number } = {},
+  ): void => {
     const transport = o.transport ?? 'http2';
     // A leased row runs one process, as the memory rows do: what it measures is a decision at the
     // memory store's speed, beside them (each process is a replica, whatever their number).
     const workers = isLeased(workload) ? 1 : defaultWorkers(backend);
     const ceiling = o.ceiling === false ? undefined : noop(transport, workload, generator, workers);
     const suffix = transport === 'http2' ? '' : `-${transport}`;
+    const plain = `${backend}-${WORKLOAD_LABEL[workload]}${suffix}/${generator}`;
+    const loaded = o.overrides === undefined ? '' : `-${fmtRate(o.overrides)}-overrides`;
     specs.push({
-      name: `${backend}-${WORKLOAD_LABEL[workload]}${suffix}/${generator}`,
-      description: `${backend} store${transport === 'http2' ? '' : `, GRPC_TRANSPORT=${transport}`}, ${text(workload, generator)}`,
+      ...(o.overrides === undefined ? {} : { overrides: o.overrides, beside: plain }),
+      name: `${backend}-${WORKLOAD_LABEL[workload]}${suffix}${loaded}/${generator}`,
+      description:
+        `${backend} store${transport === 'http2' ? '' : `, GRPC_TRANSPORT=${transport}`}, ${text(workload, generator)}` +
+        (o.overrides === undefined ? '' : `, ${o.overrides} runtime overrides loaded (one on the call's descriptor)`),
       kind: 'max',
       target: 'service',
       transport,
@@ -320,6 +340,8 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
   noop('node-http2', 'one', p, 1);
   for (const backend of ['memory', 'redis'] as const) {
     svc(backend, 'one', p);
+    // The decision with 100,000 runtime overrides in force, in the same rounds as the row above.
+    svc(backend, 'one', p, { overrides: OVERRIDES_LOADED });
     svc(backend, 'bucket', p);
     svc(backend, 'five', p);
     for (const w of Object.keys(FIVE_BY_ALGORITHM) as (keyof typeof FIVE_BY_ALGORITHM)[]) {

@@ -11,6 +11,8 @@ import { defaultWorkers, type Backend, type Transport } from './scenarios';
 /** A process under load: where to send calls and which pid (with its descendants) to measure. */
 export interface Target {
   readonly port: number;
+  /** The HTTP port (`PORT`) of a service; absent for a no-op server. */
+  readonly httpPort?: number;
   readonly pid: number;
   /** Processes answering calls: the service's worker count, 1 otherwise. */
   readonly workers: number;
@@ -216,5 +218,5 @@ export async function startService(opts: ServiceOptions): Promise<Target> {
     await stopProcess(child, 6000);
     throw new Error(`service (${opts.backend}, ${opts.transport}) did not become ready: ${e instanceof Error ? e.message : e}\n${child.stderrTail()}`);
   }
-  return { port: grpcPort, pid: child.pid!, workers, stop: () => stopProcess(child, 6000) };
+  return { port: grpcPort, httpPort, pid: child.pid!, workers, stop: () => stopProcess(child, 6000) };
 }

@@ -3,13 +3,15 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { CLIENT_HELP, runClient } from './cli/client';
 import { processIo, type CliIo } from './cli/io';
+import { OVERRIDES_HELP, runOverrides } from './cli/overrides';
 import { runValidate, VALIDATE_HELP } from './cli/validate';
 import { main } from './main';
 
 /**
- * The `slidegate` command: `serve` (the same as node dist/src/main.js), `validate PATH`, and
- * `client` (one ShouldRateLimit call). Without a command it prints the help and exits 1: starting
- * a server that listens on every interface is never a default. Exit codes are each subcommand's.
+ * The `slidegate` command: `serve` (the same as node dist/src/main.js), `validate PATH`, `client`
+ * (one ShouldRateLimit call), and `overrides` (the runtime override API). Without a command it
+ * prints the help and exits 1: starting a server that listens on every interface is never a
+ * default. Exit codes are each subcommand's.
  */
 
 const SERVE_HELP = [
@@ -35,6 +37,8 @@ export const USAGE = [
   '    --addr HOST:PORT           the gRPC address (default: 127.0.0.1:8081)',
   "    --debug-addr HOST:PORT     the debug port, asked for each rule's window (default: the --addr host, port 6070)",
   '    --timeout-ms MS            deadline of the call (default: 2000)',
+  '  overrides set|get|list|delete|import   runtime overrides through the API on the HTTP port (token: SLIDEGATE_ADMIN_TOKEN);',
+  '                         exit 0 done, 3 no such override, 1 error',
   '',
   '  slidegate <command> --help   help of one command',
   '  slidegate --version          the version',
@@ -64,6 +68,9 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
     case 'client':
       if (wantsHelp(rest)) return help(io, CLIENT_HELP);
       return runClient(rest, io);
+    case 'overrides':
+      if (wantsHelp(rest)) return help(io, OVERRIDES_HELP);
+      return runOverrides(rest, io);
     case 'serve':
       if (wantsHelp(rest)) return help(io, SERVE_HELP);
       if (rest.length > 0) {

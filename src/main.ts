@@ -43,7 +43,7 @@ const REPLAY_MAX_KEYS = 10_000;
 /** The warm-up stops after this long whatever it has done (a store that is down makes every call fail fast anyway). */
 const WARM_UP_MAX_MS = 2_000;
 /** How long the start waits for the first read of the runtime overrides (a store that is down: the ticks go on trying). */
-const OVERRIDES_LOAD_MAX_MS = 5_000;
+const OVERRIDES_LOAD_MAX_MS = 30_000;
 /** How often ADMIN_TOKENS_FILE is looked at for a change. */
 const TOKENS_POLL_MS = 1_000;
 

@@ -44,8 +44,8 @@ export function runtimeOverrides(options: {
   const clock = options.clock ?? WALL_CLOCK;
   const table = new OverrideTable();
   metrics.attachOverrides(table);
-  const parseLimit = overrideLimitParser(settings.defaultAlgorithm);
-  const reader = new OverrideReader(parseLimit);
+  const reader = new OverrideReader(overrideLimitParser(settings.defaultAlgorithm));
+  const parseLimit = (rateLimit: unknown) => reader.limitOf(rateLimit);
   // The audit trail: at info whatever LOG_LEVEL says above it (the default, warn, would leave it out), silent stays silent.
   const audit = logger.level === 'silent' || logger.isLevelEnabled('info') ? logger : logger.child({}, { level: 'info' });
   const observer = {

@@ -297,6 +297,10 @@ function noteOf(value: unknown): string | undefined {
   return value;
 }
 
+/** Distinct `rate_limit` texts kept read, and the longest kept: at most 10 MB. */
+const MAX_KEPT_LIMITS = 10_000;
+const MAX_KEPT_LIMIT_CHARS = 1_024;
+
 /** Reads stored overrides into ActiveOverrides, each `rate_limit` read once per distinct text (most overrides share a few). */
 export class OverrideReader {
   private readonly parseLimit: (rateLimit: unknown) => OverrideLimit;
@@ -313,14 +317,17 @@ export class OverrideReader {
     return new ActiveOverride({ id: stored.id, version: stored.version, record, json: stored.json, limit: this.limitOf(record.rateLimit) });
   }
 
-  private limitOf(rateLimit: StructFields): OverrideLimit {
+  /** A `rate_limit` read by the config's code (InvalidRequestError naming the field), read once per distinct text. */
+  limitOf(rateLimit: unknown): OverrideLimit {
     const key = JSON.stringify(rateLimit);
     let limit = this.limits.get(key);
     if (limit === undefined) {
       limit = this.parseLimit(rateLimit);
-      // Bounded: distinct limits beyond it are read again, never kept without end.
-      if (this.limits.size >= 10_000) this.limits.clear();
-      this.limits.set(key, limit);
+      // Bounded in entries and bytes: a long one (a name of kilobytes) is read each time, never kept.
+      if (key.length <= MAX_KEPT_LIMIT_CHARS) {
+        if (this.limits.size >= MAX_KEPT_LIMITS) this.limits.clear();
+        this.limits.set(key, limit);
+      }
     }
     return limit;
   }

@@ -1,4 +1,4 @@
-import { open, readFile, rename, type FileHandle } from 'node:fs/promises';
+import { open, readFile, rename, writeFile, type FileHandle } from 'node:fs/promises';
 import {
   MAX_REMEMBERED_REMOVALS,
   storedBytes,
@@ -232,6 +232,16 @@ export class MemoryOverrides implements OverridesStore {
     }
     return lines;
   }
+}
+
+/**
+ * Writes an OVERRIDES_FILE holding `overrides` (numbered 1, 2, ... in order), as a rewrite leaves
+ * it: what a memory store opened on it starts with (`make bench` loads its overrides so).
+ */
+export async function writeOverridesFile(file: string, overrides: readonly { readonly id: string; readonly json: string }[]): Promise<void> {
+  const lines: FileLine[] = [{ op: 'version', version: overrides.length }];
+  overrides.forEach((o, i) => lines.push({ op: 'put', id: o.id, version: i + 1, json: o.json }));
+  await writeFile(file, lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
 }
 
 function stored(id: string, held: Held): StoredOverride {
