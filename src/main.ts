@@ -114,7 +114,8 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   const { exchange, shared } = backend;
   teardown.push(() => backend.store.close());
   teardown.push(() => backend.overrides.close());
-  // Runtime overrides: what was remembered under the old ones (cached denials, replays) goes when they change.
+  // Runtime overrides: the replays of denials made under the old ones go when they change (the denial
+  // cache needs nothing: a denial holds only for the limit, capacity and strictness it was made under).
   const overridesApplied = new LateCall();
   const overrides = runtimeOverrides({
     settings,
@@ -152,10 +153,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   // Both edges share one timed, error-counting view of the limiter.
   const decider = instrumentDecider(limiter, metrics);
   const replays = replayMaxKeys > 0 ? new Replays({ maxKeys: replayMaxKeys, config: () => rules.current(), encode: frameResponse, observer }) : undefined;
-  overridesApplied.set(() => {
-    store.clearCache?.();
-    replays?.clear();
-  });
+  overridesApplied.set(() => replays?.clear());
 
   // The OpenTelemetry SDK is loaded only when tracing is on; off, the edges hold no tracer at all.
   const tracer = settings.tracing.enabled ? await (await import('./tracing/otel-tracer')).createOtelTracer(settings.tracing, logger) : undefined;

@@ -169,21 +169,17 @@ export class OverrideAdmin {
     return o === undefined ? undefined : viewOf(o.json, o.version);
   }
 
-  /** GET of a domain: a page of its overrides in force, in descriptor order; `next` continues it (null: the last page). */
+  /**
+   * GET of a domain: a page of its overrides in force, in the order they were last written; `next`
+   * continues it (null: the last page). An override written again during a listing comes again at its end.
+   */
   async list(domain: string, cursor: string | undefined, limit: number): Promise<{ overrides: OverrideView[]; next: string | null }> {
     domainOf(domain);
     if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE_SIZE) throw new InvalidRequestError(`limit: expected an integer from 1 to ${MAX_PAGE_SIZE}`);
-    let after: string | undefined;
-    if (cursor !== undefined) {
-      after = Buffer.from(cursor, 'base64url').toString('utf8');
-      if (cursor === '' || Buffer.from(after, 'utf8').toString('base64url') !== cursor) throw new InvalidRequestError('cursor: not one this API gave');
-    }
+    if (cursor !== undefined && !/^v[0-9]{1,15}$/.test(cursor)) throw new InvalidRequestError('cursor: not one this API gave');
     await this.options.sync.sync();
-    const page = this.options.table.page(domain, after, limit);
-    return {
-      overrides: page.overrides.map((o) => viewOf(o.json, o.version)),
-      next: page.next === undefined ? null : Buffer.from(page.next, 'utf8').toString('base64url'),
-    };
+    const page = this.options.table.page(domain, cursor === undefined ? 0 : Number(cursor.slice(1)), limit);
+    return { overrides: page.overrides.map((o) => viewOf(o.json, o.version)), next: page.next === undefined ? null : `v${page.next}` };
   }
 
   /** An expired override removed from the store (by this process): its change event. */

@@ -179,6 +179,9 @@ function overrideRule(o: ActiveOverride, node: RuleNode): MatchedRule | undefine
   });
 }
 
+/** Holes a domain's version-ordered list keeps before it is compacted (and at most as many as its live overrides). */
+const MIN_HOLES = 1_024;
+
 /** The inverse of escapeComponent (./keys.ts). */
 function unescapeComponent(s: string): string {
   return s.indexOf('%') < 0 ? s : s.replace(/%([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
@@ -215,8 +218,12 @@ export class OverrideTable implements OverrideLookup {
   private readonly byDomain = new Map<string, Map<string, ActiveOverride>>();
   /** The earliest expiry among the overrides (Infinity: none expires); a sweep before it has nothing to do. */
   private nextExpiryMs = Infinity;
-  /** Each domain's tails in order, for paging; made again after a change. */
-  private sorted: { readonly generation: number; readonly byDomain: Map<string, string[]> } | undefined;
+  /**
+   * Each domain's overrides in version order, for paging: appended as they come (the sync applies
+   * changes in version order), a removed or replaced one left as a hole until holes outnumber the
+   * live ones. A page costs a binary search and its own length, never a sort of the domain.
+   */
+  private readonly ordered = new Map<string, { list: ActiveOverride[]; holes: number }>();
 
   get generation(): number {
     return this.gen;
@@ -323,31 +330,28 @@ export class OverrideTable implements OverrideLookup {
     return counts;
   }
 
-  /** Up to `limit` overrides of `domain` in descriptor order, after the descriptor tail `after`; `next` is the tail to continue after. */
-  page(domain: string, after: string | undefined, limit: number): { readonly overrides: ActiveOverride[]; readonly next: string | undefined } {
-    const byTail = this.byDomain.get(domain);
-    if (byTail === undefined) return { overrides: [], next: undefined };
-    if (this.sorted?.generation !== this.gen) this.sorted = { generation: this.gen, byDomain: new Map() };
-    let tails = this.sorted.byDomain.get(domain);
-    if (tails === undefined) {
-      tails = [...byTail.keys()].sort();
-      this.sorted.byDomain.set(domain, tails);
+  /**
+   * Up to `limit` overrides of `domain` in the order they were last written (version order), after
+   * version `after`; `next` is the version to continue after (undefined: none is left). One
+   * written again while a listing goes on moves to its end.
+   */
+  page(domain: string, after: number, limit: number): { readonly overrides: ActiveOverride[]; readonly next: number | undefined } {
+    const ord = this.ordered.get(domain);
+    if (ord === undefined) return { overrides: [], next: undefined };
+    const list = ord.list;
+    let lo = 0;
+    let hi = list.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (list[mid].version <= after) lo = mid + 1;
+      else hi = mid;
     }
-    let start = 0;
-    if (after !== undefined) {
-      // The first tail after `after` (binary search: a page costs log n, not n).
-      let lo = 0;
-      let hi = tails.length;
-      while (lo < hi) {
-        const mid = (lo + hi) >>> 1;
-        if (tails[mid] <= after) lo = mid + 1;
-        else hi = mid;
-      }
-      start = lo;
-    }
-    const end = Math.min(tails.length, start + limit);
-    const overrides = tails.slice(start, end).map((t) => byTail.get(t)!);
-    return { overrides, next: end < tails.length ? tails[end - 1] : undefined };
+    const overrides: ActiveOverride[] = [];
+    let i = lo;
+    for (; i < list.length && overrides.length < limit; i++) if (this.byId.get(list[i].id) === list[i]) overrides.push(list[i]);
+    // More only when a live one follows.
+    while (i < list.length && this.byId.get(list[i].id) !== list[i]) i++;
+    return { overrides, next: i < list.length && overrides.length > 0 ? overrides[overrides.length - 1].version : undefined };
   }
 
   private add(o: ActiveOverride): void {
@@ -359,6 +363,24 @@ export class OverrideTable implements OverrideLookup {
     }
     byTail.set(o.tail, o);
     if (o.expiresAtMs < this.nextExpiryMs) this.nextExpiryMs = o.expiresAtMs;
+    let ord = this.ordered.get(o.domain);
+    if (ord === undefined) {
+      ord = { list: [], holes: 0 };
+      this.ordered.set(o.domain, ord);
+    }
+    const list = ord.list;
+    if (list.length === 0 || list[list.length - 1].version < o.version) list.push(o);
+    else {
+      // Out of order (a full read): in its place.
+      let lo = 0;
+      let hi = list.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >>> 1;
+        if (list[mid].version < o.version) lo = mid + 1;
+        else hi = mid;
+      }
+      list.splice(lo, 0, o);
+    }
   }
 
   private drop(o: ActiveOverride): void {
@@ -366,6 +388,16 @@ export class OverrideTable implements OverrideLookup {
     const byTail = this.byDomain.get(o.domain);
     if (byTail === undefined) return;
     byTail.delete(o.tail);
-    if (byTail.size === 0) this.byDomain.delete(o.domain);
+    const ord = this.ordered.get(o.domain)!;
+    if (byTail.size === 0) {
+      this.byDomain.delete(o.domain);
+      this.ordered.delete(o.domain);
+      return;
+    }
+    ord.holes++;
+    if (ord.holes > MIN_HOLES && ord.holes > byTail.size) {
+      ord.list = ord.list.filter((x) => this.byId.get(x.id) === x);
+      ord.holes = 0;
+    }
   }
 }

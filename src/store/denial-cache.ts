@@ -67,12 +67,15 @@ interface Denial extends CacheEntry {
   readonly minHits: number;
   /**
    * The limit the denial was decided under. The counter key already encodes algorithm and window
-   * (src/limiter/keys.ts), but a request-supplied override may ask another limit of the same key,
-   * and a denial under one limit says nothing about another: such a request is not answered here.
+   * (src/limiter/keys.ts), but a request-supplied override or a runtime override may ask another
+   * limit of the same key (or another bucket capacity, or strictness), and a denial under one says
+   * nothing about another: such a request is not answered here.
    */
   readonly limit: number;
   readonly windowMs: number;
   readonly algorithm: CounterRequest['algorithm'];
+  readonly burst: CounterRequest['burst'];
+  readonly strict: CounterRequest['strict'];
 }
 
 /** A Denial's own fields, estimated. */
@@ -139,6 +142,8 @@ export class DenialCache implements Store {
             limit: c.limit,
             windowMs: c.windowMs,
             algorithm: c.algorithm,
+            burst: c.burst,
+            strict: c.strict,
             bytes: entryBytes(c.key, DENIAL_BYTES),
           };
           this.denials.set(c.key, denial);
@@ -194,10 +199,11 @@ export class DenialCache implements Store {
     return { decisions, deniedUntilMs };
   }
 
-  /** The live denial of `c`'s counter decided under `c`'s limit, window and algorithm. */
+  /** The live denial of `c`'s counter decided under `c`'s limit, window, algorithm, capacity and strictness. */
   private denialOf(c: CounterRequest, now: number): Denial | undefined {
     const denial = this.denials.peek(c.key, now);
     if (denial === undefined || c.limit !== denial.limit || c.windowMs !== denial.windowMs || c.algorithm !== denial.algorithm) return undefined;
+    if (c.burst !== denial.burst || c.strict !== denial.strict) return undefined;
     return denial;
   }
 }

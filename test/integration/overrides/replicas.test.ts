@@ -72,6 +72,20 @@ describe('runtime overrides on two replicas sharing one redis-server', () => {
     expect(gone).toBeLessThan(1_000);
   });
 
+  it('answers a raised override at once where denials were remembered (the denial cache and the replays of repeated calls)', async () => {
+    const a = await start();
+    const api = overridesClient(a.service.httpPort, LEGIT);
+    await api.put({ ...key('dot'), rate_limit: perMinute(1) });
+    // The same call over and over: once denied, its repeats are answered from what was remembered.
+    const call = (): Promise<string> =>
+      a.client.shouldRateLimit({ domain: 'edge', descriptors: [descriptor([['api_key', 'dot']])] }).then((r) => r.overallCode);
+    const codes: string[] = [];
+    for (let i = 0; i < 6; i++) codes.push(await call());
+    expect(codes).toEqual(['OK', 'OVER_LIMIT', 'OVER_LIMIT', 'OVER_LIMIT', 'OVER_LIMIT', 'OVER_LIMIT']);
+    expect(await api.put({ ...key('dot'), rate_limit: perMinute(100) })).toMatchObject({ status: 200 });
+    expect(await call()).toBe('OK');
+  });
+
   it('stops applying an expired override on every replica within 1 s', async () => {
     const [a, b] = [await start(), await start()];
     const expiresAtMs = Date.now() + 1_500;

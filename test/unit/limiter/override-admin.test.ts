@@ -179,10 +179,10 @@ describe('OverrideAdmin', () => {
     for (const v of ['d', 'a', 'c', 'b', 'e'])
       await admin.put({ domain: 'edge', descriptor: [{ key: 'api_key', value: v }], rate_limit: { unlimited: true } }, 'ops');
     const first = await admin.list('edge', undefined, 2);
-    expect(first.overrides.map((o) => (o.descriptor as { value: string }[])[0].value)).toEqual(['a', 'b']);
+    expect(first.overrides.map((o) => (o.descriptor as { value: string }[])[0].value)).toEqual(['d', 'a']);
     const second = await admin.list('edge', first.next!, 2);
     const third = await admin.list('edge', second.next!, 2);
-    expect(second.overrides.map((o) => (o.descriptor as { value: string }[])[0].value)).toEqual(['c', 'd']);
+    expect(second.overrides.map((o) => (o.descriptor as { value: string }[])[0].value)).toEqual(['c', 'b']);
     expect(third).toMatchObject({ next: null });
     expect(third.overrides).toHaveLength(1);
     await expect(admin.list('edge', undefined, 0)).rejects.toThrow('limit: expected an integer from 1 to 1000');

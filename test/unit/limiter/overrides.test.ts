@@ -217,21 +217,44 @@ describe('the override table', () => {
     expect(table.countsByDomain()).toEqual(new Map([['edge', 2]]));
   });
 
-  it('pages a domain in descriptor order', () => {
+  it('pages a domain in the order its overrides were last written, one written again moving to the end', () => {
     const table = new OverrideTable();
     const all = Array.from({ length: 25 }, (_, i) => override(entries(['k', `v${String(i).padStart(2, '0')}`]), { unit: 'minute', requests_per_unit: 1 }));
     table.apply(all, []);
     table.apply([override(entries(['k', 'x']), { unit: 'minute', requests_per_unit: 1 }, {}, 'other')], []);
-    const seen: string[] = [];
-    let after: string | undefined;
-    for (;;) {
-      const page = table.page('edge', after, 10);
-      seen.push(...page.overrides.map((o) => o.entries[0].value));
-      if (page.next === undefined) break;
-      after = page.next;
-    }
-    expect(seen).toEqual(all.map((o) => o.entries[0].value));
-    expect(table.page('nowhere', undefined, 10)).toEqual({ overrides: [], next: undefined });
+    const listing = (): string[] => {
+      const seen: string[] = [];
+      let after = 0;
+      for (;;) {
+        const page = table.page('edge', after, 10);
+        seen.push(...page.overrides.map((o) => o.entries[0].value));
+        if (page.next === undefined) break;
+        after = page.next;
+      }
+      return seen;
+    };
+    expect(listing()).toEqual(all.map((o) => o.entries[0].value));
+    // v03 written again, v05 removed: v03 now comes last, v05 not at all.
+    const v03 = override(entries(['k', 'v03']), { unit: 'hour', requests_per_unit: 1 });
+    table.apply([v03], [{ id: all[5].id, version: v03.version + 1 }]);
+    expect(listing()).toEqual([...all.map((o) => o.entries[0].value).filter((v) => v !== 'v03' && v !== 'v05'), 'v03']);
+    // A full read in another order pages the same.
+    const fresh = new OverrideTable();
+    fresh.replaceAll([...table.values()].reverse());
+    expect(fresh.page('edge', 0, 100).overrides.map((o) => o.entries[0].value)).toEqual(listing());
+    expect(table.page('nowhere', 0, 10)).toEqual({ overrides: [], next: undefined });
+  });
+
+  it('keeps paging in bounds through many removals (holes compacted)', () => {
+    const table = new OverrideTable();
+    const all = Array.from({ length: 3_000 }, (_, i) => override(entries(['k', `h${i}`]), { unit: 'minute', requests_per_unit: 1 }));
+    table.apply(all, []);
+    table.apply(
+      [],
+      all.slice(0, 2_990).map((o) => ({ id: o.id, version: o.version + 10_000 })),
+    );
+    expect(table.page('edge', 0, 100).overrides.map((o) => o.entries[0].value)).toEqual(all.slice(2_990).map((o) => o.entries[0].value));
+    expect((table as unknown as { ordered: Map<string, { list: unknown[] }> }).ordered.get('edge')!.list.length).toBeLessThan(2 * 1_024 + 20);
   });
 
   it('tells the override of a counter key, and only for the counter of its own limit', () => {

@@ -107,6 +107,20 @@ describe('DenialCache', () => {
     expect(inner.calls).toBe(calls + 3);
   });
 
+  it('answers a denial only for the bucket capacity and strictness it was decided under (a runtime override may change either alone)', async () => {
+    const bucket = (burst: number): CounterRequest => ({ ...counter('b', 1, 2, 'token_bucket'), burst });
+    // Two tokens taken, the third call denied and remembered.
+    for (let i = 0; i < 3; i++) await ask(cache, [bucket(2)]);
+    expect(cache.decideLocally([bucket(2)])).toBeDefined();
+    expect(cache.decideLocally([bucket(10)])).toBeUndefined();
+    expect((await ask(cache, [bucket(10)]))[0].allowed).toBe(true);
+    const strict = (on: boolean): CounterRequest => ({ ...counter('s', 2, 2), subWindows: 2, strict: on });
+    await ask(cache, [strict(true)]);
+    await ask(cache, [strict(true)]);
+    expect(cache.decideLocally([strict(true)])).toBeDefined();
+    expect(cache.decideLocally([strict(false)])).toBeUndefined();
+  });
+
   it('answers locally only a call whose every counter it knows denied: the store reports the others as they are', async () => {
     await ask(cache, [counter('a', 2, 2)]);
     await ask(cache, [counter('b', 1, 10)]);
