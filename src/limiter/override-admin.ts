@@ -232,9 +232,25 @@ function viewOf(json: string, version: number): OverrideView {
   return { ...(JSON.parse(json) as OverrideView), version };
 }
 
+/** Levels of nesting a body may have: an override needs four; the config's reader recurses through them. */
+export const MAX_BODY_DEPTH = 32;
+
+/** Whether `value` nests deeper than `max` levels (walked without recursion: the depth is the caller's to pick). */
+function deeperThan(value: unknown, max: number): boolean {
+  const stack: [unknown, number][] = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (typeof v !== 'object' || v === null) continue;
+    if (depth > max) return true;
+    for (const child of Object.values(v)) stack.push([child, depth + 1]);
+  }
+  return false;
+}
+
 /** `body` as a JSON object of `allowed` fields; InvalidRequestError naming the first other field. */
 function objectOf(body: unknown, allowed: readonly string[]): Record<string, unknown> {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new InvalidRequestError('body: expected a JSON object');
+  if (deeperThan(body, MAX_BODY_DEPTH)) throw new InvalidRequestError(`body: nested deeper than ${MAX_BODY_DEPTH} levels`);
   for (const key of Object.keys(body)) {
     if (!allowed.includes(key)) throw new InvalidRequestError(`${key}: unknown field (expected one of: ${allowed.join(', ')})`);
   }

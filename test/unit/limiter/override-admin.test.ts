@@ -27,6 +27,13 @@ descriptors:
 `;
 const START = 1_800_000_000_000;
 
+/** A value nested `levels` deep ([[[...]]]). */
+function deep(levels: number): unknown {
+  let v: unknown = 1;
+  for (let i = 0; i < levels; i++) v = [v];
+  return v;
+}
+
 describe('OverrideAdmin', () => {
   let config: RateLimitConfig | undefined;
   let clock: FakeClock;
@@ -148,6 +155,13 @@ describe('OverrideAdmin', () => {
     await expect(put).rejects.toThrow(message);
     expect(changes).toEqual([]);
     expect(table.size).toBe(0);
+  });
+
+  it('refuses a body nested deeper than the API needs before reading it (the config reader recurses)', async () => {
+    const put = admin.put({ ...alice, rate_limit: { unit: 'minute', requests_per_unit: 1, replaces: deep(30_000) } }, 'ops');
+    await expect(put).rejects.toThrow(InvalidRequestError);
+    await expect(put).rejects.toThrow('body: nested deeper than 32 levels');
+    await expect(admin.remove({ ...alice, descriptor: deep(40) }, 'ops')).rejects.toThrow('body: nested deeper than 32 levels');
   });
 
   it('takes an in-flight limit where the rule holds reservations, and refuses every override before the first config', async () => {
