@@ -1,4 +1,5 @@
 import * as grpc from '@grpc/grpc-js';
+import type * as http2 from 'node:http2';
 import {
   STREAMING_HIGH_WATER_BYTES,
   STREAMING_MAX_PENDING_BYTES,
@@ -14,7 +15,26 @@ import { GrpcStatus } from '../wire/grpc-framing';
  * a message (grpc-js then stops reading the stream, and its window closes), write() follows
  * grpc-js's own backpressure ('drain'), and grpc-js enforces grpc-timeout and
  * GRPC_MAX_MESSAGE_BYTES itself.
+ *
+ * A call's connection is its node:http2 session. grpc-js tells a call only the socket's addresses
+ * (getPeer(), and getConnectionInfo() to interceptors), which a Unix socket does not have: every peer
+ * there is "unknown", and per-connection caps keyed on it would hold every connection at once. The
+ * session is read from the call's private fields (the surface call's `call`, through interceptors'
+ * `nextCall`, to the base call's `stream`); a grpc-js without them has its streaming calls refused
+ * with INTERNAL and a log line rather than served without those caps.
  */
+
+/** The node:http2 stream under a grpc-js call (see above), or undefined in a grpc-js that keeps it elsewhere. */
+export function http2StreamOf(call: object): http2.ServerHttp2Stream | undefined {
+  let inner = (call as { call?: unknown }).call;
+  for (let depth = 0; depth < 32 && typeof inner === 'object' && inner !== null; depth++) {
+    const stream = (inner as { stream?: { session?: unknown; close?: unknown } | null }).stream;
+    if (typeof stream?.close === 'function' && typeof stream.session === 'object' && stream.session !== null)
+      return stream as unknown as http2.ServerHttp2Stream;
+    inner = (inner as { nextCall?: unknown }).nextCall;
+  }
+  return undefined;
+}
 
 const identity = (bytes: Buffer): Buffer => bytes;
 
@@ -48,15 +68,26 @@ export interface GrpcJsStreamingOptions {
 }
 
 export class GrpcJsStreamingCall extends StreamingCallBase {
+  private readonly stream: http2.ServerHttp2Stream | undefined;
+  /** The session, read once: node:http2 forgets it when the stream closes. */
+  private readonly session: http2.Http2Session | undefined;
+
   constructor(
     private readonly call: grpc.ServerDuplexStream<Buffer, Buffer>,
     private readonly options: GrpcJsStreamingOptions,
   ) {
     super();
+    this.stream = http2StreamOf(call);
+    this.session = this.stream?.session;
   }
 
   open(): void {
     const call = this.call;
+    if (this.session === undefined) {
+      this.options.onError(new Error('GRPC_TRANSPORT=grpc-js: this @grpc/grpc-js keeps no http2 stream on its calls; per-connection caps cannot be enforced'));
+      call.emit('error', { code: GrpcStatus.INTERNAL, details: 'internal error' });
+      return;
+    }
     this.options.registry.add(this);
     call.on('data', (message: Buffer) => {
       if (message.length > this.options.maxMessageBytes) {
@@ -74,9 +105,9 @@ export class GrpcJsStreamingCall extends StreamingCallBase {
     this.finish(GrpcStatus.UNAVAILABLE, 'the server is going away; reconnect', 'going-away');
   }
 
-  /** The peer's address and port: one connection's. */
+  /** The HTTP/2 session: one object per connection, on TCP and on a Unix socket alike. */
   get connection(): unknown {
-    return this.call.getPeer();
+    return this.session;
   }
 
   header(name: string): string | undefined {
