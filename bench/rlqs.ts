@@ -83,7 +83,7 @@ async function main(): Promise<void> {
     exchange: store,
     config: () => config,
     logger: silentLogger(),
-    limits: { ...settings.rlqs, maxStreams: proxies, maxBucketsPerStream: buckets, maxReportsPerSecond: 1e6 },
+    limits: { ...settings.rlqs, maxStreams: proxies, maxBucketsPerStream: buckets, maxReportsPerSecond: 1e6, maxProcessReportsPerSecond: 1e6 },
   });
   const Reports = loadProtoFiles([RLQS_PROTO]).lookupType('envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports');
   // What each proxy admits per bucket in one 5 s report: its share of the limit.

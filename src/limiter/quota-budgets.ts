@@ -33,8 +33,14 @@ import type { Clock, Entry } from './types';
  * - division is in two steps: replicas publish their demand on a budget through the ReplicaExchange
  *   port (one entry each, not one per proxy: a peer cannot fill the shared store), the limit is
  *   divided among replicas by demand, then each replica divides its part among its own proxies;
- * - a new budget's first answer waits for its first exchange; later reports are answered at once
- *   from what is known, and a share changed by a sync or another proxy's report is pushed;
+ * - division is coalesced per budget: a budget is divided once per sync (every `syncIntervalMs`),
+ *   after its charges are written and its demand exchanged, whatever the number of reports touching
+ *   it meanwhile; the assignments that division changed are pushed then, one message per stream for
+ *   every budget synced together;
+ * - a report is answered at once from the shares in force; a bucket new to its budget (a new budget,
+ *   or a proxy joining one) is answered after the budget's next division, at most one sync later;
+ * - a budget holds at most `maxProxiesPerBudget` subscriptions of this replica: a report that would
+ *   add one more is refused (OverCapacityError), so that one division and its pushes stay bounded;
  * - every subscription and stream counts against `maxBytes` (estimated), so the state peers make
  *   this process keep is bounded whatever they open.
  */
@@ -53,8 +59,10 @@ export interface QuotaLimits {
   readonly abandonAfterIdleReports: number;
   /** Estimated bytes of every stream and subscription of this process together; a stream that would pass it is refused. */
   readonly maxBytes: number;
-  /** How often charges are written and demand exchanged, ms. */
+  /** How often charges are written, demand exchanged and budgets divided, ms. */
   readonly syncIntervalMs: number;
+  /** Subscriptions of this replica one budget holds (proxies reporting buckets of one rule counter); a report adding one more is refused. */
+  readonly maxProxiesPerBudget: number;
 }
 
 /** The caps of the quota streams themselves (the service's), beside the budgets'. */
@@ -69,6 +77,8 @@ export interface RlqsLimits extends QuotaLimits {
   readonly idleTimeoutMs: number;
   /** Reports one stream may send per second (and at once); past it its next report waits (flow control). */
   readonly maxReportsPerSecond: number;
+  /** Reports every stream of the process together may send per second (and at once); past it the next one waits. */
+  readonly maxProcessReportsPerSecond: number;
 }
 
 /** One bucket's usage in a report, as the codec decodes it. */
@@ -242,6 +252,8 @@ interface Subscription {
   admitted: WindowCount | undefined;
   idleReports: number;
   share: number;
+  /** Whether a division of its budget has given it a share since it joined. */
+  divided: boolean;
   /** The strategy last sent, undefined before the first. */
   sent: QuotaStrategy | undefined;
 }
@@ -283,10 +295,17 @@ interface Budget {
   synced: boolean;
   syncedAtMs: number;
   syncing: Promise<void> | undefined;
+  /** The sync period (QuotaBudgets.period) of its last division: one division per period. */
+  dividedIn: number;
+  /** Reports waiting for the next division (a proxy that joined): resolved by it. */
+  waiting: (() => void)[];
 }
 
+/** A bucket's identity: each string prefixed with its length, so that no two buckets share one. */
 function contentKey(domain: string, pairs: readonly Entry[]): string {
-  return JSON.stringify([domain, pairs.map((e) => [e.key, e.value])]);
+  let key = `${domain.length}:${domain}`;
+  for (const e of pairs) key += `${e.key.length}:${e.key}${e.value.length}:${e.value}`;
+  return key;
 }
 
 function count(n: number): number {
@@ -322,6 +341,10 @@ export class QuotaBudgets {
   private nextSubscriber = 0;
   private lastSweepMs = -Infinity;
   private ticking: Promise<void> | undefined;
+  /** Sync periods begun (one per tick): a budget is divided at most once in each. */
+  private period = 0;
+  /** Assignments changed by divisions, per stream, until flushPushes sends them. */
+  private readonly outbox = new Map<Subscriber, QuotaAction[]>();
 
   constructor(options: QuotaBudgetsOptions) {
     this.store = options.store;
@@ -388,7 +411,7 @@ export class QuotaBudgets {
     // A bucket named twice in one report is one bucket: its counts add up.
     const merged = new Map<string, QuotaUsage>();
     let freshBytes = 0;
-    let fresh = 0;
+    const fresh: { key: string; pairs: readonly Entry[] }[] = [];
     usages.forEach((u, i) => {
       const idBytes = this.checkBucket(u, i);
       const key = contentKey(domain, u.bucket);
@@ -399,46 +422,91 @@ export class QuotaBudgets {
       }
       merged.set(key, u);
       if (!s.subs.has(key)) {
-        fresh++;
+        fresh.push({ key, pairs: u.bucket });
         freshBytes += SUBSCRIPTION_BYTES + 3 * idBytes;
       }
     });
-    if (s.subs.size + fresh > this.limits.maxBucketsPerStream)
+    if (s.subs.size + fresh.length > this.limits.maxBucketsPerStream)
       throw new InvalidRequestError(`more than ${this.limits.maxBucketsPerStream} buckets on one stream`);
     if (this.usedBytes + freshBytes > this.limits.maxBytes) {
       throw new OverCapacityError(`quota streams hold their memory budget (${this.limits.maxBytes} bytes); report fewer buckets or try another replica`);
     }
-    if (this.config() === undefined) throw new NotReadyError('no rate limit configuration loaded');
+    const config = this.config();
+    if (config === undefined) throw new NotReadyError('no rate limit configuration loaded');
+    const matches = this.checkJoins(config, domain, fresh);
     // A full report names every bucket of the stream and no new one: Envoy's periodic report.
-    const full = fresh === 0 && merged.size === s.subs.size;
+    const full = fresh.length === 0 && merged.size === s.subs.size;
     if (full) {
       if (s.lastFullAtMs !== undefined) s.intervalMs = now - s.lastFullAtMs;
       s.lastFullAtMs = now;
     }
     const ttl = ttlSeconds(s.intervalMs ?? this.limits.reportIntervalMs);
     const answered: (Subscription | QuotaAction)[] = [];
-    const reporting = new Set<Subscription>();
-    const touched = new Set<Budget>();
-    const firstSyncs: Promise<void>[] = [];
+    const joined = new Set<Budget>();
+    const reported = new Map<Budget, [number, number]>();
     for (const [key, usage] of merged) {
-      const sub = s.subs.get(key) ?? this.subscribe(s, key, domain, usage.bucket);
+      const sub = s.subs.get(key) ?? this.subscribe(s, key, domain, usage.bucket, matches.get(key));
       const budget = this.place(sub);
-      this.record(sub, usage, now, full);
+      this.record(sub, usage, now, full, reported);
       if (full && sub.idleReports >= this.limits.abandonAfterIdleReports) {
         this.unsubscribe(sub);
         answered.push({ bucket: sub.shared.pairs, abandon: true });
         continue;
       }
       answered.push(sub);
-      reporting.add(sub);
-      if (budget === undefined) continue;
-      touched.add(budget);
-      if (!budget.synced) firstSyncs.push(this.sync(budget));
+      if (budget !== undefined && !sub.divided) joined.add(budget);
     }
-    if (firstSyncs.length > 0) await Promise.all(firstSyncs);
-    for (const b of touched) this.divide(b, reporting);
+    // Once per rule counter, whatever the number of its buckets in the report.
+    for (const [b, [allowed, denied]] of reported) this.observer.onReport?.(b.domain, b.statKey, allowed, denied);
+    // A bucket new to its budget is answered by the budget's next division: a new budget's first
+    // sync, the one under way, or one now if the budget has had none this period.
+    const divisions: Promise<void>[] = [];
+    for (const b of joined) {
+      if (!b.synced || b.syncing !== undefined) divisions.push(this.sync(b));
+      else if (b.dividedIn < this.period) this.divide(b);
+      else divisions.push(this.nextDivision(b));
+    }
+    if (divisions.length > 0) await Promise.all(divisions);
+    // What those divisions changed for the other streams goes out now, not at the next sync.
+    if (joined.size > 0) this.flushPushes();
     if (s.closed) return [];
     return answered.map((a) => ('subscriber' in a ? { bucket: a.shared.pairs, strategy: this.sendable(a, this.strategyOf(a)), ttlSeconds: ttl } : a));
+  }
+
+  /**
+   * The matches of the buckets a report adds to its stream; OverCapacityError when one would take a
+   * budget past `maxProxiesPerBudget` subscriptions (nothing is changed then).
+   */
+  private checkJoins(
+    config: RateLimitConfig,
+    domain: string,
+    fresh: readonly { key: string; pairs: readonly Entry[] }[],
+  ): Map<string, BucketMatch | undefined> {
+    const matches = new Map<string, BucketMatch | undefined>();
+    if (fresh.length === 0) return matches;
+    const joining = new Map<string, number>();
+    const max = this.limits.maxProxiesPerBudget;
+    for (const { key, pairs } of fresh) {
+      const shared = this.buckets.get(key);
+      const match = shared !== undefined ? this.matchOf(shared) : matchBucket(config, domain, pairs, this.calendarOffsetMs);
+      matches.set(key, match);
+      if (match === undefined || match.rule.limit.unlimited) continue;
+      const counter = match.counters[0].key;
+      const joins = (joining.get(counter) ?? 0) + 1;
+      joining.set(counter, joins);
+      if ((this.budgets.get(counter)?.members.size ?? 0) + joins > max) {
+        const named = pairs.map((e) => `${e.key}=${e.value}`).join(',');
+        throw new OverCapacityError(
+          `bucket {${named.length > 128 ? `${named.slice(0, 128)}...` : named}}: its budget already has ${max} proxies on this replica (RLQS_MAX_PROXIES_PER_BUDGET); try another replica`,
+        );
+      }
+    }
+    return matches;
+  }
+
+  /** Resolves once the budget has been divided again (at its next sync). */
+  private nextDivision(b: Budget): Promise<void> {
+    return new Promise((resolve) => b.waiting.push(resolve));
   }
 
   /** The stream is gone: its subscriptions leave their budgets (their demand is withdrawn at the next sync). */
@@ -453,10 +521,14 @@ export class QuotaBudgets {
 
   /**
    * The background work, called every syncIntervalMs: drops silent subscriptions, writes pending
-   * charges and exchanges demand for the budgets that changed or are due, then pushes changed
-   * assignments. At most MAX_SYNCS_PER_SECOND budgets a second. Never rejects.
+   * charges, exchanges demand and divides again for the budgets that changed or are due, then pushes
+   * the changed assignments, one message per stream. At most MAX_SYNCS_PER_SECOND budgets a second.
+   * Never rejects.
    */
   tick(): Promise<void> {
+    // A new period even while the last tick's syncs are under way: a proxy joining a budget not
+    // synced since is answered by a division of its own.
+    this.period++;
     if (this.ticking !== undefined) return this.ticking;
     const now = this.clock.nowMs();
     if (now - this.lastSweepMs >= SWEEP_EVERY_MS) {
@@ -473,6 +545,7 @@ export class QuotaBudgets {
     if (due.length === 0) return Promise.resolve();
     this.ticking = Promise.all(due.map((b) => this.sync(b))).then(() => {
       this.ticking = undefined;
+      this.flushPushes();
     });
     return this.ticking;
   }
@@ -480,6 +553,7 @@ export class QuotaBudgets {
   /** Drops every stream, writes what is pending and withdraws this replica's demand from every budget. */
   async shutdown(): Promise<void> {
     for (const s of [...this.subscribers]) this.close(s);
+    for (const b of this.budgets.values()) this.release(b);
     await this.ticking;
     // Twice: a budget whose sync was under way when its last proxy left withdraws on the second.
     for (let pass = 0; pass < 2 && this.budgets.size > 0; pass++) await Promise.all([...this.budgets.values()].map((b) => this.sync(b)));
@@ -582,8 +656,8 @@ export class QuotaBudgets {
     return bytes;
   }
 
-  /** Usage into the subscription's demand and its budget's pending charges. */
-  private record(sub: Subscription, usage: QuotaUsage, now: number, full: boolean): void {
+  /** Usage into the subscription's demand and its budget's pending charges, and into `reported` (the report's counts per budget, for the observer). */
+  private record(sub: Subscription, usage: QuotaUsage, now: number, full: boolean, reported: Map<Budget, [number, number]>): void {
     const allowed = count(usage.allowed);
     const denied = count(usage.denied);
     const span = sub.lastReportAtMs === undefined ? undefined : now - sub.lastReportAtMs;
@@ -599,7 +673,12 @@ export class QuotaBudgets {
         addPending(budget, j, charge);
       });
       if (allowed > 0) budget.dirty = true;
-      this.observer.onReport?.(budget.domain, budget.statKey, allowed, denied);
+      const sums = reported.get(budget);
+      if (sums === undefined) reported.set(budget, [allowed, denied]);
+      else {
+        sums[0] += allowed;
+        sums[1] += denied;
+      }
     }
     sub.pendingCount = Math.min(sub.pendingCount + allowed + denied, 2 * MAX_REPORTED_COUNT);
     if (span === undefined || span >= MIN_RATE_SPAN_MS) {
@@ -641,10 +720,11 @@ export class QuotaBudgets {
 
   /* ---------- subscriptions ---------- */
 
-  private subscribe(s: Subscriber, key: string, domain: string, pairs: readonly Entry[]): Subscription {
+  /** `match`: the bucket's match under the config in force, when known. */
+  private subscribe(s: Subscriber, key: string, domain: string, pairs: readonly Entry[], match?: BucketMatch): Subscription {
     let shared = this.buckets.get(key);
     if (shared === undefined) {
-      shared = { key, domain, pairs, refs: 0, config: undefined, match: undefined };
+      shared = { key, domain, pairs, refs: 0, config: match === undefined ? undefined : this.config(), match };
       this.buckets.set(key, shared);
     }
     shared.refs++;
@@ -662,6 +742,7 @@ export class QuotaBudgets {
       admitted: undefined,
       idleReports: 0,
       share: 0,
+      divided: false,
       sent: undefined,
     };
     this.usedBytes += sub.bytes;
@@ -731,6 +812,8 @@ export class QuotaBudgets {
         synced: false,
         syncedAtMs: -Infinity,
         syncing: undefined,
+        dividedIn: -1,
+        waiting: [],
       };
       this.usedBytes += bytes;
       this.budgets.set(key, budget);
@@ -746,20 +829,22 @@ export class QuotaBudgets {
       budget.members.add(sub);
       budget.dirty = true;
       sub.budget = budget;
+      sub.divided = false;
       sub.admitted = new WindowCount((2 * match.counters[0].windowMs) / ADMITTED_SLICES);
     }
     return budget;
   }
 
+  /** The subscription leaves its budget; the others' shares grow at the budget's next division (its next sync). */
   private leave(sub: Subscription): void {
     const budget = sub.budget;
     if (budget === undefined) return;
     sub.budget = undefined;
     sub.admitted = undefined;
     sub.share = 0;
+    sub.divided = false;
     budget.members.delete(sub);
     budget.dirty = true;
-    if (budget.members.size > 0) this.divide(budget, undefined);
   }
 
   /** How often an unchanged budget is exchanged: every REFRESH_INTERVALS syncs, less often when there are more than MAX_SYNCS_PER_SECOND allows. */
@@ -809,8 +894,9 @@ export class QuotaBudgets {
         this.observer.onStoreError?.(exchanged.reason);
         if (now - b.othersAtMs > ttlMs) b.others = [];
       }
-      if (b.members.size > 0) this.divide(b, undefined);
+      if (b.members.size > 0) this.divide(b);
       else if (!b.dirty && b.syncing === undefined) this.drop(b);
+      this.release(b);
     });
     return b.syncing;
   }
@@ -829,6 +915,11 @@ export class QuotaBudgets {
     this.usedBytes -= b.bytes;
   }
 
+  /** The reports waiting for the budget's division go on (divided, or left with nothing to divide). */
+  private release(b: Budget): void {
+    if (b.waiting.length > 0) for (const resolve of b.waiting.splice(0)) resolve();
+  }
+
   /** This replica's entry: its proxies' demand together, and what it charged to the counter. */
   private ownDemand(b: Budget, now: number): ReplicaDemand {
     let demand = 0;
@@ -838,10 +929,10 @@ export class QuotaBudgets {
 
   /**
    * Divides the budget: among the replicas by demand, then this replica's part among its proxies;
-   * pushes a changed strategy to every local subscription that has had one, but `reporting`
-   * (answered by the caller).
+   * queues a changed strategy for every local subscription that has had one (sent by flushPushes),
+   * and lets the reports waiting for it go on. Called once per sync period (see `period`).
    */
-  private divide(b: Budget, reporting: ReadonlySet<Subscription> | undefined): void {
+  private divide(b: Budget): void {
     const now = this.clock.nowMs();
     const members = [...b.members];
     const demands = members.map((m) => this.demandOf(m, now));
@@ -854,17 +945,29 @@ export class QuotaBudgets {
     const capacity = b.blocked ? 0 : proxiesCapacity({ limit: c.limit, windowMs: c.windowMs, used: b.used, admitted });
     const replicaShares = divideCapacity(capacity, [own.demand, ...b.others.map((o) => o.demand)]);
     b.replicaShares = replicaShares;
+    b.dividedIn = this.period;
     const shares = divideCapacity(replicaShares[0], demands);
-    const pushes = new Map<Subscriber, QuotaAction[]>();
     members.forEach((m, i) => {
       m.share = shares[i];
-      if (reporting?.has(m) || m.sent === undefined || m.subscriber.closed) return;
+      m.divided = true;
+      if (m.sent === undefined || m.subscriber.closed) return;
       const strategy = this.strategyOf(m);
       if (sameStrategy(m.sent, strategy)) return;
-      const list = pushes.get(m.subscriber) ?? [];
+      let list = this.outbox.get(m.subscriber);
+      if (list === undefined) {
+        list = [];
+        this.outbox.set(m.subscriber, list);
+      }
       list.push({ bucket: m.shared.pairs, strategy: this.sendable(m, strategy), ttlSeconds: ttlSeconds(this.expectedIntervalMs(m.subscriber)) });
-      pushes.set(m.subscriber, list);
     });
-    for (const [s, actions] of pushes) this.onPush(s, actions);
+    this.release(b);
+  }
+
+  /** Sends the queued assignments: one message per stream, whatever the number of its budgets divided since the last. */
+  private flushPushes(): void {
+    if (this.outbox.size === 0) return;
+    const outbox = [...this.outbox];
+    this.outbox.clear();
+    for (const [s, actions] of outbox) if (!s.closed) this.onPush(s, actions);
   }
 }

@@ -28,7 +28,9 @@ import type { StreamingMethod } from './streaming';
  * - a stream's reports are handled one at a time, each before the next is read (the transport's
  *   flow control holds the peer back), and at most `maxReportsPerSecond` a second (a large report
  *   counts once more per REPORT_CREDIT_BYTES): a report past that waits, so a flooding peer costs its
- *   own stream's time, not the process's;
+ *   own stream's time, not the process's; every stream together takes at most
+ *   `maxProcessReportsPerSecond` of the same credit, so that many peers each within their own cap
+ *   cannot hold a core either (a report past it waits its turn);
  * - a stream over RLQS_MAX_STREAMS (or RLQS_MAX_STREAMS_PER_CONNECTION on its connection), or
  *   whose state would pass the budgets' byte budget (RLQS_MAX_MEMORY_BYTES), is refused
  *   with RESOURCE_EXHAUSTED; one that sends no report within `firstReportTimeoutMs`, or nothing for
@@ -121,6 +123,80 @@ const REPORT_CREDIT_BYTES = 1_024;
 /** Stream timeouts are checked this often, ms. */
 const TIMEOUT_CHECK_MS = 1_000;
 
+/** Report credit: a token bucket of `rate` a second, holding at most `rate`. */
+class ReportCredit {
+  private credit: number;
+  private atMs: number;
+
+  constructor(
+    private readonly rate: number,
+    nowMs: number,
+  ) {
+    this.credit = rate;
+    this.atMs = nowMs;
+  }
+
+  /** Takes `cost`; how long to wait first when there was not enough (ms). Credit taken ahead waits its turn after what was taken before it. */
+  take(cost: number, nowMs: number): number {
+    this.credit = Math.min(this.rate, this.credit + ((nowMs - this.atMs) * this.rate) / 1000);
+    this.atMs = Math.max(this.atMs, nowMs);
+    this.credit -= cost;
+    return this.credit >= 0 ? 0 : Math.ceil((-this.credit * 1000) / this.rate);
+  }
+
+  /** Returns credit taken for a report that was not handled. */
+  giveBack(cost: number): void {
+    this.credit = Math.min(this.rate, this.credit + cost);
+  }
+}
+
+/** The credit a report of `bytes` costs: one, and one more per REPORT_CREDIT_BYTES (decoding is per byte). */
+function reportCost(bytes: number): number {
+  return 1 + Math.floor(bytes / REPORT_CREDIT_BYTES);
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Reports handled in one turn of the event loop, at most, ms: the rest wait for the next turn, and the RLS calls that came meanwhile go first. */
+const REPORT_SLICE_MS = 1;
+
+/**
+ * Work that can wait a turn of the event loop (quota reports: nothing waits on their answers but the
+ * proxy's next report), run in arrival order, at most `sliceMs` of it per turn: a burst of reports
+ * read from the sockets at once would otherwise hold every RLS call read with it for all of them.
+ */
+class TurnQueue {
+  private readonly queue: { readonly task: () => Promise<void>; readonly done: () => void }[] = [];
+  private scheduled = false;
+
+  constructor(private readonly sliceMs: number) {}
+
+  /** Runs `task` (which never rejects) in a later turn; resolves once it has. */
+  run(task: () => Promise<void>): Promise<void> {
+    return new Promise((done) => {
+      this.queue.push({ task, done });
+      this.schedule();
+    });
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.queue.length === 0) return;
+    this.scheduled = true;
+    setImmediate(this.slice);
+  }
+
+  private readonly slice = (): void => {
+    this.scheduled = false;
+    const until = performance.now() + this.sliceMs;
+    do {
+      const { task, done } = this.queue.shift()!;
+      void task().then(done);
+    } while (this.queue.length > 0 && performance.now() < until);
+    // An immediate set from one runs at the next turn, after the sockets have been read.
+    this.schedule();
+  };
+}
+
 interface StreamState {
   readonly subscriber: QuotaSubscriber;
   readonly connection: unknown;
@@ -130,9 +206,8 @@ interface StreamState {
   readonly openedAtMs: number;
   domain: string | undefined;
   lastMessageAtMs: number | undefined;
-  /** Report credit (a token bucket of maxReportsPerSecond), and when it was last filled. */
-  credit: number;
-  creditAtMs: number;
+  /** Report credit of this stream (maxReportsPerSecond). */
+  readonly credit: ReportCredit;
   ended: boolean;
 }
 
@@ -149,6 +224,10 @@ export class RlqsService {
   /** Open streams per connection (only connections with one). */
   private readonly perConnection = new Map<unknown, number>();
   private readonly timers: NodeJS.Timeout[] = [];
+  /** Report credit of every stream together (maxProcessReportsPerSecond). */
+  private readonly processCredit: ReportCredit;
+  /** Where reports wait for their turn of the event loop. */
+  private readonly turns = new TurnQueue(REPORT_SLICE_MS);
   private stopping: Promise<void> | undefined;
   private storeErrorLogged = false;
 
@@ -173,6 +252,7 @@ export class RlqsService {
         onStoreError: (err) => this.storeFailed(err),
       },
     });
+    this.processCredit = new ReportCredit(options.limits.maxProcessReportsPerSecond, this.clock.nowMs());
     if (options.timers !== false) {
       this.timers.push(setInterval(() => void this.tick(), options.limits.syncIntervalMs).unref());
       this.timers.push(setInterval(() => this.endTimedOut(), TIMEOUT_CHECK_MS).unref());
@@ -229,8 +309,7 @@ export class RlqsService {
       openedAtMs: now,
       domain: undefined,
       lastMessageAtMs: undefined,
-      credit: this.limits.maxReportsPerSecond,
-      creditAtMs: now,
+      credit: new ReportCredit(this.limits.maxReportsPerSecond, now),
       ended: false,
     };
     this.streams.set(subscriber.id, stream);
@@ -287,30 +366,34 @@ export class RlqsService {
 
   /* ---------- one stream ---------- */
 
-  /** One report, after the stream's report credit allows it; never rejects (a failure ends the stream). */
+  /** One report, after the stream's report credit and then the process's allow it; never rejects (a failure ends the stream). */
   private async message(stream: StreamState, bytes: Buffer): Promise<void> {
     if (stream.ended) return;
     stream.lastMessageAtMs = this.clock.nowMs();
-    const waitMs = this.takeCredit(stream, bytes.length);
+    const cost = reportCost(bytes.length);
+    const waitMs = stream.credit.take(cost, this.clock.nowMs());
     if (waitMs > 0) {
-      await new Promise((resolve) => setTimeout(resolve, waitMs));
+      await sleep(waitMs);
       if (stream.ended) return;
     }
-    try {
-      await this.handle(stream, bytes);
-    } catch (err) {
-      this.fail(stream, err);
+    // The process's credit is taken once the stream's allows the report: a stream waits for it with
+    // one report at a time, so a stream's turn comes after at most one report of every other.
+    const processWaitMs = this.processCredit.take(cost, this.clock.nowMs());
+    if (processWaitMs > 0) {
+      await sleep(processWaitMs);
+      if (stream.ended) {
+        this.processCredit.giveBack(cost);
+        return;
+      }
     }
-  }
-
-  /** Takes a report's credit (one, and one more per REPORT_CREDIT_BYTES); how long to wait first when there is not enough (ms). */
-  private takeCredit(stream: StreamState, bytes: number): number {
-    const rate = this.limits.maxReportsPerSecond;
-    const now = this.clock.nowMs();
-    stream.credit = Math.min(rate, stream.credit + ((now - stream.creditAtMs) * rate) / 1000);
-    stream.creditAtMs = now;
-    stream.credit -= 1 + Math.floor(bytes / REPORT_CREDIT_BYTES);
-    return stream.credit >= 0 ? 0 : Math.ceil((-stream.credit * 1000) / rate);
+    await this.turns.run(async () => {
+      if (stream.ended) return;
+      try {
+        await this.handle(stream, bytes);
+      } catch (err) {
+        this.fail(stream, err);
+      }
+    });
   }
 
   private async handle(stream: StreamState, bytes: Buffer): Promise<void> {

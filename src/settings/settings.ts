@@ -594,6 +594,8 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
       firstReportTimeoutMs: positive('RLQS_FIRST_REPORT_TIMEOUT', duration(env, 'RLQS_FIRST_REPORT_TIMEOUT', 10_000)),
       idleTimeoutMs: positive('RLQS_IDLE_TIMEOUT', duration(env, 'RLQS_IDLE_TIMEOUT', 30_000)),
       maxReportsPerSecond: int(env, 'RLQS_MAX_REPORTS_PER_SECOND', 20, 1, 100_000),
+      maxProcessReportsPerSecond: int(env, 'RLQS_MAX_PROCESS_REPORTS_PER_SECOND', 2_000, 1, 1_000_000),
+      maxProxiesPerBudget: int(env, 'RLQS_MAX_PROXIES_PER_BUDGET', 1_000, 1, 1_000_000),
     }),
     grpcReflection: Object.freeze({
       enabled: bool(env, 'GRPC_REFLECTION', true),

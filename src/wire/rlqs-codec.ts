@@ -24,6 +24,7 @@ export interface UsageReport {
 interface Types {
   readonly reports: protobuf.Type;
   readonly response: protobuf.Type;
+  readonly action: protobuf.Type;
 }
 
 let types: Types | undefined;
@@ -34,6 +35,7 @@ function rlqsTypes(): Types {
     types = {
       reports: root.lookupType('envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports'),
       response: root.lookupType('envoy.service.rate_limit_quota.v3.RateLimitQuotaResponse'),
+      action: root.lookupType('envoy.service.rate_limit_quota.v3.RateLimitQuotaResponse.BucketAction'),
     };
   }
   return types;
@@ -49,7 +51,10 @@ interface DecodedUsage {
 /** A uint64/int64 as a number (counts beyond 2^53 lose precision; the budgets cap counts far below). */
 function num(value: number | string | protobuf.Long | undefined | null): number {
   if (value === undefined || value === null) return 0;
-  return typeof value === 'number' ? value : Number(value.toString());
+  if (typeof value === 'number') return value;
+  if (typeof value === 'string') return Number(value);
+  // From its two halves: the text form would allocate a string and several Longs per count.
+  return (value.unsigned ? value.high >>> 0 : value.high) * 0x1_0000_0000 + (value.low >>> 0);
 }
 
 /**
@@ -98,18 +103,64 @@ function strategyMessage(strategy: QuotaStrategy): Record<string, unknown> {
   }
 }
 
-/** One RateLimitQuotaResponse with `actions`, as message bytes. */
+/** One BucketAction as message bytes. */
+function encodeAction(a: QuotaAction): Uint8Array {
+  const type = rlqsTypes().action;
+  const bucketId = { bucket: Object.fromEntries(a.bucket.map((e) => [e.key, e.value])) };
+  const message =
+    a.abandon === true
+      ? { bucketId, abandonAction: {} }
+      : { bucketId, quotaAssignmentAction: { assignmentTimeToLive: { seconds: a.ttlSeconds, nanos: 0 }, rateLimitStrategy: strategyMessage(a.strategy) } };
+  return type.encode(type.fromObject(message)).finish();
+}
+
+/**
+ * The last encoding of an assignment, by its strategy object: the budgets hand a subscription's
+ * strategy object (the one last sent to it) and its bucket's id array for as long as the assignment
+ * holds, so a stream's periodic answer costs a copy of each action, not an encoding.
+ */
+const encodedActions = new WeakMap<QuotaStrategy, { readonly bucket: QuotaAction['bucket']; readonly ttlSeconds: number; readonly bytes: Uint8Array }>();
+
+function actionBytes(a: QuotaAction): Uint8Array {
+  if (a.abandon === true) return encodeAction(a);
+  const seen = encodedActions.get(a.strategy);
+  if (seen !== undefined && seen.bucket === a.bucket && seen.ttlSeconds === a.ttlSeconds) return seen.bytes;
+  const bytes = encodeAction(a);
+  encodedActions.set(a.strategy, { bucket: a.bucket, ttlSeconds: a.ttlSeconds, bytes });
+  return bytes;
+}
+
+/** The length of a varint. */
+function varintLength(n: number): number {
+  let length = 1;
+  while (n >= 0x80) {
+    n = Math.floor(n / 0x80);
+    length++;
+  }
+  return length;
+}
+
+/** Field 1 (bucket_action), length-delimited: its tag byte. */
+const BUCKET_ACTION_TAG = (1 << 3) | 2;
+
+/** One RateLimitQuotaResponse with `actions`, as message bytes (the repeated field written here, each action encoded by protobufjs). */
 export function encodeQuotaResponse(actions: readonly QuotaAction[]): Uint8Array {
-  const type = rlqsTypes().response;
-  const message = type.fromObject({
-    bucketAction: actions.map((a) => {
-      const bucketId = { bucket: Object.fromEntries(a.bucket.map((e) => [e.key, e.value])) };
-      if (a.abandon === true) return { bucketId, abandonAction: {} };
-      return {
-        bucketId,
-        quotaAssignmentAction: { assignmentTimeToLive: { seconds: a.ttlSeconds, nanos: 0 }, rateLimitStrategy: strategyMessage(a.strategy) },
-      };
-    }),
-  });
-  return type.encode(message).finish();
+  const parts = actions.map(actionBytes);
+  let size = 0;
+  for (const p of parts) size += 1 + varintLength(p.length) + p.length;
+  const out = Buffer.allocUnsafe(size);
+  let at = 0;
+  for (const p of parts) {
+    out[at++] = BUCKET_ACTION_TAG;
+    for (let n = p.length; ; n = Math.floor(n / 0x80)) {
+      if (n < 0x80) {
+        out[at++] = n;
+        break;
+      }
+      out[at++] = (n & 0x7f) | 0x80;
+    }
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
 }

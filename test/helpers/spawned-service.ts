@@ -20,6 +20,8 @@ export interface SpawnedService {
   readonly lines: readonly Record<string, unknown>[];
   /** The process's resident set size, bytes (from /proc). */
   rssBytes(): number;
+  /** CPU time the process has used, user and system, seconds (from /proc). */
+  cpuSeconds(): number;
   /** SIGTERM, then SIGKILL after 5 s; resolves once it has exited. */
   stop(): Promise<void>;
 }
@@ -81,6 +83,12 @@ export async function spawnService(options: SpawnOptions): Promise<SpawnedServic
     rssBytes: () => {
       const status = fs.readFileSync(`/proc/${child.pid}/status`, 'utf8');
       return Number(/VmRSS:\s+(\d+) kB/.exec(status)![1]) * 1024;
+    },
+    cpuSeconds: () => {
+      // utime and stime, the 14th and 15th fields, in clock ticks (100 a second on Linux); the name before them may hold spaces.
+      const stat = fs.readFileSync(`/proc/${child.pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      return (Number(fields[11]) + Number(fields[12])) / 100;
     },
     stop: async () => {
       if (child.exitCode !== null || child.signalCode !== null) return;

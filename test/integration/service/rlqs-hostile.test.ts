@@ -3,7 +3,8 @@ import { spawn } from 'node:child_process';
 import { loadProtoFiles } from '../../../src/wire/proto';
 import { RLQS_PATH, RLQS_PROTO } from '../../../src/wire/rlqs-codec';
 import { EnvoyQuotaClient, rawQuotaStream, type RawQuotaStream } from '../../helpers/envoy-quota-client';
-import { rlsClient, type RlsClient } from '../../helpers/grpc-client';
+import { rlsClient, type RlsRequestInput } from '../../helpers/grpc-client';
+import { inTurns, legitCalls, summary } from '../../helpers/load-turns';
 import { request } from '../../helpers/http-request';
 import { admittedBetween, driveLoad } from '../../helpers/quota-load';
 import { sleep, startRedis, waitUntil, type RedisServer } from '../../helpers/redis';
@@ -85,49 +86,7 @@ function flood(target: string, message: Uint8Array): { pause(): void; resume(): 
   };
 }
 
-/** One legitimate RLS call: when it was sent (ms, performance.now()), how long it took, and its failure if it failed. */
-interface LegitCall {
-  readonly sentMs: number;
-  readonly ms: number;
-  /** An overall code other than OK, or the call's error. */
-  readonly error?: string;
-  /** Whether the service answered (with any overall code). */
-  readonly answered: boolean;
-}
-
-/** Legitimate RLS calls at `perSecond` for `ms`, each recorded. */
-async function legitCalls(client: RlsClient, perSecond: number, ms: number): Promise<LegitCall[]> {
-  const calls: Promise<LegitCall>[] = [];
-  const started = performance.now();
-  for (let i = 0; performance.now() - started < ms; i++) {
-    const due = started + (i * 1000) / perSecond;
-    const wait = due - performance.now();
-    if (wait > 0) await sleep(wait);
-    const sentMs = performance.now();
-    calls.push(
-      client.shouldRateLimit({ domain: 'quota', descriptors: [{ entries: [{ key: 'api', value: `a${i % 10}` }] }] }, { deadlineMs: 2_000 }).then(
-        (r) => ({ sentMs, ms: performance.now() - sentMs, error: r.overallCode === 'OK' ? undefined : r.overallCode, answered: true }),
-        (err: Error) => ({ sentMs, ms: performance.now() - sentMs, error: err.message, answered: false }),
-      ),
-    );
-  }
-  return Promise.all(calls);
-}
-
-/** Calls, errors, the 99th percentile latency of the answered calls, and the first few failures. */
-function summary(calls: readonly LegitCall[]): { calls: number; errors: number; p99: number; failures: string[] } {
-  const latencies = calls
-    .filter((c) => c.answered)
-    .map((c) => c.ms)
-    .sort((a, b) => a - b);
-  const failed = calls.filter((c) => c.error !== undefined);
-  return {
-    calls: calls.length,
-    errors: failed.length,
-    p99: latencies[Math.floor(0.99 * (latencies.length - 1))] ?? Infinity,
-    failures: failed.slice(0, 3).map((c) => c.error!),
-  };
-}
+const API_CALL = (i: number): RlsRequestInput => ({ domain: 'quota', descriptors: [{ entries: [{ key: 'api', value: `a${i % 10}` }] }] });
 
 function metricValue(text: string, name: string, labels: string): number {
   const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(labels));
@@ -152,36 +111,19 @@ describe('on Redis', () => {
     const hostile = flood(`127.0.0.1:${svc.grpcPort}`, message);
     hostile.pause();
     try {
-      await legitCalls(client, 200, 500);
+      await legitCalls(client, 200, 500, API_CALL);
       const rssBefore = svc.rssBytes();
       let rssMax = rssBefore;
       // The same calls go on throughout while the flood runs and pauses in turns, 1 s each: other test
       // files' load on the machine moves the latency of both halves alike (the target, 50 ms, is a quiet
       // machine's). A call counts for the half it was sent in, unless sent in the first 300 ms after a
       // switch (what the server had already taken of the flood, at most its flow-control window).
-      const switches: { atMs: number; flooding: boolean }[] = [];
       const sampler = setInterval(() => (rssMax = Math.max(rssMax, svc.rssBytes())), 100);
-      const phases = (async () => {
-        for (let i = 0; i < 8; i++) {
-          const flooding = i % 2 === 1;
-          if (flooding) hostile.resume();
-          else hostile.pause();
-          switches.push({ atMs: performance.now(), flooding });
-          await sleep(1_000);
-        }
-        hostile.pause();
-      })();
-      const calls = await legitCalls(client, 200, 8_000);
-      await phases;
+      const { loaded, alone: aloneCalls } = await inTurns(client, hostile, { turns: 8, turnMs: 1_000, settleMs: 300, callsPerSecond: 200, request: API_CALL });
       clearInterval(sampler);
       const reportsSent = await hostile.stop();
-      const half = (flooding: boolean): LegitCall[] =>
-        calls.filter((c) => {
-          const last = switches.filter((w) => w.atMs <= c.sentMs).pop();
-          return last !== undefined && last.flooding === flooding && c.sentMs - last.atMs >= 300;
-        });
-      const legit = summary(half(true));
-      const alone = summary(half(false));
+      const legit = summary(loaded);
+      const alone = summary(aloneCalls);
       const growthMb = (rssMax - rssBefore) / 2 ** 20;
       console.log('report flood beside RLS on Redis', { legit, alone, reportsSent, growthMb: growthMb.toFixed(1) });
       expect(Math.min(legit.calls, alone.calls)).toBeGreaterThan(400);

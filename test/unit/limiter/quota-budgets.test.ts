@@ -39,6 +39,7 @@ const LIMITS: QuotaLimits = {
   abandonAfterIdleReports: 1_000,
   maxBytes: 16 * 1024 * 1024,
   syncIntervalMs: 250,
+  maxProxiesPerBudget: 1_000,
 };
 
 interface Replica {
@@ -81,9 +82,27 @@ function rateOf(s: QuotaStrategy | undefined): number {
   return s.tokensPerFill / s.fillIntervalSeconds;
 }
 
+/**
+ * A pending answer, with the budgets ticked (a sync each, as the service's timer does) while it waits:
+ * a proxy joining a budget already divided in this sync period is answered by the next division.
+ */
+async function answered<T>(r: Replica, pending: Promise<T>): Promise<T> {
+  let done = false;
+  void pending.then(
+    () => (done = true),
+    () => (done = true),
+  );
+  for (let i = 0; i < 5; i++) {
+    await new Promise((resolve) => setImmediate(resolve));
+    if (done) break;
+    await r.budgets.tick();
+  }
+  return pending;
+}
+
 /** One report, its answer logged with the pushes in the order they came. */
 async function report(r: Replica, s: QuotaSubscriber, usages: QuotaUsage[]): Promise<QuotaAction[]> {
-  const answers = await r.budgets.report(s, 'q', usages);
+  const answers = await answered(r, r.budgets.report(s, 'q', usages));
   r.pushes.set(s.id, [...(r.pushes.get(s.id) ?? []), ...answers]);
   return answers;
 }
@@ -179,7 +198,7 @@ describe('charges', () => {
 });
 
 describe('division', () => {
-  test('the freed budget reaches the busy proxy at the next report of the one that stopped', async () => {
+  test('the freed budget reaches the busy proxy at the sync after the report of the one that stopped', async () => {
     const { clock, replica } = setup();
     const r = replica();
     const [a, b] = [r.budgets.open(), r.budgets.open()];
@@ -190,10 +209,76 @@ describe('division', () => {
       clock.advance(1_000);
     }
     expect(rateOf(current(r, b))).toBeLessThan(20);
-    // A stops; B offers twice the limit.
+    // A stops; B offers twice the limit. Both are answered from the shares in force; the sync divides again and pushes.
     await report(r, a, [usage({ k: 'shift' }, 0, 0)]);
     await report(r, b, [usage({ k: 'shift' }, 10, 190)]);
+    expect(rateOf(current(r, b))).toBeLessThan(20);
+    await r.budgets.tick();
     expect(rateOf(current(r, b))).toBeGreaterThanOrEqual(90);
+  });
+
+  test('48 proxies reporting one bucket 10 times between syncs: one division per sync, and each proxy pushed at most once per sync', async () => {
+    const { clock, replica } = setup();
+    const r = replica();
+    const proxies = Array.from({ length: 48 }, () => r.budgets.open());
+    for (const p of proxies) await report(r, p, [usage({ k: 'shared' }, 1)]);
+    const pushesOf = (): number => [...r.pushes.values()].reduce((n, list) => n + list.length, 0);
+    let pushedAtSyncs = 0;
+    for (let sync = 0; sync < 5; sync++) {
+      const before = pushesOf();
+      for (let round = 0; round < 10; round++) {
+        clock.advance(25);
+        // Demand that moves at every report (half the proxies idle, the other half busy, swapping at each sync).
+        for (const [i, p] of proxies.entries()) {
+          const answers = await r.budgets.report(p, 'q', [usage({ k: 'shared' }, ((i + sync) % 2) * (5 + (round % 3)), 0)]);
+          expect(answers).toHaveLength(1);
+        }
+      }
+      // Between syncs: the answers only.
+      expect(pushesOf() - before).toBe(0);
+      const sizes = new Map([...r.pushes].map(([id, list]) => [id, list.length]));
+      await r.budgets.tick();
+      const pushed = new Map([...r.pushes].map(([id, list]) => [id, list.length - (sizes.get(id) ?? 0)]));
+      // One division: each proxy gets at most one push (one action) from it.
+      expect(Math.max(...pushed.values())).toBeLessThanOrEqual(1);
+      pushedAtSyncs += [...pushed.values()].reduce((a, b) => a + b, 0);
+    }
+    // The shares did move: the syncs pushed them.
+    expect(pushedAtSyncs).toBeGreaterThan(48);
+    // The shares of that one division add up to the limit.
+    const shares = r.budgets.view(1, 100).budgets[0].proxies.map((p) => p.share);
+    expect(shares).toHaveLength(48);
+    expect(shares.reduce((a, b) => a + b, 0)).toBeCloseTo(100, 6);
+  });
+
+  test("a proxy joining a budget is answered by the budget's next division: at once when it has had none this sync period, else at the next sync", async () => {
+    const { replica } = setup();
+    const r = replica();
+    const [a, b, c] = [r.budgets.open(), r.budgets.open(), r.budgets.open()];
+    const rateIn = (answer: QuotaAction[] | undefined): number =>
+      answer?.[0].abandon === false || answer?.[0].abandon === undefined ? rateOf(answer?.[0].strategy) : NaN;
+    // A new budget: its first sync divides it (this period's division), and answers A.
+    expect(rateIn(await r.budgets.report(a, 'q', [usage({ k: 'join' }, 1)]))).toBe(100);
+    // B joins in the same period: it waits for the next sync.
+    let bAnswer: QuotaAction[] | undefined;
+    const pending = r.budgets.report(b, 'q', [usage({ k: 'join' }, 1)]).then((x) => (bAnswer = x));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(bAnswer).toBeUndefined();
+    await r.budgets.tick();
+    await pending;
+    expect(rateIn(bAnswer)).toBe(50);
+    // That sync divided the budget in its period: C, joining after it, waits for the next sync too.
+    let cAnswer: QuotaAction[] | undefined;
+    const third = r.budgets.report(c, 'q', [usage({ k: 'join' }, 1)]).then((x) => (cAnswer = x));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(cAnswer).toBeUndefined();
+    await r.budgets.tick();
+    await third;
+    expect(rateIn(cAnswer)).toBe(33);
+    // A period in which the budget had nothing due: D, joining, divides it at once.
+    await r.budgets.tick();
+    const d = r.budgets.open();
+    expect(rateIn(await r.budgets.report(d, 'q', [usage({ k: 'join' }, 1)]))).toBe(25);
   });
 
   test('streams that reported once and went quiet stop counting after two intervals, and leave after three', async () => {
@@ -248,6 +333,26 @@ describe('bounds', () => {
     for (const o of opened) r.budgets.close(o);
     r.budgets.close(s);
     expect(r.budgets.bytes).toBeLessThan(64 * 1024);
+  });
+
+  test('a budget holds at most maxProxiesPerBudget subscriptions: a report adding one more is refused and changes nothing', async () => {
+    const { replica } = setup({ limits: { maxProxiesPerBudget: 3 } });
+    const r = replica();
+    const streams = Array.from({ length: 4 }, () => r.budgets.open());
+    for (const s of streams.slice(0, 3)) await report(r, s, [usage({ k: 'capped' }, 1)]);
+    const bytes = r.budgets.bytes;
+    // Two buckets of the same rule counter (the pairs differ only in order)... and another budget beside.
+    await expect(r.budgets.report(streams[3], 'q', [usage({ k: 'other' }, 1), usage({ k: 'capped' }, 1)])).rejects.toThrow(
+      /bucket \{k=capped\}: its budget already has 3 proxies on this replica \(RLQS_MAX_PROXIES_PER_BUDGET\)/,
+    );
+    expect(r.budgets.bytes).toBe(bytes);
+    expect(r.budgets.bucketsOf(streams[3])).toBe(0);
+    // The stream itself goes on: a bucket of another budget is served.
+    expect(await report(r, streams[3], [usage({ k: 'other' }, 1)])).toHaveLength(1);
+    // One leaves: there is room again.
+    r.budgets.close(streams[0]);
+    expect(await report(r, streams[3], [usage({ k: 'capped' }, 1)])).toHaveLength(1);
+    expect(r.budgets.view(10, 10).budgets.find((b) => b.counter.includes('capped'))?.proxies).toHaveLength(3);
   });
 
   test('a bucket named many times in one report is one subscription with the counts added', async () => {

@@ -27,6 +27,8 @@ const LIMITS: RlqsLimits = {
   firstReportTimeoutMs: 10_000,
   idleTimeoutMs: 30_000,
   maxReportsPerSecond: 100,
+  maxProcessReportsPerSecond: 10_000,
+  maxProxiesPerBudget: 1_000,
 };
 
 const root = loadProtoFiles([RLQS_PROTO]);
@@ -55,6 +57,17 @@ class Sink implements QuotaStreamSink {
   last(): any {
     return this.frames.at(-1).bucketAction[0];
   }
+}
+
+/** A message's handling, with the service ticked (a sync each) while it waits for its budget's next division. */
+async function handled(service: RlqsService, pending: Promise<void>): Promise<void> {
+  let done = false;
+  void pending.then(() => (done = true));
+  for (let i = 0; i < 5 && !done; i++) {
+    await new Promise((resolve) => setImmediate(resolve));
+    if (!done) await service.tick();
+  }
+  return pending;
 }
 
 function setup(limits: Partial<RlqsLimits> = {}) {
@@ -88,17 +101,20 @@ test('the TTL follows the observed interval between full reports; the first uses
   expect(service.view().streams[0].reportIntervalMs).toBe(400);
 });
 
-test('demand is timed by receive times: a proxy asking little keeps what it asks, the busy one gets the rest, pushed at once', async () => {
+test('demand is timed by receive times: a proxy asking little keeps what it asks, the busy one gets the rest, pushed at the next sync', async () => {
   const { clock, service } = setup();
   const [busy, light] = [new Sink(), new Sink()];
   const a = service.open(busy);
   const b = service.open(light);
   await a.message(message([[{ k: 'x' }, 1, 0]]));
-  await b.message(message([[{ k: 'x' }, 1, 0]]));
+  await handled(service, b.message(message([[{ k: 'x' }, 1, 0]])));
   // Both unknown: an even split, pushed to the first.
   expect(busy.last().quotaAssignmentAction.rateLimitStrategy.tokenBucket.tokensPerFill.value).toBe(45);
   clock.advance(500);
   await b.message(message([[{ k: 'x' }, 4, 0]])); // 8/s, x 1.25 = 10/s
+  // Answered from the shares in force; the sync divides again.
+  expect(light.last().quotaAssignmentAction.rateLimitStrategy.tokenBucket.tokensPerFill).toEqual({ value: 45 });
+  await service.tick();
   expect(light.last().quotaAssignmentAction.rateLimitStrategy.tokenBucket.tokensPerFill).toEqual({ value: 10 });
   expect(busy.last().quotaAssignmentAction.rateLimitStrategy.tokenBucket.tokensPerFill).toEqual({ value: 80 });
 });
@@ -193,4 +209,17 @@ test('shutdown ends every stream with UNAVAILABLE and withdraws its demand; new 
   const late = new Sink();
   service.open(late);
   expect(late.ended).toMatchObject({ code: 14 });
+});
+
+test('reports of every stream together past RLQS_MAX_PROCESS_REPORTS_PER_SECOND wait their turn, after each stream its own credit', async () => {
+  const { service } = setup({ maxStreams: 3, maxStreamsPerConnection: 3, maxReportsPerSecond: 100, maxProcessReportsPerSecond: 2 });
+  const sinks = [new Sink(), new Sink(), new Sink()];
+  const streams = sinks.map((sink) => service.open(sink));
+  await streams[0].message(message([[{ k: 'p1' }, 1, 0]]));
+  await streams[1].message(message([[{ k: 'p2' }, 1, 0]]));
+  const started = performance.now();
+  // Within its own stream's credit, past the process's: the clock stands still, so it waits the half second one report's credit takes.
+  await streams[2].message(message([[{ k: 'p3' }, 1, 0]]));
+  expect(performance.now() - started).toBeGreaterThanOrEqual(450);
+  expect(sinks.map((s) => s.frames.length)).toEqual([1, 1, 1]);
 });

@@ -67,4 +67,45 @@ describe('responses', () => {
     });
     expect(actions[3]).toEqual({ bucketId: { bucket: { k: 'd' } }, abandonAction: {}, bucketAction: 'abandonAction' });
   });
+
+  test("the bytes are protobufjs's for the whole message, actions of any length; a later strategy or TTL of the same bucket is encoded anew", () => {
+    const long = [{ key: 'tenant', value: 'x'.repeat(300) }];
+    const short = [{ key: 'k', value: 'a' }];
+    const strategy = { kind: 'token_bucket', maxTokens: 2, tokensPerFill: 10, fillIntervalSeconds: 20 } as const;
+    const actions = [
+      { bucket: long, strategy, ttlSeconds: 15 },
+      { bucket: short, strategy: { kind: 'deny_all' } as const, ttlSeconds: 3 },
+      { bucket: [{ key: 'k', value: 'gone' }], abandon: true as const },
+    ];
+    const whole = (list: typeof actions): Uint8Array =>
+      Response.encode(
+        Response.fromObject({
+          bucketAction: list.map((a) =>
+            a.abandon === true
+              ? { bucketId: { bucket: { k: 'gone' } }, abandonAction: {} }
+              : {
+                  bucketId: { bucket: Object.fromEntries(a.bucket.map((e) => [e.key, e.value])) },
+                  quotaAssignmentAction: {
+                    assignmentTimeToLive: { seconds: a.ttlSeconds, nanos: 0 },
+                    rateLimitStrategy:
+                      a.strategy.kind === 'deny_all'
+                        ? { blanketRule: 1 }
+                        : { tokenBucket: { maxTokens: 2, tokensPerFill: { value: 10 }, fillInterval: { seconds: 20, nanos: 0 } } },
+                  },
+                },
+          ),
+        }),
+      ).finish();
+    const first = encodeQuotaResponse(actions);
+    expect(Buffer.from(first).equals(Buffer.from(whole(actions)))).toBe(true);
+    expect(Buffer.from(encodeQuotaResponse(actions)).equals(Buffer.from(first))).toBe(true);
+    // A new TTL, or a new strategy object for the same bucket, is encoded anew.
+    const later = encodeQuotaResponse([{ bucket: long, strategy: { ...strategy, tokensPerFill: 11 }, ttlSeconds: 6 }]);
+    const decoded = Response.toObject(Response.decode(later), { longs: Number, oneofs: true, defaults: false }) as any;
+    expect(decoded.bucketAction[0].quotaAssignmentAction).toEqual({
+      assignmentTimeToLive: { seconds: 6 },
+      rateLimitStrategy: { tokenBucket: { maxTokens: 2, tokensPerFill: { value: 11 }, fillInterval: { seconds: 20 } }, strategy: 'tokenBucket' },
+    });
+    expect(encodeQuotaResponse([])).toHaveLength(0);
+  });
 });
