@@ -18,8 +18,8 @@ import { encodeStruct } from './struct-codec';
 /** The bytes are not a valid protobuf encoding of the message (answered INTERNAL, like grpc-js; see src/errors.ts). */
 export { MalformedMessageError };
 
-/** A cursor over one message's bytes. */
-class Reader {
+/** A cursor over one message's bytes (also the quota reports' decoder's, ./rlqs-codec.ts). */
+export class Reader {
   pos: number;
   /** End of the message being read; narrowed while a sub-message is read. */
   end: number;
