@@ -106,8 +106,13 @@ async function main(): Promise<void> {
   const streams = Array.from({ length: proxies }, () => {
     let next: () => void = () => undefined;
     const sink: QuotaStreamSink = {
-      send: () => next(),
+      send: () => {
+        next();
+        return true;
+      },
       end: () => undefined,
+      cut: () => undefined,
+      heldBytes: 0,
     };
     const stream = service.open(sink);
     return { stream, setNext: (f: () => void) => (next = f) };

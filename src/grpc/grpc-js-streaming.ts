@@ -12,9 +12,9 @@ import { GrpcStatus } from '../wire/grpc-framing';
 /**
  * A bidirectional streaming call (src/service/streaming.ts) on grpc-js (GRPC_TRANSPORT=grpc-js):
  * messages pass as bytes (identity serializers), the input is paused while the handler is busy with
- * a message (grpc-js then stops reading the stream, and its window closes), write() follows
- * grpc-js's own backpressure ('drain'), and grpc-js enforces grpc-timeout and
- * GRPC_MAX_MESSAGE_BYTES itself.
+ * a message (grpc-js then stops reading the stream, and its window closes), write() counts the
+ * bytes grpc-js has not yet handed on (a write's callback comes once node:http2 has sent it, flow
+ * control permitting), and grpc-js enforces grpc-timeout and GRPC_MAX_MESSAGE_BYTES itself.
  *
  * A call's connection is its node:http2 session. grpc-js tells a call only the socket's addresses
  * (getPeer(), and getConnectionInfo() to interceptors), which a Unix socket does not have: every peer
@@ -35,6 +35,9 @@ export function http2StreamOf(call: object): http2.ServerHttp2Stream | undefined
   }
   return undefined;
 }
+
+/** RFC 9113 error code 0xb: gRPC clients read a stream reset with it as RESOURCE_EXHAUSTED. */
+const ENHANCE_YOUR_CALM = 0xb;
 
 const identity = (bytes: Buffer): Buffer => bytes;
 
@@ -71,6 +74,10 @@ export class GrpcJsStreamingCall extends StreamingCallBase {
   private readonly stream: http2.ServerHttp2Stream | undefined;
   /** The session, read once: node:http2 forgets it when the stream closes. */
   private readonly session: http2.Http2Session | undefined;
+  /** Bytes written and not yet handed on by grpc-js (their write callbacks pending). */
+  private held = 0;
+  /** write() returned false: onWritable is due once nothing is held. */
+  private needDrain = false;
 
   constructor(
     private readonly call: grpc.ServerDuplexStream<Buffer, Buffer>,
@@ -95,7 +102,6 @@ export class GrpcJsStreamingCall extends StreamingCallBase {
       } else this.received(message);
     });
     call.on('end', () => this.receivedEnd());
-    call.on('drain', () => this.writable());
     call.on('cancelled', () => this.abandon('cancelled'));
     this.start(this.options.method);
   }
@@ -110,26 +116,46 @@ export class GrpcJsStreamingCall extends StreamingCallBase {
     return this.session;
   }
 
+  get pendingBytes(): number {
+    return this.held;
+  }
+
   header(name: string): string | undefined {
     const value = this.call.metadata.get(name)[0];
     return typeof value === 'string' ? value : undefined;
   }
 
   protected sendMessage(message: Uint8Array): boolean {
-    const call = this.call;
-    const ready = call.write(Buffer.from(message.buffer, message.byteOffset, message.byteLength));
-    if (call.writableLength > STREAMING_MAX_PENDING_BYTES) {
+    const size = message.byteLength;
+    this.held += size;
+    this.call.write(Buffer.from(message.buffer, message.byteOffset, size), () => {
+      this.held -= size;
+      if (this.held === 0 && this.needDrain) {
+        this.needDrain = false;
+        this.writable();
+      }
+    });
+    if (this.held > STREAMING_MAX_PENDING_BYTES) {
       // The peer has stopped reading and the service kept writing: no more is taken for it.
-      this.finish(GrpcStatus.RESOURCE_EXHAUSTED, 'the client is not reading its messages', 'cancelled');
+      this.cut(GrpcStatus.RESOURCE_EXHAUSTED, 'the client is not reading its messages');
       return false;
     }
-    return ready && call.writableLength <= STREAMING_HIGH_WATER_BYTES;
+    if (this.held <= STREAMING_HIGH_WATER_BYTES) return true;
+    this.needDrain = true;
+    return false;
   }
 
   protected sendStatus(code: number, details: string): void {
     // grpc-js ends a call with an error status through an 'error' event on it (its own listener sends the status).
     if (code === GrpcStatus.OK) this.call.end();
     else this.call.emit('error', { code, details });
+  }
+
+  protected sendStatusNow(code: number, details: string): void {
+    // node:http2 sends trailers only after the DATA ahead of them, which a peer that does not read
+    // never takes: the stream is reset instead, and what it held goes with it.
+    if (this.held === 0 || this.stream === undefined) this.sendStatus(code, details);
+    else this.stream.close(ENHANCE_YOUR_CALM);
   }
 
   protected consumed(): void {

@@ -73,6 +73,10 @@ class Http2StreamingCall extends StreamingCallBase {
     return this.stream.owner;
   }
 
+  get pendingBytes(): number {
+    return this.stream.bufferedBytes;
+  }
+
   header(name: string): string | undefined {
     const headers = this.options.headers;
     for (let i = 0; i < headers.length; i += 2) if (headers[i] === name) return headers[i + 1];
@@ -97,6 +101,12 @@ class Http2StreamingCall extends StreamingCallBase {
     if (stream.closed) return;
     if (stream.headersSent) stream.end(statusTrailers(code, details));
     else stream.respond(trailersOnly(code, details), true);
+  }
+
+  protected sendStatusNow(code: number, details: string): void {
+    // Trailers are not flow controlled: without the held DATA ahead of them, they leave at once.
+    this.stream.discardHeld();
+    this.sendStatus(code, details);
   }
 
   protected consumed(message: Buffer): void {

@@ -193,6 +193,15 @@ export class H2Stream {
   consume(bytes: number): void {
     this.connection.consume(this, bytes);
   }
+
+  /**
+   * Drops the DATA held back by flow control (see bufferedBytes), so that what is sent next (the
+   * trailers that end a call for a peer that does not read) goes out at once: HEADERS are not flow
+   * controlled. A message cut short by it is the peer's to discard.
+   */
+  discardHeld(): void {
+    this.connection.discardHeld(this);
+  }
 }
 
 /** The protocol state of one connection; errors end it with GOAWAY. */
@@ -360,6 +369,11 @@ export class H2Connection {
     this.putWord(FrameType.RST_STREAM, stream.id, code);
     this.rememberReset(stream.id);
     this.closeStream(stream, false);
+  }
+
+  discardHeld(stream: H2Stream): void {
+    stream.pending = undefined;
+    this.blocked.delete(stream);
   }
 
   consume(stream: H2Stream, bytes: number): void {

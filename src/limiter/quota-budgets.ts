@@ -400,6 +400,23 @@ export class QuotaBudgets {
   }
 
   /**
+   * Counts `delta` bytes more (or fewer) against the byte budget: output the transports hold for
+   * the streams' peers. The caller keeps the total within `maxBytes` (see `bytes`).
+   */
+  holdBytes(delta: number): void {
+    this.usedBytes += delta;
+  }
+
+  /** The assignment last sent for every bucket of a stream that has had one (what a stream that fell behind is sent when it reads again). */
+  assignments(handle: QuotaSubscriber): QuotaAction[] {
+    const s = handle as Subscriber;
+    const ttl = ttlSeconds(this.expectedIntervalMs(s));
+    const actions: QuotaAction[] = [];
+    for (const sub of s.subs.values()) if (sub.sent !== undefined) actions.push({ bucket: sub.shared.pairs, strategy: sub.sent, ttlSeconds: ttl });
+    return actions;
+  }
+
+  /**
    * One report of a stream of `domain`: the answer for every bucket it names. Rejects with
    * InvalidRequestError (a bad bucket, too many buckets), OverCapacityError (the byte budget) or
    * NotReadyError (no config); the stream's state is then unchanged.

@@ -31,6 +31,11 @@ import type { StreamingMethod } from './streaming';
  *   own stream's time, not the process's; every stream together takes at most
  *   `maxProcessReportsPerSecond` of the same credit, so that many peers each within their own cap
  *   cannot hold a core either (a report past it waits its turn);
+ * - what the transport holds for a peer that has not read it counts against the byte budget; while
+ *   a peer is not keeping up (a write returned false), pushes to it are not written (it is sent its
+ *   current assignments once it reads) and its next report waits; one that reads nothing for its
+ *   idle timeout, or whose held output would pass the byte budget, is cut with RESOURCE_EXHAUSTED
+ *   (what it held is dropped);
  * - a stream over RLQS_MAX_STREAMS (or RLQS_MAX_STREAMS_PER_CONNECTION on its connection), or
  *   whose state would pass the budgets' byte budget (RLQS_MAX_MEMORY_BYTES), is refused
  *   with RESOURCE_EXHAUSTED; one that sends no report within `firstReportTimeoutMs`, or nothing for
@@ -43,14 +48,22 @@ import type { StreamingMethod } from './streaming';
 
 /** Where one stream's messages go: RateLimitQuotaResponse message bytes, and the end (OK when no failure). */
 export interface QuotaStreamSink {
-  send(message: Uint8Array): void;
+  /** Sends one message; false once the peer is not taking them as fast as they come (QuotaStream.writable follows). */
+  send(message: Uint8Array): boolean;
+  /** Ends the stream after what is held for the peer. */
   end(failure?: CallFailure): void;
+  /** Ends the stream at once, dropping what is held for a peer that does not read. */
+  cut(failure: CallFailure): void;
+  /** Bytes sent and still held for the peer (flow control). */
+  readonly heldBytes: number;
 }
 
 /** A stream as its transport drives it. */
 export interface QuotaStream {
   /** One received RateLimitQuotaUsageReports message (unframed); the next waits for the returned promise. */
   message(bytes: Buffer): Promise<void>;
+  /** The peer takes messages again after send() returned false. */
+  writable(): void;
   /** The client ended the stream or went away. */
   closed(): void;
 }
@@ -86,9 +99,11 @@ export interface RlqsView {
   /** Budgets in use (the list shows at most VIEW_MAX_BUDGETS of them). */
   readonly budgets: number;
   readonly rules: readonly RuleShareView[];
-  /** Estimated bytes the streams hold, and their budget (RLQS_MAX_MEMORY_BYTES). */
+  /** Estimated bytes the streams hold (what the transports hold for peers included), and their budget (RLQS_MAX_MEMORY_BYTES). */
   readonly bytes: number;
   readonly maxBytes: number;
+  /** Bytes the transports hold for the streams' peers (sent, not yet read), part of `bytes`. */
+  readonly heldBytes: number;
 }
 
 export interface StreamView {
@@ -98,6 +113,8 @@ export interface StreamView {
   /** The report interval observed on the stream, ms; undefined before two full reports. */
   readonly reportIntervalMs: number | undefined;
   readonly openedAtMs: number;
+  /** Bytes the transport holds for the peer (sent, not yet read). */
+  readonly heldBytes: number;
 }
 
 /** One budget, its proxies named as they named themselves. */
@@ -208,10 +225,18 @@ interface StreamState {
   lastMessageAtMs: number | undefined;
   /** Report credit of this stream (maxReportsPerSecond). */
   readonly credit: ReportCredit;
+  /** Bytes the transport holds for the peer, as counted in the byte budget. */
+  held: number;
+  /** Since when the peer has not kept up (a write returned false), ms; undefined while it does. */
+  blockedAtMs: number | undefined;
+  /** Assignments changed while it was not keeping up: its current ones are sent once it reads. */
+  behind: boolean;
+  /** The report whose answer waits for the peer to read (the next one is held back meanwhile). */
+  drained: (() => void) | undefined;
   ended: boolean;
 }
 
-const REFUSED: QuotaStream = { message: () => Promise.resolve(), closed: () => undefined };
+const REFUSED: QuotaStream = { message: () => Promise.resolve(), writable: () => undefined, closed: () => undefined };
 
 export class RlqsService {
   private readonly logger: Logger;
@@ -224,6 +249,8 @@ export class RlqsService {
   /** Open streams per connection (only connections with one). */
   private readonly perConnection = new Map<unknown, number>();
   private readonly timers: NodeJS.Timeout[] = [];
+  /** Bytes the transports hold for every stream's peer (the streams' `held` together). */
+  private heldBytes = 0;
   /** Report credit of every stream together (maxProcessReportsPerSecond). */
   private readonly processCredit: ReportCredit;
   /** Where reports wait for their turn of the event loop. */
@@ -246,7 +273,7 @@ export class RlqsService {
       replicaId: this.replicaId,
       shadowMode: options.shadowMode,
       calendarOffsetMs: options.calendarOffsetMs,
-      onPush: (subscriber, actions) => this.streams.get(subscriber.id)?.sink.send(encodeQuotaResponse(actions)),
+      onPush: (subscriber, actions) => this.push(subscriber, actions),
       observer: {
         onReport: (...args) => this.observer?.onReport?.(...args),
         onStoreError: (err) => this.storeFailed(err),
@@ -310,11 +337,16 @@ export class RlqsService {
       domain: undefined,
       lastMessageAtMs: undefined,
       credit: new ReportCredit(this.limits.maxReportsPerSecond, now),
+      held: 0,
+      blockedAtMs: undefined,
+      behind: false,
+      drained: undefined,
       ended: false,
     };
     this.streams.set(subscriber.id, stream);
     return {
       message: (bytes) => this.message(stream, bytes),
+      writable: () => this.writable(stream),
       closed: () => this.finish(stream, undefined),
     };
   }
@@ -341,6 +373,7 @@ export class RlqsService {
         buckets: this.budgets.bucketsOf(s.subscriber),
         reportIntervalMs: this.budgets.intervalOf(s.subscriber),
         openedAtMs: s.openedAtMs,
+        heldBytes: s.held,
       });
     }
     const { budgets, total } = this.budgets.view(VIEW_MAX_BUDGETS, VIEW_MAX_PROXIES);
@@ -356,6 +389,7 @@ export class RlqsService {
       rules,
       bytes: this.budgets.bytes,
       maxBytes: this.limits.maxBytes,
+      heldBytes: this.heldBytes,
     };
   }
 
@@ -366,7 +400,11 @@ export class RlqsService {
 
   /* ---------- one stream ---------- */
 
-  /** One report, after the stream's report credit and then the process's allow it; never rejects (a failure ends the stream). */
+  /**
+   * One report, after the stream's report credit and then the process's allow it; never rejects (a
+   * failure ends the stream). Resolves once the peer has taken the answer: until then the transport
+   * reads no further report.
+   */
   private async message(stream: StreamState, bytes: Buffer): Promise<void> {
     if (stream.ended) return;
     stream.lastMessageAtMs = this.clock.nowMs();
@@ -394,6 +432,7 @@ export class RlqsService {
         this.fail(stream, err);
       }
     });
+    if (stream.blockedAtMs !== undefined && !stream.ended) await new Promise<void>((resolve) => (stream.drained = resolve));
   }
 
   private async handle(stream: StreamState, bytes: Buffer): Promise<void> {
@@ -412,20 +451,91 @@ export class RlqsService {
     // Envoy's filter sends a report with no bucket on every tick once it has none: nothing to answer.
     if (report.usages.length === 0) return;
     const actions: QuotaAction[] = await this.budgets.report(stream.subscriber, stream.domain, report.usages);
-    if (!stream.ended && actions.length > 0) stream.sink.send(encodeQuotaResponse(actions));
+    if (actions.length > 0) this.write(stream, encodeQuotaResponse(actions));
   }
 
-  /** Ends the streams past their first-report or idle timeout (the service's timer calls it every second). */
+  /** Assignments changed outside a report's answer: written unless the peer is not keeping up (then sent once it reads). */
+  private push(subscriber: QuotaSubscriber, actions: readonly QuotaAction[]): void {
+    const stream = this.streams.get(subscriber.id);
+    if (stream === undefined || stream.ended) return;
+    if (stream.blockedAtMs !== undefined) stream.behind = true;
+    else this.write(stream, encodeQuotaResponse(actions));
+  }
+
+  /** Sends one message and counts what the transport then holds for the peer. */
+  private write(stream: StreamState, message: Uint8Array): void {
+    if (stream.ended) return;
+    if (!stream.sink.send(message) && stream.blockedAtMs === undefined) stream.blockedAtMs = this.clock.nowMs();
+    this.countHeld(stream);
+  }
+
+  /** The peer reads again: what it fell behind on goes out, and its next report is taken. */
+  private writable(stream: StreamState): void {
+    if (stream.ended) return;
+    stream.blockedAtMs = undefined;
+    this.countHeld(stream);
+    if (stream.behind) {
+      stream.behind = false;
+      const actions = this.budgets.assignments(stream.subscriber);
+      if (actions.length > 0) this.write(stream, encodeQuotaResponse(actions));
+    }
+    if (stream.blockedAtMs === undefined && stream.drained !== undefined) {
+      const resume = stream.drained;
+      stream.drained = undefined;
+      resume();
+    }
+  }
+
+  /** Counts the output the transport holds for the peer against the byte budget; a stream whose output would pass it is cut. */
+  private countHeld(stream: StreamState): void {
+    if (stream.ended) return;
+    const held = stream.sink.heldBytes;
+    const more = held - stream.held;
+    if (more > 0 && this.budgets.bytes + more > this.limits.maxBytes) {
+      this.finish(
+        stream,
+        {
+          code: GrpcStatus.RESOURCE_EXHAUSTED,
+          details: `the proxy is not reading its quota assignments: the ${held} bytes held for it would pass the quota streams' memory budget (RLQS_MAX_MEMORY_BYTES, ${this.limits.maxBytes} bytes)`,
+        },
+        true,
+      );
+      return;
+    }
+    stream.held = held;
+    this.heldBytes += more;
+    this.budgets.holdBytes(more);
+  }
+
+  /** How long a stream may send nothing, or read nothing: RLQS_IDLE_TIMEOUT, or three of its observed report intervals, at most ten times that, ms. */
+  private idleLimitOf(stream: StreamState): number {
+    const { idleTimeoutMs } = this.limits;
+    const interval = this.budgets.intervalOf(stream.subscriber) ?? 0;
+    return Math.min(10 * idleTimeoutMs, Math.max(idleTimeoutMs, 3 * interval));
+  }
+
+  /**
+   * Ends the streams past their first-report or idle timeout, and cuts those that have read nothing
+   * for as long; counts again what the transports hold (the service's timer calls it every second).
+   */
   endTimedOut(): void {
     const now = this.clock.nowMs();
-    const { firstReportTimeoutMs, idleTimeoutMs } = this.limits;
+    const { firstReportTimeoutMs } = this.limits;
     for (const s of [...this.streams.values()]) {
-      if (s.lastMessageAtMs === undefined && now - s.openedAtMs > firstReportTimeoutMs) {
+      this.countHeld(s);
+      if (s.ended) continue;
+      if (s.blockedAtMs !== undefined) {
+        // Its next report waits for it to read: it is not idle, it does not read.
+        const limit = this.idleLimitOf(s);
+        if (now - s.blockedAtMs > limit) {
+          const details = `the proxy has not read its quota assignments for ${limit} ms (${s.held} bytes held for it)`;
+          this.finish(s, { code: GrpcStatus.RESOURCE_EXHAUSTED, details }, true);
+        }
+      } else if (s.lastMessageAtMs === undefined && now - s.openedAtMs > firstReportTimeoutMs) {
         this.finish(s, { code: GrpcStatus.DEADLINE_EXCEEDED, details: `no usage report within ${firstReportTimeoutMs} ms of opening the stream` });
       } else if (s.lastMessageAtMs !== undefined) {
         // A stream whose own report interval is long (Envoy's reporting_interval) gets three of them, up to ten timeouts.
-        const interval = this.budgets.intervalOf(s.subscriber) ?? 0;
-        const limit = Math.min(10 * idleTimeoutMs, Math.max(idleTimeoutMs, 3 * interval));
+        const limit = this.idleLimitOf(s);
         if (now - s.lastMessageAtMs > limit) this.finish(s, { code: GrpcStatus.DEADLINE_EXCEEDED, details: `no usage report for ${limit} ms` });
       }
     }
@@ -441,16 +551,28 @@ export class RlqsService {
     if (!stream.ended) this.finish(stream, this.failureOf(err));
   }
 
-  /** Ends a stream (with `failure`, or OK when the client went away: then nothing is sent) and drops its subscriptions. */
-  private finish(stream: StreamState, failure: CallFailure | undefined): void {
+  /**
+   * Ends a stream (with `failure`, or OK when the client went away: then nothing is sent; `cut`: at
+   * once, dropping what is held for the peer) and drops its subscriptions and held output.
+   */
+  private finish(stream: StreamState, failure: CallFailure | undefined, cut = false): void {
     if (stream.ended) return;
     stream.ended = true;
     this.streams.delete(stream.subscriber.id);
     const left = (this.perConnection.get(stream.connection) ?? 1) - 1;
     if (left > 0) this.perConnection.set(stream.connection, left);
     else this.perConnection.delete(stream.connection);
-    if (failure !== undefined) stream.sink.end(failure);
+    if (failure !== undefined) {
+      if (cut) stream.sink.cut(failure);
+      else stream.sink.end(failure);
+    }
+    this.budgets.holdBytes(-stream.held);
+    this.heldBytes -= stream.held;
+    stream.held = 0;
     this.budgets.close(stream.subscriber);
+    const resume = stream.drained;
+    stream.drained = undefined;
+    resume?.();
   }
 
   private storeFailed(err: unknown): void {
@@ -468,11 +590,13 @@ export function quotaStreamingMethod(service: RlqsService): StreamingMethod {
     open: (call) => {
       const stream = service.open(
         {
-          send: (message) => {
-            if (!call.closed) call.write(message);
-          },
+          send: (message) => !call.closed && call.write(message),
           end: (failure) => {
             if (!call.closed) call.end(failure?.code ?? 0, failure?.details);
+          },
+          cut: (failure) => call.cut(failure.code, failure.details),
+          get heldBytes() {
+            return call.pendingBytes;
           },
         },
         call.header(PROXY_NAME_HEADER),
@@ -480,6 +604,7 @@ export function quotaStreamingMethod(service: RlqsService): StreamingMethod {
       );
       return {
         onMessage: (bytes) => stream.message(bytes),
+        onWritable: () => stream.writable(),
         // Envoy never half-closes a live stream: the client is done with it.
         onHalfClose: () => call.end(0),
         onClose: () => stream.closed(),

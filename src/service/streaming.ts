@@ -37,8 +37,16 @@ export interface StreamingCall {
    * the peer is not taking messages as fast as they are written: wait for onWritable.
    */
   write(message: Uint8Array): boolean;
-  /** Ends the call with a status (0 is OK) and message; onClose('ended') follows. */
+  /** Response bytes written and not yet taken by the transport towards the peer (held back by flow control). */
+  readonly pendingBytes: number;
+  /** Ends the call with a status (0 is OK) and message, after what is held for the peer; onClose('ended') follows. */
   end(code: number, details?: string): void;
+  /**
+   * Ends the call at once with a status, discarding what is held for the peer (one that does not
+   * read): the own HTTP/2 layer sends the status ahead of it; node:http2 cannot, so on grpc-js the
+   * stream is reset with ENHANCE_YOUR_CALM, which gRPC clients read as RESOURCE_EXHAUSTED.
+   */
+  cut(code: number, details: string): void;
   /** True once the call is over, from either side. */
   readonly closed: boolean;
 }
@@ -92,10 +100,13 @@ export abstract class StreamingCallBase implements StreamingCall {
 
   abstract header(name: string): string | undefined;
   abstract readonly connection: unknown;
+  abstract readonly pendingBytes: number;
   /** Sends one message; false when the peer is not keeping up. */
   protected abstract sendMessage(message: Uint8Array): boolean;
   /** Sends the status that ends the call (the stream is still open). */
   protected abstract sendStatus(code: number, details: string): void;
+  /** Ends the stream at once, dropping the output held for the peer, with the status if the transport can send it ahead. */
+  protected abstract sendStatusNow(code: number, details: string): void;
   /** The handler is done with `message`: its bytes may leave the receive window. */
   protected abstract consumed(message: Buffer): void;
   /** A handler threw or rejected. */
@@ -127,6 +138,12 @@ export abstract class StreamingCallBase implements StreamingCall {
 
   end(code: number, details = ''): void {
     this.finish(code, details, 'ended');
+  }
+
+  cut(code: number, details: string): void {
+    if (this.over) return;
+    this.sendStatusNow(code, details);
+    this.abandon('ended');
   }
 
   /** A complete request message arrived. */

@@ -84,7 +84,7 @@ describe.each(TRANSPORTS.flatMap((transport) => LISTENERS.map((listener) => [tra
       const hostile = connection();
       const held = Array.from({ length: QUOTA_PER_CONNECTION }, () => openQuota(hostile));
       held.forEach((s, i) => s.write(report(`hostile-${i}`)));
-      await Promise.all(held.map((s) => s.next(5_000)));
+      await Promise.all(held.map((s) => s.next(15_000)));
       const extra = openQuota(hostile);
       extra.write(report('hostile-extra'));
       expect(await extra.status).toMatchObject({
@@ -106,7 +106,7 @@ describe.each(TRANSPORTS.flatMap((transport) => LISTENERS.map((listener) => [tra
       const legit = connection();
       const own = Array.from({ length: QUOTA_PER_CONNECTION }, () => openQuota(legit));
       own.forEach((s, i) => s.write(report(`legit-${i}`)));
-      const answers = await Promise.all(own.map((s) => s.next(5_000)));
+      const answers = await Promise.all(own.map((s) => s.next(15_000)));
       for (const [i, answer] of answers.entries()) {
         // Alone on its bucket: the whole limit, 100 a second (a tenth of it as burst).
         expect(answer.bucketAction).toEqual([

@@ -1,8 +1,15 @@
+import { Flag, FrameType, Setting } from '../../../src/http2/frames';
+import { encodeHeaderBlock } from '../../../src/http2/hpack';
+import { frameMessage } from '../../../src/wire/grpc-framing';
 import { loadProtoFiles } from '../../../src/wire/proto';
-import { RLQS_PROTO } from '../../../src/wire/rlqs-codec';
+import { RLQS_PATH, RLQS_PROTO } from '../../../src/wire/rlqs-codec';
+import { rawQuotaStream } from '../../helpers/envoy-quota-client';
 import { rlsClient, type RlsRequestInput } from '../../helpers/grpc-client';
+import { dataFrame, headersFrame, RawClient } from '../../helpers/h2-raw-client';
 import { inTurns, legitCalls, summary } from '../../helpers/load-turns';
 import { quotaFleet } from '../../helpers/quota-fleet';
+import { sleep } from '../../helpers/redis';
+import { startTestService } from '../../helpers/service';
 import { spawnService } from '../../helpers/spawned-service';
 
 /**
@@ -34,6 +41,31 @@ function reportBytes(usages: { bucket: Record<string, string>; allowed: number; 
     }),
   ).finish();
 }
+
+/** One message as DATA frames of at most 16 KiB (the default SETTINGS_MAX_FRAME_SIZE). */
+function messageFrames(streamId: number, message: Uint8Array): Buffer[] {
+  const framed = frameMessage(message);
+  const frames: Buffer[] = [];
+  for (let at = 0; at < framed.length; at += 16_384) frames.push(dataFrame(streamId, framed.subarray(at, at + 16_384), 0));
+  return frames;
+}
+
+const RLQS_HEADERS = encodeHeaderBlock([
+  [':method', 'POST'],
+  [':scheme', 'http'],
+  [':path', RLQS_PATH],
+  [':authority', 'localhost'],
+  ['content-type', 'application/grpc'],
+  ['te', 'trailers'],
+]);
+
+/** The assignment of one bucket in a response message, as rawQuotaStream decodes it, or undefined. */
+function assignmentOf(response: any, tenant: string): unknown {
+  return response.bucketAction?.find((a: any) => a.bucketId.bucket.tenant === tenant)?.quotaAssignmentAction?.rateLimitStrategy;
+}
+
+/** The whole limit (100 a second) as Envoy is told it: one window's tokens each second, a tenth as burst. */
+const WHOLE_LIMIT = { tokenBucket: { maxTokens: 10, tokensPerFill: { value: 100 }, fillInterval: { seconds: 1 } }, strategy: 'tokenBucket' };
 
 const API_CALL = (i: number): RlsRequestInput => ({ domain: 'quota', descriptors: [{ entries: [{ key: 'api', value: `a${i % 10}` }] }] });
 
@@ -87,3 +119,97 @@ test('96 streams on 6 connections reporting 20 shared buckets 10 times a second 
     await svc.stop();
   }
 }, 60_000);
+
+describe.each(['http2', 'grpc-js'])('a peer that does not read, over the %s transport', (transport) => {
+  test('its held output counts against RLQS_MAX_MEMORY_BYTES, its next report waits, and it is ended with RESOURCE_EXHAUSTED; the stream beside it keeps its exact assignments', async () => {
+    const svc = await startTestService({
+      config: { 'quota.yaml': CONFIG },
+      env: { GRPC_TRANSPORT: transport, WARM_UP_CALLS: '0', RLQS_IDLE_TIMEOUT: '2s', RLQS_REPORT_INTERVAL: '500ms', RLQS_SYNC_INTERVAL: '100ms' },
+    });
+    const legit = rawQuotaStream(svc.addr);
+    const hostiles: RawClient[] = [];
+    try {
+      // The legitimate proxy reports its own bucket and one it shares with the peers below, every 500 ms, reading all it is sent.
+      const legitReport = {
+        domain: 'quota',
+        bucketQuotaUsages: ['legit', 'shared'].map((t) => ({ bucketId: { bucket: { tenant: t } }, timeElapsed: { seconds: 1 }, numRequestsAllowed: 5 })),
+      };
+      legit.write(legitReport);
+      await legit.next(5_000);
+      const reporting = setInterval(() => legit.write(legitReport), 500);
+      const baseline = svc.service.rlqs.view();
+
+      // Two peers, each on a connection whose stream window is 0: the server can send them no DATA at all.
+      // Each opens a stream and sends two reports of 60 buckets with 500-byte ids (and the shared one):
+      // their answers, 33 KB each, are held for it, past the 64 KiB a stream may hold before it waits.
+      const longId = 'x'.repeat(500);
+      let reportLength = 0;
+      for (let h = 0; h < 2; h++) {
+        const client = await RawClient.connect(svc.service.grpcPort, [[Setting.INITIAL_WINDOW_SIZE, 0]]);
+        hostiles.push(client);
+        const usages = [
+          ...Array.from({ length: 60 }, (_, b) => ({ bucket: { tenant: `h${h}-${b}-${longId}` }, allowed: 1 })),
+          { bucket: { tenant: 'shared' }, allowed: 1 },
+        ];
+        const report = reportBytes(usages);
+        expect(2 * (report.length + 5)).toBeLessThan(65_535);
+        reportLength = report.length;
+        client.send(headersFrame(1, Flag.END_HEADERS, RLQS_HEADERS), ...messageFrames(1, report), ...messageFrames(1, report));
+      }
+      // While they stall, what is held for them is counted.
+      let held = 0;
+      const stallFrom = Date.now();
+      while (held < 2 * 64 * 1024 && Date.now() - stallFrom < 3_000) {
+        await sleep(50);
+        held = svc.service.rlqs.view().heldBytes;
+      }
+      const stalled = svc.service.rlqs.view();
+      expect(stalled.heldBytes).toBeGreaterThanOrEqual(2 * 64 * 1024);
+      expect(stalled.streams.filter((st) => st.heldBytes > 64 * 1024)).toHaveLength(2);
+      expect(stalled.bytes).toBeGreaterThanOrEqual(baseline.bytes + stalled.heldBytes);
+      // Its second report waits for it to read the answer to the first: the server has released (in
+      // WINDOW_UPDATEs) the first one's bytes, not the second's. On the own layer exactly one report;
+      // node:http2 reads ahead in 16 KiB steps, but not the whole of the second.
+      const released = hostiles.map((c) =>
+        c.frames.filter((f) => f.type === FrameType.WINDOW_UPDATE && f.streamId === 1).reduce((n, f) => n + f.payload.readUInt32BE(0), 0),
+      );
+      for (const bytes of released) {
+        if (transport === 'http2') expect(bytes).toBe(reportLength + 5);
+        else expect(bytes).toBeLessThan(2 * (reportLength + 5));
+      }
+
+      // Ended within its idle timeout (2 s) and the check after it, with RESOURCE_EXHAUSTED: on the
+      // own layer the status goes out ahead of what was held; node:http2 can only reset the stream
+      // (ENHANCE_YOUR_CALM, which gRPC clients read as RESOURCE_EXHAUSTED).
+      for (const client of hostiles) {
+        if (transport === 'http2') {
+          const trailers = await client.waitFor((f) => f.type === FrameType.HEADERS && f.streamId === 1 && client.decode(f).includes('grpc-status'), 6_000);
+          const fields = client.decode(trailers!);
+          expect(fields[fields.indexOf('grpc-status') + 1]).toBe('8');
+          expect(decodeURIComponent(fields[fields.indexOf('grpc-message') + 1])).toMatch(
+            /^the proxy has not read its quota assignments for 2000 ms \(\d+ bytes held for it\)$/,
+          );
+        } else {
+          const reset = await client.waitFor((f) => f.type === FrameType.RST_STREAM && f.streamId === 1, 6_000);
+          expect(reset?.payload.readUInt32BE(0)).toBe(0xb);
+        }
+      }
+      const after = svc.service.rlqs.view();
+      expect(after.heldBytes).toBe(0);
+      expect(after.openStreams).toBe(1);
+      // A sync later, the legitimate proxy has the whole limit of the bucket it shared, exactly, and of its own throughout.
+      await sleep(700);
+      clearInterval(reporting);
+      const answers = legit.responses.filter((r) => assignmentOf(r, 'legit') !== undefined);
+      expect(answers.length).toBeGreaterThanOrEqual(4);
+      for (const a of answers) expect(assignmentOf(a, 'legit')).toEqual(WHOLE_LIMIT);
+      const shared = legit.responses.map((r) => assignmentOf(r, 'shared')).filter((a) => a !== undefined);
+      expect(shared.at(-1)).toEqual(WHOLE_LIMIT);
+      expect(await Promise.race([legit.status, sleep(100).then(() => 'open')])).toBe('open');
+    } finally {
+      legit.close();
+      for (const c of hostiles) c.close();
+      await svc.stop();
+    }
+  }, 30_000);
+});

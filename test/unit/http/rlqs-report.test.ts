@@ -13,6 +13,7 @@ function view(proxies: ProxyShareView[]): RlqsView {
     budgets: 1,
     bytes: 0,
     maxBytes: 1,
+    heldBytes: 0,
     rules: [
       {
         domain: 'quota',
@@ -32,7 +33,7 @@ function view(proxies: ProxyShareView[]): RlqsView {
 
 describe('rlqsReport', () => {
   it('is empty while no budget is in use', () => {
-    expect(rlqsReport({ replica: 'abc', openStreams: 0, streams: [], budgets: 0, bytes: 0, maxBytes: 1, rules: [] })).toEqual([]);
+    expect(rlqsReport({ replica: 'abc', openStreams: 0, streams: [], budgets: 0, bytes: 0, maxBytes: 1, heldBytes: 0, rules: [] })).toEqual([]);
   });
 
   it("lists this replica's proxies first, then by demand, and counts those past the cap", () => {

@@ -34,11 +34,17 @@ class FakeCall implements StreamingCall {
     return this.writable;
   }
 
+  readonly pendingBytes = 0;
+
   end(code: number, details?: string): void {
     if (this.closed) return;
     this.ended = { code, details };
     this.closed = true;
     this.handlers?.onClose?.('ended');
+  }
+
+  cut(code: number, details: string): void {
+    this.end(code, details);
   }
 
   /** The peer goes away (cancelled). */

@@ -48,11 +48,20 @@ function message(buckets: [Record<string, string>, number, number][], domain = '
 class Sink implements QuotaStreamSink {
   readonly frames: any[] = [];
   ended: { code: number; details: string } | 'ok' | undefined;
-  send(message: Uint8Array): void {
+  /** What send() answers: false stands for a peer that does not keep up. */
+  ready = true;
+  heldBytes = 0;
+  cutWith: { code: number; details: string } | undefined;
+  send(message: Uint8Array): boolean {
     this.frames.push(Response.toObject(Response.decode(message), { longs: Number, oneofs: true, defaults: false }));
+    return this.ready;
   }
   end(failure?: { code: number; details: string }): void {
     this.ended = failure ?? 'ok';
+  }
+  cut(failure: { code: number; details: string }): void {
+    this.cutWith = failure;
+    this.ended = failure;
   }
   last(): any {
     return this.frames.at(-1).bucketAction[0];
@@ -222,4 +231,82 @@ test('reports of every stream together past RLQS_MAX_PROCESS_REPORTS_PER_SECOND 
   await streams[2].message(message([[{ k: 'p3' }, 1, 0]]));
   expect(performance.now() - started).toBeGreaterThanOrEqual(450);
   expect(sinks.map((s) => s.frames.length)).toEqual([1, 1, 1]);
+});
+
+test('a peer that does not keep up: pushes to it wait and go out as one message of its current assignments once it reads, and its next report waits too', async () => {
+  const { service } = setup();
+  const [slow, other] = [new Sink(), new Sink()];
+  const s = service.open(slow);
+  const o = service.open(other);
+  const baseline = service.bytes;
+  slow.ready = false;
+  slow.heldBytes = 5_000;
+  let answered = false;
+  const first = s.message(message([[{ k: 'slow' }, 1, 0]])).then(() => (answered = true));
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  // Its answer was written; what the transport holds for it counts against the byte budget, and the
+  // report's handling (hence the transport's next read) waits for the peer to read.
+  expect(slow.frames).toHaveLength(1);
+  expect(slow.last().quotaAssignmentAction.rateLimitStrategy.tokenBucket.tokensPerFill).toEqual({ value: 90 });
+  expect(service.bytes - baseline).toBeGreaterThanOrEqual(5_000);
+  expect(answered).toBe(false);
+  // Another proxy joins: its division halves the slow one's share, which is not written to it meanwhile.
+  await handled(service, o.message(message([[{ k: 'slow' }, 1, 0]])));
+  expect(other.last().quotaAssignmentAction.rateLimitStrategy.tokenBucket.tokensPerFill).toEqual({ value: 45 });
+  expect(slow.frames).toHaveLength(1);
+  // It reads: its current assignment goes out, then its next report is taken.
+  slow.ready = true;
+  slow.heldBytes = 0;
+  s.writable();
+  await first;
+  expect(slow.frames).toHaveLength(2);
+  expect(slow.last().quotaAssignmentAction.rateLimitStrategy.tokenBucket.tokensPerFill).toEqual({ value: 45 });
+  expect(service.bytes - baseline).toBeLessThan(5_000);
+  expect(slow.ended).toBeUndefined();
+});
+
+test('a peer that reads nothing for its idle timeout is cut with RESOURCE_EXHAUSTED, and what it held leaves the byte budget', async () => {
+  const { clock, service } = setup({ idleTimeoutMs: 3_000 });
+  const [deaf, legit] = [new Sink(), new Sink()];
+  const d = service.open(deaf);
+  const l = service.open(legit);
+  await l.message(message([[{ k: 'legit' }, 1, 0]]));
+  const baseline = service.bytes;
+  deaf.ready = false;
+  deaf.heldBytes = 10_000;
+  void d.message(message([[{ k: 'deaf' }, 1, 0]]));
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  expect(service.bytes).toBeGreaterThan(baseline + 10_000);
+  clock.advance(2_000);
+  await l.message(message([[{ k: 'legit' }, 40, 0]]));
+  service.endTimedOut();
+  expect(deaf.ended).toBeUndefined();
+  clock.advance(1_500);
+  await l.message(message([[{ k: 'legit' }, 40, 0]]));
+  service.endTimedOut();
+  expect(deaf.cutWith).toEqual({ code: 8, details: 'the proxy has not read its quota assignments for 3000 ms (10000 bytes held for it)' });
+  expect(service.streamCount).toBe(1);
+  expect(service.bytes).toBeLessThanOrEqual(baseline);
+  // The one beside it kept its whole budget throughout.
+  expect(legit.ended).toBeUndefined();
+  expect(legit.last().quotaAssignmentAction.rateLimitStrategy.tokenBucket.tokensPerFill).toEqual({ value: 90 });
+});
+
+test('a stream whose held output would pass the byte budget is cut with RESOURCE_EXHAUSTED; the stream beside it is served', async () => {
+  const { service } = setup({ maxBytes: 64 * 1024 });
+  const [deaf, legit] = [new Sink(), new Sink()];
+  const d = service.open(deaf);
+  const l = service.open(legit);
+  deaf.ready = false;
+  deaf.heldBytes = 60_000;
+  await d.message(message([[{ k: 'deaf' }, 1, 0]]));
+  expect(deaf.cutWith).toMatchObject({
+    code: 8,
+    details: expect.stringMatching(
+      /^the proxy is not reading its quota assignments: the 60000 bytes held for it would pass the quota streams' memory budget \(RLQS_MAX_MEMORY_BYTES, 65536 bytes\)$/,
+    ),
+  });
+  await l.message(message([[{ k: 'legit' }, 1, 0]]));
+  expect(legit.last().quotaAssignmentAction.rateLimitStrategy.tokenBucket.tokensPerFill).toEqual({ value: 90 });
+  expect(service.streamCount).toBe(1);
 });
