@@ -1,3 +1,4 @@
+import * as grpc from '@grpc/grpc-js';
 import { Flag, FrameType, Setting } from '../../../src/http2/frames';
 import { encodeHeaderBlock } from '../../../src/http2/hpack';
 import { frameMessage } from '../../../src/wire/grpc-framing';
@@ -209,6 +210,89 @@ describe.each(['http2', 'grpc-js'])('a peer that does not read, over the %s tran
     } finally {
       legit.close();
       for (const c of hostiles) c.close();
+      await svc.stop();
+    }
+  }, 30_000);
+});
+
+describe('bounds of many peers, each within its own caps', () => {
+  const ownBucket = (tenant: string) => ({
+    domain: 'quota',
+    bucketQuotaUsages: [{ bucketId: { bucket: { tenant } }, timeElapsed: { seconds: 1 }, numRequestsAllowed: 1 }],
+  });
+
+  test('RLQS_MAX_PROXIES_PER_BUDGET: a stream that would be one proxy too many on a budget is ended with RESOURCE_EXHAUSTED naming the bucket; a proxy on another budget keeps the whole of its own', async () => {
+    const svc = await startTestService({ config: { 'quota.yaml': CONFIG }, env: { WARM_UP_CALLS: '0', RLQS_MAX_PROXIES_PER_BUDGET: '8' } });
+    const clients = Array.from({ length: 2 }, () => new grpc.Client(svc.addr, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 }));
+    const crowd = Array.from({ length: 10 }, (_, i) => rawQuotaStream(clients[i % 2]));
+    const legit = rawQuotaStream(svc.addr);
+    try {
+      for (const s of crowd.slice(0, 8)) {
+        s.write(ownBucket('crowded'));
+        await s.next(10_000);
+      }
+      for (const s of crowd.slice(8)) s.write(ownBucket('crowded'));
+      for (const s of crowd.slice(8)) {
+        expect(await s.status).toMatchObject({
+          code: grpc.status.RESOURCE_EXHAUSTED,
+          details: 'bucket {tenant=crowded}: its budget already has 8 proxies on this replica (RLQS_MAX_PROXIES_PER_BUDGET); try another replica',
+        });
+      }
+      legit.write(ownBucket('legit'));
+      expect(assignmentOf(await legit.next(10_000), 'legit')).toEqual(WHOLE_LIMIT);
+      expect(svc.service.rlqs.view().rules.find((r) => r.counter.includes('crowded'))?.proxies).toHaveLength(8);
+      // One of the eight leaves: the next one gets its place.
+      crowd[0].close();
+      const late = rawQuotaStream(clients[0]);
+      crowd.push(late);
+      let answered = false;
+      for (let attempt = 0; attempt < 50 && !answered; attempt++) {
+        late.write(ownBucket('crowded'));
+        answered = await late.next(200).then(
+          () => true,
+          () => false,
+        );
+      }
+      expect(answered).toBe(true);
+    } finally {
+      for (const s of crowd) s.close();
+      legit.close();
+      for (const c of clients) c.close();
+      await svc.stop();
+    }
+  }, 30_000);
+
+  test('RLQS_MAX_PROCESS_REPORTS_PER_SECOND: ten streams flooding within their own caps get at most the process credit of answers, and a proxy beside them is answered exactly, in its turn', async () => {
+    const rate = 50;
+    const svc = await startTestService({
+      config: { 'quota.yaml': CONFIG },
+      env: { WARM_UP_CALLS: '0', RLQS_MAX_PROCESS_REPORTS_PER_SECOND: String(rate), RLQS_MAX_STREAMS_PER_CONNECTION: '20' },
+    });
+    const flooders = Array.from({ length: 10 }, () => rawQuotaStream(svc.addr));
+    const legit = rawQuotaStream(svc.addr);
+    try {
+      // Each stream offers 40 reports at once (20 a second is its own cap): 400 in all, against 50 a second.
+      const started = performance.now();
+      flooders.forEach((s, i) => {
+        for (let k = 0; k < 40; k++) s.write(ownBucket(`flood-${i}`));
+      });
+      await sleep(1_000);
+      legit.write(ownBucket('legit'));
+      const answer = await legit.next(10_000);
+      const answeredAfterMs = performance.now() - started;
+      expect(assignmentOf(answer, 'legit')).toEqual(WHOLE_LIMIT);
+      await sleep(1_000);
+      const elapsedSeconds = (performance.now() - started) / 1000;
+      const answers = flooders.reduce((n, s) => n + s.responses.length, 0);
+      console.log('process report credit', { answers, elapsedSeconds: elapsedSeconds.toFixed(2), legitAfterMs: Math.round(answeredAfterMs) });
+      // The credit's arithmetic: 50 at once, then 50 a second (the legit report took one).
+      expect(answers).toBeLessThanOrEqual(rate + rate * elapsedSeconds);
+      expect(answers).toBeGreaterThanOrEqual(rate * 1.5);
+      // The legitimate report waited its turn behind at most one report of each flooding stream.
+      expect(answeredAfterMs).toBeLessThan(1_000 + ((flooders.length + 1) * 1000) / rate + 500);
+    } finally {
+      for (const s of flooders) s.close();
+      legit.close();
       await svc.stop();
     }
   }, 30_000);
