@@ -256,6 +256,8 @@ interface Subscription {
   divided: boolean;
   /** The strategy last sent, undefined before the first. */
   sent: QuotaStrategy | undefined;
+  /** What `sent` was worked out from: while they stand, it is the strategy still (see current). */
+  sentFrom: { readonly budget: Budget | undefined; readonly shadow: boolean; readonly share: number; readonly windowMs: number } | undefined;
 }
 
 /** What every stream of this process reporting the same bucket shares: its match under the config in force. */
@@ -487,7 +489,7 @@ export class QuotaBudgets {
     // What those divisions changed for the other streams goes out now, not at the next sync.
     if (joined.size > 0) this.flushPushes();
     if (s.closed) return [];
-    return answered.map((a) => ('subscriber' in a ? { bucket: a.shared.pairs, strategy: this.sendable(a, this.strategyOf(a)), ttlSeconds: ttl } : a));
+    return answered.map((a) => ('subscriber' in a ? { bucket: a.shared.pairs, strategy: this.current(a), ttlSeconds: ttl } : a));
   }
 
   /**
@@ -717,6 +719,20 @@ export class QuotaBudgets {
     return next;
   }
 
+  /** The strategy to send now, recorded as sent (see sendable); not worked out again while what it comes from stands (a report answers every bucket with it). */
+  private current(sub: Subscription): QuotaStrategy {
+    const b = sub.budget;
+    const shadow = b === undefined || b.shadow;
+    const windowMs = b === undefined ? 0 : b.counters[0].windowMs;
+    const from = sub.sentFrom;
+    if (sub.sent !== undefined && from !== undefined && from.budget === b && from.shadow === shadow && from.share === sub.share && from.windowMs === windowMs) {
+      return sub.sent;
+    }
+    const strategy = this.sendable(sub, this.strategyOf(sub));
+    sub.sentFrom = { budget: b, shadow, share: sub.share, windowMs };
+    return strategy;
+  }
+
   private strategyOf(sub: Subscription): QuotaStrategy {
     const b = sub.budget;
     if (b === undefined || b.shadow) return ALLOW_ALL;
@@ -761,6 +777,7 @@ export class QuotaBudgets {
       share: 0,
       divided: false,
       sent: undefined,
+      sentFrom: undefined,
     };
     this.usedBytes += sub.bytes;
     s.subs.set(key, sub);
@@ -968,14 +985,15 @@ export class QuotaBudgets {
       m.share = shares[i];
       m.divided = true;
       if (m.sent === undefined || m.subscriber.closed) return;
-      const strategy = this.strategyOf(m);
-      if (sameStrategy(m.sent, strategy)) return;
+      const before = m.sent;
+      const strategy = this.current(m);
+      if (strategy === before) return;
       let list = this.outbox.get(m.subscriber);
       if (list === undefined) {
         list = [];
         this.outbox.set(m.subscriber, list);
       }
-      list.push({ bucket: m.shared.pairs, strategy: this.sendable(m, strategy), ttlSeconds: ttlSeconds(this.expectedIntervalMs(m.subscriber)) });
+      list.push({ bucket: m.shared.pairs, strategy, ttlSeconds: ttlSeconds(this.expectedIntervalMs(m.subscriber)) });
     });
     this.release(b);
   }

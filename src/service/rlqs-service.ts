@@ -188,7 +188,7 @@ class TurnQueue {
 
   constructor(private readonly sliceMs: number) {}
 
-  /** Runs `task` (which never rejects) in a later turn; resolves once it has. */
+  /** Runs `task` in a later turn; resolves once it has (a rejection is its own to handle). */
   run(task: () => Promise<void>): Promise<void> {
     return new Promise((done) => {
       this.queue.push({ task, done });
@@ -203,13 +203,14 @@ class TurnQueue {
   }
 
   private readonly slice = (): void => {
-    this.scheduled = false;
     const until = performance.now() + this.sliceMs;
-    do {
+    // At least one task, then as many as fit (a task may queue more: they wait their turn here).
+    for (let first = true; this.queue.length > 0 && (first || performance.now() < until); first = false) {
       const { task, done } = this.queue.shift()!;
-      void task().then(done);
-    } while (this.queue.length > 0 && performance.now() < until);
+      void task().then(done, done);
+    }
     // An immediate set from one runs at the next turn, after the sockets have been read.
+    this.scheduled = false;
     this.schedule();
   };
 }
@@ -273,7 +274,9 @@ export class RlqsService {
       replicaId: this.replicaId,
       shadowMode: options.shadowMode,
       calendarOffsetMs: options.calendarOffsetMs,
-      onPush: (subscriber, actions) => this.push(subscriber, actions),
+      // Written in the reports' turns too: a sync's division may change every share of a budget that
+      // hundreds of streams report, and its pushes go out between the RLS calls, not all at once.
+      onPush: (subscriber, actions) => void this.turns.run(async () => this.push(subscriber, actions)),
       observer: {
         onReport: (...args) => this.observer?.onReport?.(...args),
         onStoreError: (err) => this.storeFailed(err),
@@ -296,9 +299,12 @@ export class RlqsService {
     return this.budgets.bytes;
   }
 
-  /** The budgets' background work (see QuotaBudgets.tick); the service's timer calls it every RLQS_SYNC_INTERVAL. */
+  /**
+   * The budgets' background work (see QuotaBudgets.tick); the service's timer calls it every
+   * RLQS_SYNC_INTERVAL. Resolves once the pushes it made are written (they wait for the reports' turns).
+   */
   tick(): Promise<void> {
-    return this.budgets.tick();
+    return this.budgets.tick().then(() => this.turns.run(async () => undefined));
   }
 
   /**
