@@ -70,8 +70,10 @@ export interface TurnsOptions {
   readonly turnMs: number;
   /** A call sent within this long after a switch counts for neither half (what the server still had of the load). */
   readonly settleMs: number;
-  readonly callsPerSecond: number;
-  readonly request: (i: number) => RlsRequestInput;
+  /** Makes the calls for `durationMs` (an RlsCaller's run, ./rls-caller.ts, or legitCalls in this process). */
+  readonly calls: (durationMs: number) => Promise<LegitCall[]>;
+  /** Read at every switch (a process's CPU time, say). */
+  readonly sample?: () => number;
 }
 
 /** A switch of the load: when (ms, performance.now()), and whether it ran from then on. */
@@ -86,11 +88,7 @@ export interface LoadSwitch {
  * The calls sent while the load ran (`loaded`) and while it paused (`alone`), and the switches (the
  * last one pauses the load at the end).
  */
-export async function inTurns(
-  client: RlsClient,
-  load: Switchable,
-  options: TurnsOptions & { readonly sample?: () => number },
-): Promise<{ loaded: LegitCall[]; alone: LegitCall[]; switches: LoadSwitch[] }> {
+export async function inTurns(load: Switchable, options: TurnsOptions): Promise<{ loaded: LegitCall[]; alone: LegitCall[]; switches: LoadSwitch[] }> {
   const switches: LoadSwitch[] = [];
   const sample = options.sample ?? ((): number => 0);
   const phases = (async () => {
@@ -102,7 +100,7 @@ export async function inTurns(
       if (i < options.turns) await sleep(options.turnMs);
     }
   })();
-  const calls = await legitCalls(client, options.callsPerSecond, options.turns * options.turnMs, options.request);
+  const calls = await options.calls(options.turns * options.turnMs);
   await phases;
   const half = (loaded: boolean): LegitCall[] =>
     calls.filter((c) => {

@@ -119,7 +119,12 @@ describe('on Redis', () => {
       // machine's). A call counts for the half it was sent in, unless sent in the first 300 ms after a
       // switch (what the server had already taken of the flood, at most its flow-control window).
       const sampler = setInterval(() => (rssMax = Math.max(rssMax, svc.rssBytes())), 100);
-      const { loaded, alone: aloneCalls } = await inTurns(client, hostile, { turns: 8, turnMs: 1_000, settleMs: 300, callsPerSecond: 200, request: API_CALL });
+      const { loaded, alone: aloneCalls } = await inTurns(hostile, {
+        turns: 8,
+        turnMs: 1_000,
+        settleMs: 300,
+        calls: (ms) => legitCalls(client, 200, ms, API_CALL),
+      });
       clearInterval(sampler);
       const reportsSent = await hostile.stop();
       const legit = summary(loaded);
