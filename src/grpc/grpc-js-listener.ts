@@ -121,10 +121,17 @@ export class GrpcJsListener {
 
 /**
  * Ends a connection at once. Once node:http2 reads the socket, destroying it (or its session) closes
- * nothing the peer sees until it writes; a reset does.
+ * nothing the peer sees until it writes; a reset does. A reset is TCP's: a Unix socket (GRPC_UDS)
+ * throws at one, and is destroyed instead (its peer sees the end at once).
  */
 function cut(socket: net.Socket, guard: Guard | undefined): void {
-  if (!socket.destroyed) socket.resetAndDestroy();
+  if (!socket.destroyed) {
+    try {
+      socket.resetAndDestroy();
+    } catch {
+      socket.destroy();
+    }
+  }
   guard?.session?.destroy();
 }
 

@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -21,6 +22,7 @@ descriptors:
 const TRANSPORTS = ['http2', 'grpc-js'] as const;
 const LISTENERS = ['tcp', 'unix'] as const;
 const QUOTA_PER_CONNECTION = 4;
+const HANDSHAKE_TIMEOUT_MS = 1_000;
 const REFLECTION_PER_CONNECTION = 2;
 
 let tmp: string;
@@ -40,6 +42,7 @@ describe.each(TRANSPORTS.flatMap((transport) => LISTENERS.map((listener) => [tra
   (transport, listener) => {
     let svc: TestService;
     let target: string;
+    let silentPeer: () => net.Socket;
     const clients: grpc.Client[] = [];
     const quota: RawQuotaStream[] = [];
     const reflection: ReflectionStream[] = [];
@@ -53,10 +56,12 @@ describe.each(TRANSPORTS.flatMap((transport) => LISTENERS.map((listener) => [tra
           WARM_UP_CALLS: '0',
           RLQS_MAX_STREAMS_PER_CONNECTION: String(QUOTA_PER_CONNECTION),
           GRPC_REFLECTION_MAX_STREAMS_PER_CONNECTION: String(REFLECTION_PER_CONNECTION),
+          H2_HANDSHAKE_TIMEOUT_MS: String(HANDSHAKE_TIMEOUT_MS),
           ...(listener === 'unix' ? { GRPC_UDS: socket } : {}),
         },
       });
       target = listener === 'unix' ? `unix:${socket}` : svc.addr;
+      silentPeer = () => (listener === 'unix' ? net.connect(socket) : net.connect(svc.service.grpcPort, '127.0.0.1'));
     });
 
     afterEach(async () => {
@@ -132,6 +137,20 @@ describe.each(TRANSPORTS.flatMap((transport) => LISTENERS.map((listener) => [tra
       // Nothing of either peer was ended meanwhile.
       const settled = await Promise.race([Promise.race([...held, ...own].map((s) => s.status)), new Promise((r) => setTimeout(() => r('open'), 200))]);
       expect(settled).toBe('open');
+    });
+
+    test('a peer that connects and sends nothing is closed at H2_HANDSHAKE_TIMEOUT_MS, and the service goes on answering exactly', async () => {
+      const peer = silentPeer();
+      peer.on('error', () => undefined);
+      // It reads (the GOAWAY, the end), and writes nothing.
+      peer.resume();
+      const opened = performance.now();
+      const closedAfterMs = await new Promise<number>((resolve) => peer.once('close', () => resolve(performance.now() - opened)));
+      expect(closedAfterMs).toBeGreaterThanOrEqual(HANDSHAKE_TIMEOUT_MS - 50);
+      expect(closedAfterMs).toBeLessThan(HANDSHAKE_TIMEOUT_MS + 2_000);
+      const legit = openQuota(connection());
+      legit.write(report('after'));
+      expect((await legit.next(15_000)).bucketAction[0].quotaAssignmentAction.rateLimitStrategy.tokenBucket.tokensPerFill).toEqual({ value: 100 });
     });
   },
 );
