@@ -103,7 +103,7 @@ export interface QuotaSubscriber {
 }
 
 export interface QuotaObserver {
-  /** Reported usage of a matched bucket, as reported (before the charge cap). */
+  /** Reported usage of a rule's buckets, as reported (before the charge cap): summed per budget, told at its next sync. */
   onReport?(domain: string, statKey: string, allowed: number, denied: number): void;
   /** A store or exchange call that failed; the last shares stay in force. */
   onStoreError?(err: unknown): void;
@@ -243,6 +243,8 @@ interface Subscription {
   readonly shared: SharedBucket;
   readonly bytes: number;
   budget: Budget | undefined;
+  /** The match it was placed by: while its bucket's match stays this one, it stays where it is. */
+  placedBy: BucketMatch | undefined;
   lastReportAtMs: number | undefined;
   /** Requests reported since the rate was last measured. */
   pendingCount: number;
@@ -280,6 +282,9 @@ interface Budget {
   counters: readonly CounterRequest[];
   shadow: boolean;
   readonly members: Set<Subscription>;
+  /** Requests reported since the last sync (allowed, denied), not yet told to the observer. */
+  reportedAllowed: number;
+  reportedDenied: number;
   /** Hits reported and not yet written, per counter. */
   pending: number[];
   dirty: boolean;
@@ -462,11 +467,10 @@ export class QuotaBudgets {
     const ttl = ttlSeconds(s.intervalMs ?? this.limits.reportIntervalMs);
     const answered: (Subscription | QuotaAction)[] = [];
     const joined = new Set<Budget>();
-    const reported = new Map<Budget, [number, number]>();
     for (const [key, usage] of merged) {
       const sub = s.subs.get(key) ?? this.subscribe(s, key, domain, usage.bucket, matches.get(key));
       const budget = this.place(sub);
-      this.record(sub, usage, now, full, reported);
+      this.record(sub, usage, now, full);
       if (full && sub.idleReports >= this.limits.abandonAfterIdleReports) {
         this.unsubscribe(sub);
         answered.push({ bucket: sub.shared.pairs, abandon: true });
@@ -475,8 +479,6 @@ export class QuotaBudgets {
       answered.push(sub);
       if (budget !== undefined && !sub.divided) joined.add(budget);
     }
-    // Once per rule counter, whatever the number of its buckets in the report.
-    for (const [b, [allowed, denied]] of reported) this.observer.onReport?.(b.domain, b.statKey, allowed, denied);
     // A bucket new to its budget is answered by the budget's next division: a new budget's first
     // sync, the one under way, or one now if the budget has had none this period.
     const divisions: Promise<void>[] = [];
@@ -675,8 +677,8 @@ export class QuotaBudgets {
     return bytes;
   }
 
-  /** Usage into the subscription's demand and its budget's pending charges, and into `reported` (the report's counts per budget, for the observer). */
-  private record(sub: Subscription, usage: QuotaUsage, now: number, full: boolean, reported: Map<Budget, [number, number]>): void {
+  /** Usage into the subscription's demand and its budget's pending charges and reported counts. */
+  private record(sub: Subscription, usage: QuotaUsage, now: number, full: boolean): void {
     const allowed = count(usage.allowed);
     const denied = count(usage.denied);
     const span = sub.lastReportAtMs === undefined ? undefined : now - sub.lastReportAtMs;
@@ -692,12 +694,9 @@ export class QuotaBudgets {
         addPending(budget, j, charge);
       });
       if (allowed > 0) budget.dirty = true;
-      const sums = reported.get(budget);
-      if (sums === undefined) reported.set(budget, [allowed, denied]);
-      else {
-        sums[0] += allowed;
-        sums[1] += denied;
-      }
+      // Told to the observer at the budget's next sync: one call per budget and sync, not per bucket and report.
+      budget.reportedAllowed += allowed;
+      budget.reportedDenied += denied;
     }
     sub.pendingCount = Math.min(sub.pendingCount + allowed + denied, 2 * MAX_REPORTED_COUNT);
     if (span === undefined || span >= MIN_RATE_SPAN_MS) {
@@ -769,6 +768,7 @@ export class QuotaBudgets {
       shared,
       bytes: SUBSCRIPTION_BYTES + 3 * idBytes,
       budget: undefined,
+      placedBy: undefined,
       lastReportAtMs: undefined,
       pendingCount: 0,
       demand: Infinity,
@@ -818,6 +818,8 @@ export class QuotaBudgets {
   /** The subscription into the budget of its bucket's rule (none: no rule or an unlimited one), leaving another it was on. */
   private place(sub: Subscription): Budget | undefined {
     const match = this.matchOf(sub.shared);
+    // Placed by this match already (no reload since): its budget is the same, with the same limits.
+    if (match !== undefined && sub.budget !== undefined && sub.placedBy === match) return sub.budget;
     if (match === undefined || match.rule.limit.unlimited) {
       this.leave(sub);
       return undefined;
@@ -835,6 +837,8 @@ export class QuotaBudgets {
         counters: match.counters,
         shadow: false,
         members: new Set(),
+        reportedAllowed: 0,
+        reportedDenied: 0,
         pending: match.counters.map(() => 0),
         dirty: true,
         others: [],
@@ -866,6 +870,7 @@ export class QuotaBudgets {
       sub.divided = false;
       sub.admitted = new WindowCount((2 * match.counters[0].windowMs) / ADMITTED_SLICES);
     }
+    sub.placedBy = match;
     return budget;
   }
 
@@ -874,6 +879,7 @@ export class QuotaBudgets {
     const budget = sub.budget;
     if (budget === undefined) return;
     sub.budget = undefined;
+    sub.placedBy = undefined;
     sub.admitted = undefined;
     sub.share = 0;
     sub.divided = false;
@@ -894,6 +900,11 @@ export class QuotaBudgets {
    */
   private sync(b: Budget): Promise<void> {
     if (b.syncing !== undefined) return b.syncing;
+    if (b.reportedAllowed > 0 || b.reportedDenied > 0) {
+      this.observer.onReport?.(b.domain, b.statKey, b.reportedAllowed, b.reportedDenied);
+      b.reportedAllowed = 0;
+      b.reportedDenied = 0;
+    }
     const now = this.clock.nowMs();
     const taken = b.pending;
     b.pending = b.counters.map(() => 0);
