@@ -31,6 +31,8 @@ export interface DebugServerOptions extends HttpListenerOptions {
   readonly quota?: () => RlqsView;
   /** This process's leases (`lease: true` limits on a shared store), for /leases; the endpoint answers 404 when absent. */
   readonly leases?: () => unknown;
+  /** This process's region parts (`scope: global` limits), for /regions; the endpoint answers 404 when absent. */
+  readonly regions?: () => unknown;
 }
 
 type Handler = (req: http.IncomingMessage, res: http.ServerResponse, path: string) => void;
@@ -51,7 +53,7 @@ export class DebugServer extends RoutedHttpServer {
 
   constructor(private readonly options: DebugServerOptions) {
     super(options);
-    const { match, quota, leases, metrics, top } = options;
+    const { match, quota, leases, regions, metrics, top } = options;
     const list: Endpoint[] = [
       // The live page of /top/rules when the live view is on, else the index of the endpoints.
       { path: '/', methods: 'GET, HEAD', handler: (_req, res) => this.root(res) },
@@ -93,6 +95,13 @@ export class DebugServer extends RoutedHttpServer {
         index: ': leased limits held by this process, with their parts and demand (JSON)',
         methods: 'GET, HEAD',
         handler: leases && ((_req, res) => send(res, 200, JSON.stringify(leases(), null, 2) + '\n', 'application/json')),
+      },
+      // The global limits (`scope: global`) of this process, in JSON: each region's part, demand, last sync, cut-off state.
+      {
+        path: '/regions',
+        index: ': global limits (scope: global) held by this process, with each region\'s part, demand and partition state (JSON)',
+        methods: 'GET, HEAD',
+        handler: regions && ((_req, res) => send(res, 200, JSON.stringify(regions(), null, 2) + '\n', 'application/json')),
       },
       // The Prometheus exposition (when metrics are given).
       { path: '/metrics', index: ': Prometheus metrics', handler: metrics && ((req, res) => sendMetrics(req, res, metrics, this.options.logger)) },

@@ -41,7 +41,7 @@ const STYLE = `
   .empty, footer { color: var(--muted); }
   .more { margin: 6px 8px 0; }
   footer { padding: 0 20px 20px; }
-  #rlqs { padding: 0 20px 12px; }
+  #rlqs, #regions { padding: 0 20px 12px; }
   footer a { color: inherit; margin-right: 14px; }
 `;
 
@@ -205,6 +205,46 @@ function renderRlqs(budgets) {
   section.replaceChildren(next);
 }
 
+/** One table per global limit: this region's part and every region's demand and state. */
+function regionCard(p) {
+  const card = el("div", { class: "rule region-part", "data-domain": p.domain, "data-rule": p.rule });
+  const head = el("div", { class: "rule-head" });
+  head.appendChild(el("span", { class: "rule-name" }, p.domain + " / " + p.rule));
+  head.appendChild(el("span", { class: "descriptor" }, p.counter));
+  head.appendChild(el("span", { class: "limit" }, p.limit + " per " + p.window_s + " s across regions"));
+  head.appendChild(el("span", { class: "share" }, "this region: " + p.part + " per window" + (p.cut_off ? ", CUT OFF (fallback)" : "") + ", synced " + (p.sync_age_s === null ? "never" : p.sync_age_s.toFixed(1) + " s ago")));
+  card.appendChild(head);
+  const table = el("table");
+  const top = el("tr");
+  for (const h of ["region", "demand", "members", "state"]) top.appendChild(el("th", {}, h));
+  table.appendChild(el("thead")).appendChild(top);
+  const body = table.appendChild(el("tbody"));
+  for (const r of p.regions) {
+    const row = el("tr");
+    row.appendChild(el("td", { class: "descriptor" }, r.region));
+    row.appendChild(el("td", { class: "n" }, rate(r.demand)));
+    row.appendChild(el("td", { class: "n" }, String(r.members)));
+    row.appendChild(el("td", {}, r.state));
+    body.appendChild(row);
+  }
+  card.appendChild(table);
+  return card;
+}
+
+/** The global limits' parts; the section is hidden while there is none. */
+function renderRegions(parts) {
+  const section = document.getElementById("regions");
+  section.hidden = !parts || parts.length === 0;
+  if (section.hidden) {
+    section.replaceChildren();
+    return;
+  }
+  const next = document.createDocumentFragment();
+  next.appendChild(el("h2", {}, "Global limits (regions)"));
+  for (const p of parts) next.appendChild(regionCard(p));
+  section.replaceChildren(next);
+}
+
 function render(view) {
   const main = document.getElementById("domains");
   const domains = new Map();
@@ -222,6 +262,7 @@ function render(view) {
   }
   main.replaceChildren(next);
   renderRlqs(view.rlqs);
+  renderRegions(view.regions);
   const replicas = view.replicas === 1 ? "1 replica" : view.replicas + " replicas";
   document.getElementById("status").textContent =
     "last " + view.window_s + " s, " + replicas + ", updated " + new Date(view.at_ms).toLocaleTimeString();
@@ -259,8 +300,9 @@ export const TOP_PAGE = `<!doctype html>
 </header>
 <main id="domains"><p class="empty">Waiting for the first view…</p></main>
 <section id="rlqs" hidden></section>
+<section id="regions" hidden></section>
 <footer>
-  <a href="/top">/top (JSON)</a><a href="/top/rules">/top/rules (JSON)</a><a href="/rlconfig">/rlconfig</a><a href="/rlqs">/rlqs</a><a href="/metrics">/metrics</a>
+  <a href="/top">/top (JSON)</a><a href="/top/rules">/top/rules (JSON)</a><a href="/rlconfig">/rlconfig</a><a href="/rlqs">/rlqs</a><a href="/regions">/regions</a><a href="/metrics">/metrics</a>
 </footer>
 <script>${SCRIPT}</script>
 </body>

@@ -40,6 +40,11 @@ export interface ReplicaDemand {
   readonly admitted: number;
   /** Proxies (subscriptions) it holds on the budget. */
   readonly proxies: number;
+  /**
+   * Optional: a number the replica changes at every publish (regions: how the others tell a live
+   * member from one whose entry is only remembered).
+   */
+  readonly beat?: number;
 }
 
 export interface DemandExchange {
@@ -47,7 +52,7 @@ export interface DemandExchange {
   readonly key: string;
   /** The counter's hash tag (CounterRequest.tag), when it has one: the Redis adapter keeps the demand in its slot. */
   readonly tag?: string;
-  /** Whose demand: quota streams' (`rlqs`, the default) or leases' (`lease`); each kind is a budget of its own. */
+  /** Whose demand: quota streams' (`rlqs`, the default), leases' (`lease`) or regions' (`region`); each kind is a budget of its own. */
   readonly kind?: DemandKind;
   /** This replica's entry; absent with `withdraw`. */
   readonly publish?: ReplicaDemand;
@@ -59,7 +64,7 @@ export interface DemandExchange {
   readonly maxMembers?: number;
 }
 
-export type DemandKind = 'rlqs' | 'lease';
+export type DemandKind = 'rlqs' | 'lease' | 'region';
 
 /**
  * Replicas kept per budget; a new one beyond it is not recorded (the live entries returned do not

@@ -6,6 +6,7 @@ import type { DescriptorOutcome, LocalDenialListener, RateLimitDecider, RateLimi
 import type { ServiceReplays } from '../service/rls-service';
 import type { QuotaRuleTotals } from '../limiter/quota-budgets';
 import type { LeaseObserver, LeaseView } from '../limiter/leases';
+import type { RegionObserver, RegionPartView } from '../sharing/regions/region-shares';
 import type { RlqsObserver } from '../service/rlqs-service';
 import { TalliedCounter, TalliedHistogram } from './tallies';
 import type { Settings } from '../settings/settings';
@@ -149,6 +150,22 @@ export interface LeaseSource {
   /** Estimated bytes per second their syncs send and read back. */
   readonly syncBytes: number;
   view(max: number): { readonly leases: readonly LeaseView[] };
+}
+
+/** What the region gauges read of the region parts at a scrape. */
+export interface RegionSource {
+  readonly region: string;
+  view(max: number): { readonly parts: readonly RegionPartView[] };
+}
+
+/** Region parts summed per rule at a scrape. */
+interface RegionRuleTotals {
+  readonly domain: string;
+  readonly descriptor: string;
+  part: number;
+  demand: number;
+  syncAge: number;
+  partitioned: number;
 }
 
 /** Leases summed per rule at a scrape. */
@@ -551,6 +568,54 @@ export class Metrics {
     this.leases = leases;
   }
 
+  /**
+   * The region parts the region gauges read at each scrape (`scope: global` limits), and their
+   * observer: hits settled to the global counter, failed syncs.
+   */
+  attachRegions(regions: RegionSource): RegionObserver {
+    const registers = [this.registry];
+    const region = regions.region;
+    const maxSeries = this.maxSeries;
+    const labels = [...RULE_LABELS, 'region'] as const;
+    const settled = new Counter({
+      name: 'ratelimit_service_region_settled_hits_total',
+      help: 'Hits of global limits (scope: global) admitted by this process and settled to the global counter, by rule and region.',
+      labelNames: labels,
+      registers,
+    });
+    const failures = new Counter({
+      name: 'ratelimit_service_region_sync_failures_total',
+      help: 'Syncs of global limits with the global store (or the regional check) that failed, by rule and region; the part holds until REGION_TTL.',
+      labelNames: labels,
+      registers,
+    });
+    perRuleGauges<RegionRuleTotals>(
+      registers,
+      'ratelimit_service_region_',
+      () => regionRuleTotals(regions, maxSeries),
+      (r) => r.descriptor,
+      [
+        ['part', "Hits per window of a global rule's limits this region may admit now (its parts, summed over the rule's counters).", (r) => r.part],
+        ['demand', 'Hits per second asked of a global rule in this region (every live replica of it, at the last syncs).', (r) => r.demand],
+        ['sync_age_seconds', "Seconds since the oldest of a global rule's counters last synced with the global store.", (r) => r.syncAge],
+        ['partitioned', "1 while one of a global rule's counters runs on GLOBAL_FALLBACK: no sync went through for REGION_TTL.", (r) => r.partitioned],
+      ],
+      { region },
+    );
+    const series = new Set<string>();
+    const descriptorOf = (domain: string, statKey: string): string => {
+      const key = `${domain}\u0000${statKey}`;
+      if (series.has(key)) return statKey;
+      if (series.size >= maxSeries) return OVERFLOW_LABEL;
+      series.add(key);
+      return statKey;
+    };
+    return {
+      onSettled: (domain, statKey, hits) => settled.inc({ domain, descriptor: descriptorOf(domain, statKey), region }, hits),
+      onSyncError: (domain, statKey) => failures.inc({ domain, descriptor: descriptorOf(domain, statKey), region }),
+    };
+  }
+
   /** The leases' observer: settled hits per rule, refusals and failed store calls. */
   readonly leaseObserver: LeaseObserver = {
     onSettled: (domain, statKey, hits) => {
@@ -795,6 +860,29 @@ function labelled(children: Map<string, Inc>, value: string, create: () => Inc):
   return child;
 }
 
+/** The region parts summed per rule (at most maxSeries rules; the rest under OVERFLOW_LABEL). */
+function regionRuleTotals(source: RegionSource, maxSeries: number): RegionRuleTotals[] {
+  const byRule = new Map<string, RegionRuleTotals>();
+  for (const p of source.view(Number.MAX_SAFE_INTEGER).parts) {
+    let descriptor = p.rule;
+    let id = `${p.domain}\u0000${descriptor}`;
+    if (!byRule.has(id) && byRule.size >= maxSeries) {
+      descriptor = OVERFLOW_LABEL;
+      id = `${p.domain}\u0000${OVERFLOW_LABEL}`;
+    }
+    let t = byRule.get(id);
+    if (t === undefined) {
+      t = { domain: p.domain, descriptor, part: 0, demand: 0, syncAge: 0, partitioned: 0 };
+      byRule.set(id, t);
+    }
+    t.part += p.part;
+    if (Number.isFinite(p.demand)) t.demand += p.demand;
+    if (Number.isFinite(p.syncAgeSeconds)) t.syncAge = Math.max(t.syncAge, p.syncAgeSeconds);
+    if (p.cutOff) t.partitioned = 1;
+  }
+  return [...byRule.values()];
+}
+
 /** The leases' parts and demand summed per rule (at most maxSeries rules; the rest under OVERFLOW_LABEL). */
 function leaseRuleTotals(source: LeaseSource | undefined, maxSeries: number): LeaseRuleTotals[] {
   if (source === undefined) return [];
@@ -840,6 +928,7 @@ function perRuleGauges<T extends { readonly domain: string }>(
   rows: () => readonly T[],
   descriptorOf: (row: T) => string,
   gauges: readonly (readonly [name: string, help: string, value: (row: T) => number])[],
+  constLabels: Readonly<Record<string, string>> = {},
 ): void {
   let kept: { readonly at: number; readonly rows: readonly T[] } | undefined;
   const current = (): readonly T[] => {
@@ -851,11 +940,11 @@ function perRuleGauges<T extends { readonly domain: string }>(
     new Gauge({
       name: `${prefix}${name}`,
       help,
-      labelNames: RULE_LABELS,
+      labelNames: [...RULE_LABELS, ...Object.keys(constLabels)],
       registers,
       collect() {
         this.reset();
-        for (const r of current()) this.set({ domain: r.domain, descriptor: descriptorOf(r) }, value(r));
+        for (const r of current()) this.set({ ...constLabels, domain: r.domain, descriptor: descriptorOf(r) }, value(r));
       },
     });
   }

@@ -2,7 +2,7 @@ import type { DemandExchange, ReplicaDemand } from '../../limiter/replica-exchan
 
 /**
  * Demand in Redis (quota budgets' and leases'): one hash per budget, a field per replica, the value
- * `expiresAtMs demand admitted proxies` with the expiry from Redis `TIME`, so replicas whose clocks
+ * `expiresAtMs demand admitted proxies [beat]` with the expiry from Redis `TIME`, so replicas whose clocks
  * differ still agree on which entries are live. DEMAND_SCRIPT drops expired entries, publishes or
  * withdraws one replica's entry and returns the live ones in one atomic call; the hash itself
  * expires with its longest-lived entry.
@@ -12,8 +12,8 @@ import type { DemandExchange, ReplicaDemand } from '../../limiter/replica-exchan
  * ARGV[2]  most fields kept: a new field is not written while as many live ones are held (expired
  *          ones are dropped first), and the reply then does not hold it
  * ARGV[3]  the replica
- * ARGV[4]  its entry "demand admitted proxies", or "" to withdraw it
- * reply    flat array: member, "expiresAtMs demand admitted proxies", ... for every live entry
+ * ARGV[4]  its entry "demand admitted proxies [beat]", or "" to withdraw it
+ * reply    flat array: member, "expiresAtMs demand admitted proxies [beat]", ... for every live entry
  */
 export const DEMAND_SCRIPT = `
 local t = redis.call('TIME')
@@ -58,7 +58,8 @@ export const DEMAND_COMMAND = 'slidegateDemand';
 
 /** A demand as a field value (unknown demand, Infinity, is written as -1). */
 function encodeDemand(d: ReplicaDemand): string {
-  return `${Number.isFinite(d.demand) ? d.demand : -1} ${d.admitted} ${d.proxies}`;
+  const entry = `${Number.isFinite(d.demand) ? d.demand : -1} ${d.admitted} ${d.proxies}`;
+  return d.beat === undefined ? entry : `${entry} ${d.beat}`;
 }
 
 /** DEMAND_SCRIPT's arguments after KEYS[1]; `maxReplicas` is ARGV[2]. */
@@ -73,11 +74,12 @@ export function parseDemandReply(reply: unknown): ReplicaDemand[] {
   const flat = reply as string[];
   const out: ReplicaDemand[] = [];
   for (let i = 0; i + 1 < flat.length; i += 2) {
-    const [, demand, admitted, proxies] = String(flat[i + 1])
+    const [, demand, admitted, proxies, beat] = String(flat[i + 1])
       .split(' ')
       .map(Number);
     if (!(admitted >= 0) || !(proxies >= 0) || Number.isNaN(demand)) continue;
-    out.push({ member: String(flat[i]), demand: demand < 0 ? Infinity : demand, admitted, proxies });
+    const entry = { member: String(flat[i]), demand: demand < 0 ? Infinity : demand, admitted, proxies };
+    out.push(Number.isFinite(beat) ? { ...entry, beat } : entry);
   }
   return out;
 }
