@@ -23,7 +23,11 @@ import { ReflectionService } from './service/reflection-service';
 import { HttpServer } from './http/http-server';
 import { HealthState, isReady, watchStoreHealth } from './service/health';
 import { maskSettings } from './settings/masking';
-import { loadSettings, SettingsError, type Settings } from './settings/settings';
+import { loadSettings, SettingsError, type RegionSettings, type Settings } from './settings/settings';
+import { createGlobalStore } from './store/create-global-store';
+import { RegionShares } from './sharing/regions/region-shares';
+import { RegionalStore } from './sharing/regions/regional-store';
+import { regionsReport, REGIONS_SHOWN } from './http/regions-report';
 import { createStore, denialCacheEnabled, type Backend } from './store/create-store';
 import { LeasedStore } from './limiter/leases';
 import { monotonicClock } from './limiter/types';
@@ -131,7 +135,10 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   // Leased limits (`lease: true`) are decided here against this replica's part, on a store shared with other replicas.
   const leases = shared ? startLeases(settings, backend, replicaId, metrics) : undefined;
   if (leases !== undefined) teardown.push(() => leases.stop());
-  const store = leases?.store ?? backend.store;
+  // Global limits (`scope: global`, REGION set): the region's part of each, kept in step through the global store.
+  const regions = settings.regions === undefined ? undefined : startRegions(settings, settings.regions, leases?.store ?? backend.store, backend, replicaId, metrics, logger);
+  if (regions !== undefined) teardown.push(() => regions.stop());
+  const store = regions?.store ?? leases?.store ?? backend.store;
   storeCache.set(() => store.clearCache?.());
   teardown.push(watchStoreHealth({ store, health }));
   metrics.watchStore(() => store.isHealthy());
@@ -209,6 +216,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
     top,
     held,
     leases: leases?.store,
+    regions: regions?.shares,
     overrides,
     tokens,
   });
@@ -268,6 +276,47 @@ function startLeases(settings: Settings, backend: Backend, replicaId: string, me
     stop: () => {
       clearInterval(timer);
       return store.shutdown();
+    },
+  };
+}
+
+/**
+ * The region layer (src/sharing/regions): the global store, the region parts over the store stack
+ * (the leases when there are), their sync every REGION_SYNC_INTERVAL, and its stop: what is pending
+ * settled, the global store closed.
+ */
+function startRegions(
+  settings: Settings,
+  region: RegionSettings,
+  below: Store,
+  backend: Backend,
+  replicaId: string,
+  metrics: Metrics,
+  logger: Logger,
+): { store: RegionalStore; shares: RegionShares; stop(): Promise<void> } {
+  const global = createGlobalStore({ regions: region, cacheKeyPrefix: settings.cacheKeyPrefix, logger });
+  // The gauges read the parts at scrapes only, after they exist.
+  const observer = metrics.attachRegions({ region: region.region, view: (max) => shares.view(max) });
+  const shares: RegionShares = new RegionShares({
+    region: region.region,
+    replicaId,
+    settlements: global.settlements,
+    exchange: global.exchange,
+    regional: backend.store,
+    clock: monotonicClock,
+    limits: { syncIntervalMs: region.syncIntervalMs, ttlMs: region.ttlMs, fallback: region.fallback, maxParts: settings.leases.maxLeases, maxBytes: settings.leases.maxBytes },
+    observer,
+  });
+  const timer = setInterval(() => void shares.tick(), region.syncIntervalMs);
+  timer.unref();
+  void shares.tick();
+  return {
+    store: new RegionalStore({ store: below, shares }),
+    shares,
+    stop: async () => {
+      clearInterval(timer);
+      await shares.shutdown();
+      await global.close();
     },
   };
 }
@@ -401,11 +450,12 @@ async function buildListeners(options: {
   readonly top: LiveTop | undefined;
   readonly held: HeldReservations;
   readonly leases: LeasedStore | undefined;
+  readonly regions: RegionShares | undefined;
   readonly overrides: RuntimeOverrides;
   /** ADMIN_TOKENS_FILE's tokens: the override API is served only with them. */
   readonly tokens: AdminTokens | undefined;
 }): Promise<{ start(): Promise<Ports>; stop(graceMs: number): Promise<unknown> }> {
-  const { settings, logger, health, metrics, sinks, rules, decider, grpcOptions, rlqs, top, held, leases, overrides, tokens } = options;
+  const { settings, logger, health, metrics, sinks, rules, decider, grpcOptions, rlqs, top, held, leases, regions, overrides, tokens } = options;
   // Under WORKERS > 1 every scrape answers for all workers (see workers.ts).
   const exposition = settings.disableStats ? undefined : (clusterMetrics(metrics.registry) ?? metrics);
   const prometheusServer =
@@ -453,11 +503,16 @@ async function buildListeners(options: {
     match: (domain, entries) => ruleMatch(rules.current(), domain, entries, held.heldOf(domain, entries), overrides.table.find(domain, entries)),
     quota: () => rlqs.view(),
     leases: leases === undefined ? undefined : () => leases.view(LEASES_SHOWN),
+    regions: regions === undefined ? undefined : () => ({ region: regions.region, ...regions.view(LEASES_SHOWN) }),
     metrics: exposition,
     top: top === undefined ? undefined : () => top.merged(),
     overrideMarks: overrideMarks(overrides),
     // The page shows this replica's quota streams beside the heavy hitters (their shares cover every replica's proxies).
-    topExtras: () => ({ rlqs: rlqsReport(rlqs.view()), reservations: held.byRule() }),
+    topExtras: () => ({
+      rlqs: rlqsReport(rlqs.view()),
+      reservations: held.byRule(),
+      ...(regions === undefined ? {} : { regions: regionsReport(regions.region, regions.view(REGIONS_SHOWN).parts) }),
+    }),
     logger,
   });
   return {

@@ -97,6 +97,9 @@ async function drive(w: ReturnType<typeof world>, rate: (region: string, atMs: n
   const steps: number[] = [];
   const byRegion = new Map<string, number[]>();
   const start = w.clock.nowMs();
+  // As the service does at start: the regions are read before the first call.
+  for (const r of w.replicas) void r.shares.tick();
+  await flush();
   for (let t = 0; t < ms; t += 10) {
     at?.(t);
     let admitted = 0;
