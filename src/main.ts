@@ -137,7 +137,10 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   if (leases !== undefined) teardown.push(() => leases.stop());
   // Global limits (`scope: global`, REGION set): the region's part of each, kept in step through the global store.
   const regions = settings.regions === undefined ? undefined : startRegions(settings, settings.regions, leases?.store ?? backend.store, backend, replicaId, metrics, logger);
-  if (regions !== undefined) teardown.push(() => regions.stop());
+  if (regions !== undefined) {
+    teardown.push(() => regions.stop());
+    await regions.ready;
+  }
   const store = regions?.store ?? leases?.store ?? backend.store;
   storeCache.set(() => store.clearCache?.());
   teardown.push(watchStoreHealth({ store, health }));
@@ -293,7 +296,7 @@ function startRegions(
   replicaId: string,
   metrics: Metrics,
   logger: Logger,
-): { store: RegionalStore; shares: RegionShares; stop(): Promise<void> } {
+): { store: RegionalStore; shares: RegionShares; ready: Promise<void>; stop(): Promise<void> } {
   const global = createGlobalStore({ regions: region, cacheKeyPrefix: settings.cacheKeyPrefix, logger });
   // The gauges read the parts at scrapes only, after they exist.
   const observer = metrics.attachRegions({ region: region.region, view: (max) => shares.view(max) });
@@ -309,10 +312,13 @@ function startRegions(
   });
   const timer = setInterval(() => void shares.tick(), region.syncIntervalMs);
   timer.unref();
-  void shares.tick();
+  // The regions' names before the first call (a new counter's first part is an even one among them), within GLOBAL_STORE_TIMEOUT.
+  let waited: NodeJS.Timeout | undefined;
+  const ready = Promise.race([shares.start(), new Promise<void>((resolve) => (waited = setTimeout(resolve, region.timeoutMs)))]).finally(() => clearTimeout(waited));
   return {
     store: new RegionalStore({ store: below, shares }),
     shares,
+    ready,
     stop: async () => {
       clearInterval(timer);
       await shares.shutdown();

@@ -32,6 +32,11 @@ export const MAX_GLOBAL_MEMBERS = 256;
 const MAX_REGIONS = 256;
 /** The kind of the documents naming the regions, in the global store. */
 const REGIONS_DOCUMENT = 'regions';
+/**
+ * Sync intervals a region's demand is measured over, at most: a rise counts from the last two, a
+ * fall only once these have passed (see demandOf()).
+ */
+const DEMAND_SYNCS = 8;
 /** Estimated bytes of one part beyond its key. */
 const PART_BYTES = 2_048;
 
@@ -119,10 +124,11 @@ interface Part {
   fraction: number;
   /** When it was opened: a part that never synced is cut off ttlMs later. */
   readonly openedMs: number;
+  /** Hits asked since the last sync, and since when. */
   asked: number;
-  askedBefore: number;
   askedSinceMs: number;
-  askedBeforeMs: number;
+  /** Hits asked in each of the last DEMAND_SYNCS sync intervals (newest last), and when each began. */
+  readonly history: { asked: number; sinceMs: number }[];
   /** This replica's demand at the last sync, hits per second. */
   demand: number;
   /** The region's demand the last exchange that went through held, and the one before (what the others divided by). */
@@ -159,7 +165,8 @@ export class RegionShares {
   private beat = 0;
   /** Regions the global store named at the last reading (this one included), at least 1. */
   private knownRegions = 1;
-  private ticking: Promise<void> | undefined;
+  /** The regions' names being read, while they are. */
+  private reading: Promise<void> | undefined;
 
   constructor(options: RegionSharesOptions) {
     this.region = options.region;
@@ -197,28 +204,24 @@ export class RegionShares {
    * part (two windows, nothing pending) is dropped. Never rejects.
    */
   tick(): Promise<void> {
-    if (this.ticking !== undefined) return this.ticking;
     const now = this.clock.nowMs();
-    const work: Promise<void>[] = [this.readRegions()];
+    // Each part syncs on its own (one sync in flight per part): a slow global store delays none of the others' turns.
+    const work: Promise<void>[] = [this.reading ?? this.readRegions()];
     for (const part of this.parts.values()) {
       const idle = now - part.lastUsedMs > Math.max(2 * part.counter.windowMs, 2 * this.limits.ttlMs) && part.pending === 0 && part.unsettled === undefined;
       if (idle) this.drop(part);
       else work.push(this.sync(part, now));
     }
-    this.ticking = Promise.all(work).then(() => {
-      this.ticking = undefined;
-    });
-    return this.ticking;
+    return Promise.all(work).then(() => undefined);
   }
 
   /** Settles what is pending (at shutdown); the entries lapse on their own. */
   async shutdown(): Promise<void> {
-    await this.ticking;
     const now = this.clock.nowMs();
     await Promise.all([...this.parts.values()].map((p) => this.sync(p, now)));
   }
 
-  view(max: number): { readonly parts: readonly RegionPartView[]; readonly total: number } {
+  view(max: number): { readonly parts: readonly RegionPartView[]; readonly total: number; readonly regionsKnown: number } {
     const now = this.clock.nowMs();
     const parts: RegionPartView[] = [];
     for (const p of this.parts.values()) {
@@ -243,7 +246,7 @@ export class RegionShares {
         regions: p.regions,
       });
     }
-    return { parts, total: this.parts.size };
+    return { parts, total: this.parts.size, regionsKnown: this.knownRegions };
   }
 
   /* ---------- deciding ---------- */
@@ -271,9 +274,8 @@ export class RegionShares {
       fraction: fallbackFraction('split', this.knownRegions),
       openedMs: now,
       asked: 0,
-      askedBefore: 0,
       askedSinceMs: now,
-      askedBeforeMs: now,
+      history: [],
       demand: Infinity,
       regionDemand: Infinity,
       regionMembers: 0,
@@ -312,15 +314,25 @@ export class RegionShares {
 
   /* ---------- in the background ---------- */
 
+  /** The regions' names, read once (at start, before the service serves: a new counter's first part is an even one among them). */
+  start(): Promise<void> {
+    return this.readRegions();
+  }
+
   /** Publishes this region's name and reads every region's: how many share the fallback's `split`. */
-  private async readRegions(): Promise<void> {
-    try {
-      await this.exchange.put(REGIONS_DOCUMENT, this.member, this.region, ENTRY_MEMORY_MS);
-      const names = await this.exchange.all(REGIONS_DOCUMENT, MAX_REGIONS * 4);
-      this.knownRegions = Math.max(1, new Set([this.region, ...names]).size);
-    } catch {
-      // The parts' own syncs count the failure; the regions known stay as last read.
-    }
+  private readRegions(): Promise<void> {
+    this.reading = (async () => {
+      try {
+        await this.exchange.put(REGIONS_DOCUMENT, this.member, this.region, ENTRY_MEMORY_MS);
+        const names = await this.exchange.all(REGIONS_DOCUMENT, MAX_REGIONS * 4);
+        this.knownRegions = Math.max(1, new Set([this.region, ...names]).size);
+      } catch {
+        // The parts' own syncs count the failure; the regions known stay as last read.
+      } finally {
+        this.reading = undefined;
+      }
+    })();
+    return this.reading;
   }
 
   /** Above every seq sent before, from the clock (ms x 1000): a restarted replica continues above its earlier run's. */
@@ -339,12 +351,11 @@ export class RegionShares {
       part.pending = 0;
     }
     const settlement = part.unsettled;
-    const span = now - part.askedBeforeMs;
-    if (span > 0) part.demand = ((part.asked + part.askedBefore) * 1000) / span;
-    part.askedBefore = part.asked;
-    part.askedBeforeMs = part.askedSinceMs;
+    part.history.push({ asked: part.asked, sinceMs: part.askedSinceMs });
+    if (part.history.length > DEMAND_SYNCS) part.history.shift();
     part.asked = 0;
     part.askedSinceMs = now;
+    part.demand = demandOf(part.history, now);
     this.beat += 1;
     const { domain, statKey } = markedRule(part.rule);
     const failed = (err: unknown): undefined => {
@@ -399,6 +410,8 @@ export class RegionShares {
       const seen = wasCutOff ? undefined : part.seenRegionDemand;
       this.exchanged(part, entries, now, at);
       part.seenRegionDemand = part.regionDemand;
+      // Not divided yet (the others have not seen this region): no more than an even part among the regions using the counter.
+      if (seen === undefined) part.fraction = Math.min(part.fraction, 1 / (1 + this.othersOf(part, at).length));
       if (wasCutOff) part.fraction = Math.min(part.fraction, this.fallback());
       if (globalUsed === undefined || regional === undefined) return;
       const capacity = c.burst ?? c.limit;
@@ -489,4 +502,23 @@ export class RegionShares {
     this.parts.delete(part.id);
     this.usedBytes -= part.bytes;
   }
+}
+
+/**
+ * Hits per second asked: the higher of the rate over the last two sync intervals (a rise counts at
+ * once) and over the last DEMAND_SYNCS (a quiet region's few calls, unevenly spread over short
+ * intervals, do not make its demand, and its part, swing low between them). A fall counts after
+ * DEMAND_SYNCS intervals: the hits of a region that goes quiet stay in the global counter longer
+ * than that anyway (a window is at least 10 sync intervals).
+ */
+function demandOf(history: readonly { readonly asked: number; readonly sinceMs: number }[], now: number): number {
+  const n = history.length;
+  if (n === 0) return Infinity;
+  const rate = (from: number): number => {
+    let asked = 0;
+    for (let i = from; i < n; i++) asked += history[i].asked;
+    const span = now - history[from].sinceMs;
+    return span > 0 ? (asked * 1000) / span : Infinity;
+  };
+  return Math.max(rate(Math.max(0, n - 2)), rate(0));
 }
