@@ -1,20 +1,25 @@
-import type { Settings } from './settings';
+import type { RedisSettings, Settings } from './settings';
 
 /**
- * Settings as logged: secrets (REDIS_AUTH, a password inside REDIS_URL, the values of
+ * Settings as logged: secrets (REDIS_AUTH, a password inside REDIS_URL, the same of GLOBAL_REDIS_*, the values of
  * CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS, which carry a control plane's tokens) replaced by "***".
  */
 export function maskSettings(settings: Settings): Settings {
-  const { redis, xds } = settings;
+  const { redis, xds, regions } = settings;
   return {
     ...settings,
     xds: { ...xds, additionalHeaders: Object.fromEntries(Object.keys(xds.additionalHeaders).map((name) => [name, '***'])) },
-    redis: {
-      ...redis,
-      auth: redis.auth === undefined ? undefined : '***',
-      sentinelAuth: redis.sentinelAuth === undefined ? undefined : '***',
-      url: redis.url === undefined ? undefined : maskUrlPasswords(redis.url),
-    },
+    redis: maskRedis(redis),
+    ...(regions === undefined ? {} : { regions: { ...regions, redis: maskRedis(regions.redis) } }),
+  };
+}
+
+function maskRedis(redis: RedisSettings): RedisSettings {
+  return {
+    ...redis,
+    auth: redis.auth === undefined ? undefined : '***',
+    sentinelAuth: redis.sentinelAuth === undefined ? undefined : '***',
+    url: redis.url === undefined ? undefined : maskUrlPasswords(redis.url),
   };
 }
 

@@ -239,21 +239,8 @@ export interface Settings {
   readonly healthyWithAtLeastOneConfigLoaded: boolean;
 
   readonly backendType: BackendType;
-  readonly redis: {
-    readonly type: RedisType;
-    readonly socketType: 'tcp' | 'unix';
-    readonly url?: string;
-    readonly auth?: string;
-    /** Password of the Sentinel nodes themselves (REDIS_SENTINEL_AUTH); REDIS_AUTH is the master's. */
-    readonly sentinelAuth?: string;
-    /** Connect timeout and idle-socket timeout, ms (REDIS_TIMEOUT); undefined: the built-in ones. */
-    readonly timeoutMs?: number;
-    readonly tls: boolean;
-    readonly tlsCaCertPath?: string;
-    readonly tlsClientCertPath?: string;
-    readonly tlsClientKeyPath?: string;
-    readonly tlsSkipHostnameVerification: boolean;
-  };
+  /** The counters' Redis (REDIS_*). */
+  readonly redis: RedisSettings;
   readonly cacheKeyPrefix: string;
   /** Deadline of one store call, ms. */
   readonly storeTimeoutMs: number;
@@ -353,6 +340,55 @@ export interface Settings {
   readonly top: TopSettings;
   /** Runtime overrides (src/limiter/overrides.ts): the API's tokens, the memory store's file, the caps and the sync (ADMIN_TOKENS_FILE, OVERRIDES_*). */
   readonly overrides: OverrideSettings;
+  /** Regions (REGION with GLOBAL_REDIS_URL): `scope: global` limits shared with the other regions; undefined without REGION. */
+  readonly regions?: RegionSettings;
+}
+
+/**
+ * The connection settings of one Redis: REDIS_* for the counters, GLOBAL_REDIS_* (the same names
+ * after `GLOBAL_`) for the store every region reaches. Read by one function, redisSettings.
+ */
+export interface RedisSettings {
+  /** The variables these came from, `REDIS_` (when absent) or `GLOBAL_REDIS_`: errors name `<prefix>URL` and so on. */
+  readonly variablePrefix?: RedisVariablePrefix;
+  readonly type: RedisType;
+  readonly socketType: 'tcp' | 'unix';
+  readonly url?: string;
+  readonly auth?: string;
+  /** Password of the Sentinel nodes themselves (REDIS_SENTINEL_AUTH); REDIS_AUTH is the master's. */
+  readonly sentinelAuth?: string;
+  /** Connect timeout and idle-socket timeout, ms (REDIS_TIMEOUT); undefined: the built-in ones. */
+  readonly timeoutMs?: number;
+  readonly tls: boolean;
+  readonly tlsCaCertPath?: string;
+  readonly tlsClientCertPath?: string;
+  readonly tlsClientKeyPath?: string;
+  readonly tlsSkipHostnameVerification: boolean;
+}
+
+export type RedisVariablePrefix = 'REDIS_' | 'GLOBAL_REDIS_';
+
+/** GLOBAL_FALLBACK: what a region that lost the global store for longer than REGION_TTL admits of a `scope: global` limit. */
+export const GLOBAL_FALLBACKS = ['split', 'allow', 'deny'] as const;
+export type GlobalFallback = (typeof GLOBAL_FALLBACKS)[number];
+
+/**
+ * Regions: one limit (`scope: global`) shared by every region through a store they all reach,
+ * divided by demand off the decision path (README, Regions).
+ */
+export interface RegionSettings {
+  /** REGION: this replica's region, letters, digits, `.`, `_`, `-`, at most MAX_REGION_BYTES. */
+  readonly region: string;
+  /** REGION_SYNC_INTERVAL: how often a region settles with the global store and the parts are divided again, ms. */
+  readonly syncIntervalMs: number;
+  /** REGION_TTL: how long a region keeps its last part without the global store (then GLOBAL_FALLBACK), ms; at least 3 sync intervals. */
+  readonly ttlMs: number;
+  /** GLOBAL_STORE_TIMEOUT: deadline of one call to the global store, ms. */
+  readonly timeoutMs: number;
+  /** GLOBAL_FALLBACK: `split` (the limit divided by the last known number of regions), `allow` or `deny`. */
+  readonly fallback: GlobalFallback;
+  /** The global store (GLOBAL_REDIS_*). */
+  readonly redis: RedisSettings;
 }
 
 /** Runtime overrides: who may change them, where the memory store keeps them, how many, how fast every replica follows. */
@@ -551,19 +587,7 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     healthyWithAtLeastOneConfigLoaded: bool(env, 'HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED', false),
 
     backendType,
-    redis: Object.freeze({
-      type: oneOf<RedisType>(env, 'REDIS_TYPE', 'single', REDIS_TYPES),
-      socketType: oneOf(env, 'REDIS_SOCKET_TYPE', 'tcp', ['tcp', 'unix'] as const),
-      url: redisUrl,
-      auth: optional(env, 'REDIS_AUTH'),
-      sentinelAuth: optional(env, 'REDIS_SENTINEL_AUTH'),
-      timeoutMs: optional(env, 'REDIS_TIMEOUT') === undefined ? undefined : duration(env, 'REDIS_TIMEOUT', 10_000),
-      tls: bool(env, 'REDIS_TLS', false),
-      tlsCaCertPath: optional(env, 'REDIS_TLS_CACERT'),
-      tlsClientCertPath: optional(env, 'REDIS_TLS_CLIENT_CERT'),
-      tlsClientKeyPath: optional(env, 'REDIS_TLS_CLIENT_KEY'),
-      tlsSkipHostnameVerification: bool(env, 'REDIS_TLS_SKIP_HOSTNAME_VERIFICATION', false),
-    }),
+    redis: redisSettings(env, 'REDIS_'),
     cacheKeyPrefix: str(env, 'CACHE_KEY_PREFIX', ''),
     storeTimeoutMs: int(env, 'STORE_TIMEOUT_MS', 10, 1, 60_000),
     storeFailurePolicy: oneOf<FailurePolicy>(env, 'STORE_FAILURE_POLICY', 'error', FAILURE_POLICIES),
@@ -645,6 +669,93 @@ export function loadSettings(env: Env = process.env, cpus: HostCpus = CORES_ONLY
     tracing: tracingSettings(env),
     top: topSettings(env),
     overrides: overrideSettings(env, backendType, httpLimitsRead.jsonBufferBytes),
+    regions: regionSettings(env, backendType),
+  });
+}
+
+/** The Redis connection settings read from the variables starting with `prefix` (REDIS_URL, REDIS_TYPE, ...). */
+function redisSettings(env: Env, prefix: RedisVariablePrefix): RedisSettings {
+  const name = (suffix: string): string => prefix + suffix;
+  return Object.freeze({
+    variablePrefix: prefix,
+    type: oneOf<RedisType>(env, name('TYPE'), 'single', REDIS_TYPES),
+    socketType: oneOf(env, name('SOCKET_TYPE'), 'tcp', ['tcp', 'unix'] as const),
+    url: optional(env, name('URL')),
+    auth: optional(env, name('AUTH')),
+    sentinelAuth: optional(env, name('SENTINEL_AUTH')),
+    timeoutMs: optional(env, name('TIMEOUT')) === undefined ? undefined : duration(env, name('TIMEOUT'), 10_000),
+    tls: bool(env, name('TLS'), false),
+    tlsCaCertPath: optional(env, name('TLS_CACERT')),
+    tlsClientCertPath: optional(env, name('TLS_CLIENT_CERT')),
+    tlsClientKeyPath: optional(env, name('TLS_CLIENT_KEY')),
+    tlsSkipHostnameVerification: bool(env, name('TLS_SKIP_HOSTNAME_VERIFICATION'), false),
+  });
+}
+
+/** Longest REGION, bytes (it names the region in the global store's ledgers and demand, and in metric labels). */
+export const MAX_REGION_BYTES = 64;
+/** REGION_SYNC_INTERVAL when unset, ms. */
+export const DEFAULT_REGION_SYNC_INTERVAL_MS = 1_000;
+
+/**
+ * REGION_SYNC_INTERVAL, ms: from 100ms to 60s. Read on its own as well, by `slidegate validate`
+ * (a `scope: global` limit's window must hold ten of them).
+ */
+export function regionSyncInterval(env: Env): number {
+  const ms = duration(env, 'REGION_SYNC_INTERVAL', DEFAULT_REGION_SYNC_INTERVAL_MS);
+  if (!(ms >= 100 && ms <= 60_000)) throw new SettingsError('REGION_SYNC_INTERVAL', `expected a duration from 100ms to 60s, got "${env.REGION_SYNC_INTERVAL}"`);
+  return ms;
+}
+
+/** The variables that mean something only with REGION (besides GLOBAL_REDIS_URL, which goes with it). */
+const REGION_ONLY = ['REGION_SYNC_INTERVAL', 'REGION_TTL', 'GLOBAL_STORE_TIMEOUT', 'GLOBAL_FALLBACK'];
+const GLOBAL_REDIS_SUFFIXES = [
+  'TYPE',
+  'SOCKET_TYPE',
+  'AUTH',
+  'SENTINEL_AUTH',
+  'TIMEOUT',
+  'TLS',
+  'TLS_CACERT',
+  'TLS_CLIENT_CERT',
+  'TLS_CLIENT_KEY',
+  'TLS_SKIP_HOSTNAME_VERIFICATION',
+];
+
+/**
+ * REGION with GLOBAL_REDIS_URL (one without the other stops the start, naming the missing one),
+ * REGION_*, GLOBAL_STORE_TIMEOUT, GLOBAL_FALLBACK and GLOBAL_REDIS_*. A region shares its part
+ * among its replicas through leases, on its own Redis: BACKEND_TYPE=redis.
+ */
+function regionSettings(env: Env, backendType: BackendType): RegionSettings | undefined {
+  const region = optional(env, 'REGION');
+  const globalUrl = optional(env, 'GLOBAL_REDIS_URL');
+  if (region === undefined) {
+    if (globalUrl !== undefined) throw new SettingsError('REGION', 'required with GLOBAL_REDIS_URL (the region this replica is in)');
+    const stray = [...REGION_ONLY, ...GLOBAL_REDIS_SUFFIXES.map((s) => `GLOBAL_REDIS_${s}`)].find((name) => optional(env, name) !== undefined);
+    if (stray !== undefined) throw new SettingsError(stray, 'only with REGION and GLOBAL_REDIS_URL');
+    return undefined;
+  }
+  if (!/^[A-Za-z0-9._-]+$/.test(region))
+    throw new SettingsError('REGION', `only letters, digits, ".", "_" and "-", got ${JSON.stringify(region.slice(0, 200))}`);
+  // ASCII only: one byte per character.
+  if (region.length > MAX_REGION_BYTES) throw new SettingsError('REGION', `at most ${MAX_REGION_BYTES} bytes, got ${region.length}`);
+  if (globalUrl === undefined) throw new SettingsError('GLOBAL_REDIS_URL', 'required with REGION (the store every region reaches)');
+  if (backendType !== 'redis') throw new SettingsError('REGION', "requires BACKEND_TYPE=redis (a region's replicas share its part through its Redis)");
+  const syncIntervalMs = regionSyncInterval(env);
+  const ttlMs = duration(env, 'REGION_TTL', 5_000);
+  if (ttlMs > 3_600_000) throw new SettingsError('REGION_TTL', `at most 1h, got ${ttlMs} ms`);
+  if (ttlMs < 3 * syncIntervalMs) throw new SettingsError('REGION_TTL', `at least three times REGION_SYNC_INTERVAL (${syncIntervalMs} ms), got ${ttlMs} ms`);
+  const timeoutMs = duration(env, 'GLOBAL_STORE_TIMEOUT', 2_000);
+  if (!(timeoutMs >= 10 && timeoutMs <= 60_000))
+    throw new SettingsError('GLOBAL_STORE_TIMEOUT', `expected a duration from 10ms to 60s, got "${env.GLOBAL_STORE_TIMEOUT}"`);
+  return Object.freeze({
+    region,
+    syncIntervalMs,
+    ttlMs,
+    timeoutMs,
+    fallback: oneOf<GlobalFallback>(env, 'GLOBAL_FALLBACK', 'split', GLOBAL_FALLBACKS),
+    redis: redisSettings(env, 'GLOBAL_REDIS_'),
   });
 }
 

@@ -1,11 +1,11 @@
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import Redis, { Cluster, type ClusterOptions, type RedisOptions } from 'ioredis';
-import type { Settings } from '../../settings/settings';
+import type { RedisSettings } from '../../settings/settings';
 import { SettingsError } from '../../settings/settings';
 
 /**
- * REDIS_* settings -> ioredis client. Accepted REDIS_URL forms (as the reference server, plus URLs):
+ * REDIS_* (or GLOBAL_REDIS_*: errors name the variables of settings.variablePrefix) settings -> ioredis client. Accepted REDIS_URL forms (as the reference server, plus URLs):
  *   single    `host:port`, `[::1]:6379`, `redis://[user:pass@]host:port[/db]`, `rediss://...` (TLS);
  *             with REDIS_SOCKET_TYPE=unix, a socket path (or `unix:///path`).
  *   sentinel  `mastername,host:port,host:port` (each sentinel may also be a redis:// URL).
@@ -13,7 +13,7 @@ import { SettingsError } from '../../settings/settings';
  * REDIS_AUTH is `password` or `user:password` (split at the first ':') and wins over URL credentials.
  */
 
-export type RedisSettings = Settings['redis'];
+export type { RedisSettings };
 
 export interface HostPort {
   readonly host: string;
@@ -81,6 +81,11 @@ function parseAuth(auth: string | undefined): { username?: string; password?: st
   return i < 0 ? { password: auth } : { username: auth.slice(0, i) || undefined, password: auth.slice(i + 1) };
 }
 
+/** The variable `suffix` of these settings: `REDIS_URL`, or `GLOBAL_REDIS_URL` for the global store's. */
+function variable(settings: RedisSettings, suffix: string): string {
+  return (settings.variablePrefix ?? 'REDIS_') + suffix;
+}
+
 function tlsOptions(settings: RedisSettings, readFile: (path: string) => Buffer): ConnectionOptions {
   const read = (path: string | undefined, variable: string): Buffer | undefined => {
     if (path === undefined) return undefined;
@@ -91,9 +96,9 @@ function tlsOptions(settings: RedisSettings, readFile: (path: string) => Buffer)
     }
   };
   const tls: ConnectionOptions = {
-    ca: read(settings.tlsCaCertPath, 'REDIS_TLS_CACERT'),
-    cert: read(settings.tlsClientCertPath, 'REDIS_TLS_CLIENT_CERT'),
-    key: read(settings.tlsClientKeyPath, 'REDIS_TLS_CLIENT_KEY'),
+    ca: read(settings.tlsCaCertPath, variable(settings, 'TLS_CACERT')),
+    cert: read(settings.tlsClientCertPath, variable(settings, 'TLS_CLIENT_CERT')),
+    key: read(settings.tlsClientKeyPath, variable(settings, 'TLS_CLIENT_KEY')),
   };
   // The certificate chain is still verified; only the name check is skipped (IP-addressed nodes).
   if (settings.tlsSkipHostnameVerification) tls.checkServerIdentity = () => undefined;
@@ -107,22 +112,24 @@ function splitList(url: string): string[] {
     .filter((s) => s !== '');
 }
 
-/** Parses the REDIS_* settings. Throws SettingsError naming the variable. Reads TLS files (start-up only). */
+/** Parses the REDIS_* (or GLOBAL_REDIS_*) settings. Throws SettingsError naming the variable. Reads TLS files (start-up only). */
 export function parseRedisTarget(settings: RedisSettings, options: { readFile?: (path: string) => Buffer } = {}): RedisTarget {
   const readFile = options.readFile ?? ((p: string) => readFileSync(p));
   const url = settings.url?.trim();
-  if (!url) throw new SettingsError('REDIS_URL', 'required for the redis backend');
+  const urlVariable = variable(settings, 'URL');
+  const typeVariable = variable(settings, 'TYPE');
+  if (!url) throw new SettingsError(urlVariable, 'required for the redis backend');
   const auth = parseAuth(settings.auth);
 
   if (settings.type === 'single') {
     if (settings.socketType === 'unix') {
       const path = url.replace(/^unix:\/\//i, '');
-      if (!path.startsWith('/') && !path.startsWith('.')) throw new SettingsError('REDIS_URL', `expected a socket path, got "${url}"`);
+      if (!path.startsWith('/') && !path.startsWith('.')) throw new SettingsError(urlVariable, `expected a socket path, got "${url}"`);
       return { type: 'single', options: { path, ...credentials({}, auth) } };
     }
     const parts = splitList(url);
-    if (parts.length !== 1) throw new SettingsError('REDIS_URL', 'REDIS_TYPE=single takes one address (use sentinel or cluster for lists)');
-    const ep = parseEndpoint(parts[0], 'REDIS_URL');
+    if (parts.length !== 1) throw new SettingsError(urlVariable, `${typeVariable}=single takes one address (use sentinel or cluster for lists)`);
+    const ep = parseEndpoint(parts[0], urlVariable);
     const useTls = settings.tls || ep.tls;
     return {
       type: 'single',
@@ -139,9 +146,9 @@ export function parseRedisTarget(settings: RedisSettings, options: { readFile?: 
   if (settings.type === 'sentinel') {
     const [masterName, ...rest] = splitList(url);
     if (!masterName || rest.length === 0 || masterName.includes(':')) {
-      throw new SettingsError('REDIS_URL', 'REDIS_TYPE=sentinel expects "mastername,host:port[,host:port...]"');
+      throw new SettingsError(urlVariable, `${typeVariable}=sentinel expects "mastername,host:port[,host:port...]"`);
     }
-    const sentinels = rest.map((s) => parseEndpoint(s, 'REDIS_URL'));
+    const sentinels = rest.map((s) => parseEndpoint(s, urlVariable));
     const useTls = settings.tls || sentinels.some((s) => s.tls);
     const tls = useTls ? tlsOptions(settings, readFile) : undefined;
     return {
@@ -159,8 +166,8 @@ export function parseRedisTarget(settings: RedisSettings, options: { readFile?: 
     };
   }
 
-  const nodes = splitList(url).map((s) => parseEndpoint(s, 'REDIS_URL'));
-  if (nodes.length === 0) throw new SettingsError('REDIS_URL', 'REDIS_TYPE=cluster expects "host:port[,host:port...]"');
+  const nodes = splitList(url).map((s) => parseEndpoint(s, urlVariable));
+  if (nodes.length === 0) throw new SettingsError(urlVariable, `${typeVariable}=cluster expects "host:port[,host:port...]"`);
   const useTls = settings.tls || nodes.some((n) => n.tls);
   return {
     type: 'cluster',

@@ -15,6 +15,9 @@ describe('the service process with an invalid setting', () => {
     ['REDIS_URL', { BACKEND_TYPE: 'redis' }],
     ['BACKEND_TYPE', { BACKEND_TYPE: 'memcache' }],
     ['LIMIT_RESET_HEADER', { LIMIT_RESET_HEADER: 'Reset\nInjected: yes' }],
+    ['GLOBAL_REDIS_URL', { REDIS_URL: '127.0.0.1:1', REGION: 'eu' }],
+    ['REGION', { REDIS_URL: '127.0.0.1:1', GLOBAL_REDIS_URL: '127.0.0.1:1' }],
+    ['REGION_TTL', { REDIS_URL: '127.0.0.1:1', REGION: 'eu', GLOBAL_REDIS_URL: '127.0.0.1:1', REGION_TTL: '1s' }],
   ])('exits 1 with exactly one stderr line naming %s', (variable, env) => {
     const result = run(env);
     expect(result.status).toBe(1);

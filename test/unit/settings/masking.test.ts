@@ -17,6 +17,21 @@ describe('maskSettings', () => {
     expect(JSON.stringify(masked)).not.toMatch(/s3cret|other@|:"top"|sentinel-pass|Bearer|acme/);
   });
 
+  it('hides the same secrets of the global store (GLOBAL_REDIS_*)', () => {
+    const masked = maskSettings(
+      loadSettings({
+        REDIS_URL: 'local:6379',
+        REGION: 'eu',
+        GLOBAL_REDIS_URL: 'rediss://app:gl0bal@global:6380',
+        GLOBAL_REDIS_AUTH: 'gtop',
+        GLOBAL_REDIS_SENTINEL_AUTH: 'gsentinel',
+      }),
+    );
+    expect(masked.regions?.redis).toMatchObject({ url: 'rediss://app:***@global:6380', auth: '***', sentinelAuth: '***' });
+    expect(masked.regions?.region).toBe('eu');
+    expect(JSON.stringify(masked)).not.toMatch(/gl0bal|gtop|gsentinel/);
+  });
+
   it('leaves unset secrets unset and never writes the settings it masks', () => {
     const settings = loadSettings({ REDIS_URL: 'redis://redis:6379' });
     const masked = maskSettings(settings);

@@ -1,4 +1,4 @@
-import { loadSettings, SettingsError } from '../../../src/settings/settings';
+import { DEFAULT_REGION_SYNC_INTERVAL_MS, loadSettings, regionSyncInterval, SettingsError } from '../../../src/settings/settings';
 
 describe('loadSettings defaults', () => {
   const s = loadSettings({});
@@ -463,4 +463,131 @@ test('gRPC server reflection is on by default, with its caps; GRPC_REFLECTION=fa
       GRPC_REFLECTION_IDLE_TIMEOUT: '1m',
     }).grpcReflection,
   ).toEqual({ enabled: false, maxStreams: 3, maxStreamsPerConnection: 2, maxRequestBytes: 512, maxRequestsPerStream: 7, idleTimeoutMs: 60_000 });
+});
+
+describe('regions (REGION, GLOBAL_REDIS_*, REGION_*, GLOBAL_*)', () => {
+  const REGION_ENV = { REDIS_URL: 'redis-eu:6379', REGION: 'eu-west.1_a', GLOBAL_REDIS_URL: 'global:6379' };
+
+  it('has no region group without REGION', () => {
+    expect(loadSettings({}).regions).toBeUndefined();
+    expect(loadSettings({ REDIS_URL: 'r:6379' }).regions).toBeUndefined();
+  });
+
+  it('reads the region with its defaults, frozen, the global store as REDIS_* would be read', () => {
+    const s = loadSettings(REGION_ENV);
+    expect(s.regions).toEqual({
+      region: 'eu-west.1_a',
+      syncIntervalMs: 1_000,
+      ttlMs: 5_000,
+      timeoutMs: 2_000,
+      fallback: 'split',
+      redis: {
+        variablePrefix: 'GLOBAL_REDIS_',
+        type: 'single',
+        socketType: 'tcp',
+        url: 'global:6379',
+        auth: undefined,
+        sentinelAuth: undefined,
+        timeoutMs: undefined,
+        tls: false,
+        tlsCaCertPath: undefined,
+        tlsClientCertPath: undefined,
+        tlsClientKeyPath: undefined,
+        tlsSkipHostnameVerification: false,
+      },
+    });
+    expect(Object.isFrozen(s.regions)).toBe(true);
+    expect(Object.isFrozen(s.regions?.redis)).toBe(true);
+    // The counters' Redis is untouched by the global one's variables.
+    expect(s.redis).toMatchObject({ variablePrefix: 'REDIS_', url: 'redis-eu:6379', type: 'single', tls: false });
+  });
+
+  it('reads every GLOBAL_REDIS_* connection setting and the region timing', () => {
+    const s = loadSettings({
+      ...REGION_ENV,
+      GLOBAL_REDIS_TYPE: 'sentinel',
+      GLOBAL_REDIS_URL: 'mymaster,10.0.0.1:26379',
+      GLOBAL_REDIS_AUTH: 'app:secret',
+      GLOBAL_REDIS_SENTINEL_AUTH: 'sentinel-secret',
+      GLOBAL_REDIS_TIMEOUT: '750ms',
+      GLOBAL_REDIS_TLS: 'true',
+      GLOBAL_REDIS_TLS_CACERT: '/ca.pem',
+      GLOBAL_REDIS_TLS_CLIENT_CERT: '/c.pem',
+      GLOBAL_REDIS_TLS_CLIENT_KEY: '/c.key',
+      GLOBAL_REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: 'true',
+      GLOBAL_REDIS_SOCKET_TYPE: 'tcp',
+      REGION_SYNC_INTERVAL: '500ms',
+      REGION_TTL: '1500ms',
+      GLOBAL_STORE_TIMEOUT: '300ms',
+      GLOBAL_FALLBACK: 'DENY',
+    });
+    expect(s.regions).toMatchObject({ syncIntervalMs: 500, ttlMs: 1_500, timeoutMs: 300, fallback: 'deny' });
+    expect(s.regions?.redis).toEqual({
+      variablePrefix: 'GLOBAL_REDIS_',
+      type: 'sentinel',
+      socketType: 'tcp',
+      url: 'mymaster,10.0.0.1:26379',
+      auth: 'app:secret',
+      sentinelAuth: 'sentinel-secret',
+      timeoutMs: 750,
+      tls: true,
+      tlsCaCertPath: '/ca.pem',
+      tlsClientCertPath: '/c.pem',
+      tlsClientKeyPath: '/c.key',
+      tlsSkipHostnameVerification: true,
+    });
+    expect(s.redis).toMatchObject({ type: 'single', auth: undefined, tls: false, timeoutMs: undefined });
+  });
+
+  it('accepts the bounds of REGION, REGION_SYNC_INTERVAL and REGION_TTL', () => {
+    expect(loadSettings({ ...REGION_ENV, REGION: 'r'.repeat(64) }).regions?.region).toHaveLength(64);
+    expect(loadSettings({ ...REGION_ENV, REGION_SYNC_INTERVAL: '100ms', REGION_TTL: '300ms' }).regions).toMatchObject({ syncIntervalMs: 100, ttlMs: 300 });
+    expect(loadSettings({ ...REGION_ENV, REGION_SYNC_INTERVAL: '1m', REGION_TTL: '3m' }).regions).toMatchObject({ syncIntervalMs: 60_000, ttlMs: 180_000 });
+  });
+
+  const invalid: [string, Record<string, string>, string][] = [
+    ['GLOBAL_REDIS_URL', { REDIS_URL: 'r:6379', REGION: 'eu' }, 'required with REGION'],
+    ['REGION', { REDIS_URL: 'r:6379', GLOBAL_REDIS_URL: 'g:6379' }, 'required with GLOBAL_REDIS_URL'],
+    ['REGION', { ...REGION_ENV, REGION: 'eu west' }, 'only letters, digits'],
+    ['REGION', { ...REGION_ENV, REGION: 'eu{1}' }, 'only letters, digits'],
+    ['REGION', { ...REGION_ENV, REGION: 'é' }, 'only letters, digits'],
+    ['REGION', { ...REGION_ENV, REGION: 'r'.repeat(65) }, 'at most 64 bytes, got 65'],
+    ['REGION', { REGION: 'eu', GLOBAL_REDIS_URL: 'g:6379' }, 'requires BACKEND_TYPE=redis'],
+    ['REGION_SYNC_INTERVAL', { ...REGION_ENV, REGION_SYNC_INTERVAL: '99ms' }, 'from 100ms to 60s'],
+    ['REGION_SYNC_INTERVAL', { ...REGION_ENV, REGION_SYNC_INTERVAL: '61s' }, 'from 100ms to 60s'],
+    ['REGION_SYNC_INTERVAL', { ...REGION_ENV, REGION_SYNC_INTERVAL: 'often' }, 'expected a duration'],
+    ['REGION_TTL', { ...REGION_ENV, REGION_SYNC_INTERVAL: '2s' }, 'at least three times REGION_SYNC_INTERVAL (2000 ms), got 5000 ms'],
+    ['REGION_TTL', { ...REGION_ENV, REGION_TTL: '2999ms' }, 'at least three times REGION_SYNC_INTERVAL (1000 ms), got 2999 ms'],
+    ['REGION_TTL', { ...REGION_ENV, REGION_TTL: '2h' }, 'at most 1h'],
+    ['GLOBAL_STORE_TIMEOUT', { ...REGION_ENV, GLOBAL_STORE_TIMEOUT: '5ms' }, 'from 10ms to 60s'],
+    ['GLOBAL_STORE_TIMEOUT', { ...REGION_ENV, GLOBAL_STORE_TIMEOUT: 'soon' }, 'expected a duration'],
+    ['GLOBAL_FALLBACK', { ...REGION_ENV, GLOBAL_FALLBACK: 'local' }, 'expected one of split, allow, deny'],
+    ['GLOBAL_REDIS_TYPE', { ...REGION_ENV, GLOBAL_REDIS_TYPE: 'ring' }, 'expected one of single, sentinel, cluster'],
+    ['GLOBAL_REDIS_TLS', { ...REGION_ENV, GLOBAL_REDIS_TLS: 'on' }, 'expected true or false'],
+    ['GLOBAL_REDIS_TIMEOUT', { ...REGION_ENV, GLOBAL_REDIS_TIMEOUT: '10s5' }, 'expected a duration'],
+    ['GLOBAL_REDIS_SOCKET_TYPE', { ...REGION_ENV, GLOBAL_REDIS_SOCKET_TYPE: 'udp' }, 'expected one of tcp, unix'],
+    // Without REGION, the variables that mean something only with it stop the start rather than do nothing.
+    ['REGION_SYNC_INTERVAL', { REGION_SYNC_INTERVAL: '2s' }, 'only with REGION and GLOBAL_REDIS_URL'],
+    ['GLOBAL_FALLBACK', { GLOBAL_FALLBACK: 'deny' }, 'only with REGION and GLOBAL_REDIS_URL'],
+    ['GLOBAL_REDIS_AUTH', { GLOBAL_REDIS_AUTH: 'secret' }, 'only with REGION and GLOBAL_REDIS_URL'],
+  ];
+
+  it.each(invalid)('%s rejects %j', (variable, env, detail) => {
+    let caught: unknown;
+    try {
+      loadSettings(env);
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught).toBeInstanceOf(SettingsError);
+    expect((caught as SettingsError).variable).toBe(variable);
+    expect((caught as SettingsError).message).toContain(`invalid setting ${variable}: `);
+    expect((caught as SettingsError).message).toContain(detail);
+  });
+
+  it('reads REGION_SYNC_INTERVAL on its own, as `slidegate validate` does', () => {
+    expect(regionSyncInterval({})).toBe(DEFAULT_REGION_SYNC_INTERVAL_MS);
+    expect(regionSyncInterval({ REGION_SYNC_INTERVAL: '2s' })).toBe(2_000);
+    expect(() => regionSyncInterval({ REGION_SYNC_INTERVAL: '50ms' })).toThrow('invalid setting REGION_SYNC_INTERVAL');
+  });
 });

@@ -135,6 +135,36 @@ describe('parseRedisTarget', () => {
     expect(() => parseRedisTarget(redisSettings({ REDIS_URL: 'h:1', REDIS_TLS: 'true', REDIS_TLS_CACERT: '/nope' }), { readFile })).toThrow(/REDIS_TLS_CACERT/);
   });
 
+  it('reads the global store from GLOBAL_REDIS_* by the same code, naming those variables in its errors', () => {
+    const global = (env: Record<string, string>) => loadSettings({ REDIS_URL: 'local:6379', REGION: 'eu', ...env }).regions!.redis;
+    expect(parseRedisTarget(global({ GLOBAL_REDIS_URL: 'rediss://u:pw@global:6380/2' }), { readFile })).toMatchObject({
+      type: 'single',
+      options: { host: 'global', port: 6380, db: 2, username: 'u', password: 'pw', tls: {} },
+    });
+    expect(parseRedisTarget(global({ GLOBAL_REDIS_TYPE: 'cluster', GLOBAL_REDIS_URL: 'g1:7000,g2:7001', GLOBAL_REDIS_AUTH: 'pw' }))).toEqual({
+      type: 'cluster',
+      nodes: [
+        { host: 'g1', port: 7000 },
+        { host: 'g2', port: 7001 },
+      ],
+      options: { redisOptions: { password: 'pw' } },
+    });
+    const failure = (env: Record<string, string>): SettingsError => {
+      try {
+        parseRedisTarget(global(env), { readFile });
+      } catch (err) {
+        return err as SettingsError;
+      }
+      throw new Error('no error');
+    };
+    expect(failure({ GLOBAL_REDIS_URL: 'a:1,b:2' }).message).toBe(
+      'invalid setting GLOBAL_REDIS_URL: GLOBAL_REDIS_TYPE=single takes one address (use sentinel or cluster for lists)',
+    );
+    expect(failure({ GLOBAL_REDIS_URL: 'host:99999' }).variable).toBe('GLOBAL_REDIS_URL');
+    expect(failure({ GLOBAL_REDIS_URL: 'h:1', GLOBAL_REDIS_TLS: 'true', GLOBAL_REDIS_TLS_CLIENT_KEY: '/nope' }).variable).toBe('GLOBAL_REDIS_TLS_CLIENT_KEY');
+    expect(failure({ GLOBAL_REDIS_TYPE: 'sentinel', GLOBAL_REDIS_URL: 'mymaster' }).message).toContain('GLOBAL_REDIS_TYPE=sentinel expects');
+  });
+
   it('uses TLS for sentinels and the master they name when REDIS_TLS is set', () => {
     const t = parseRedisTarget(redisSettings({ REDIS_TYPE: 'sentinel', REDIS_URL: 'm,s:1', REDIS_TLS: 'true' }), { readFile });
     expect(t.options).toMatchObject({ enableTLSForSentinelMode: true });
