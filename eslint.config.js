@@ -30,7 +30,7 @@ const ZONES = {
   grpc: ['limiter', 'errors.ts', 'settings', 'log.ts', 'wire', 'http2', 'service', 'tracing'],
   http: ['limiter', 'errors.ts', 'log.ts', 'wire', 'service', 'metrics', 'config', 'top'],
   xds: ['limiter', 'settings', 'log.ts', 'config', 'wire', 'service'],
-  cli: ['limiter', 'config', 'wire'],
+  cli: ['limiter', 'settings', 'config', 'wire'],
   app: ['limiter', 'errors.ts', 'settings', 'log.ts', 'config', 'store', 'wire', 'http2', 'tracing', 'top', 'service', 'metrics', 'grpc', 'http'],
   // The composition root and the command line see everything.
   'main.ts': null,

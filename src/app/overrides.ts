@@ -31,7 +31,7 @@ export interface RuntimeOverrides {
 const WALL_CLOCK: Clock = { nowMs: () => Date.now() };
 
 export function runtimeOverrides(options: {
-  readonly settings: Pick<Settings, 'overrides' | 'defaultAlgorithm' | 'requestLimits'>;
+  readonly settings: Pick<Settings, 'overrides' | 'defaultAlgorithm' | 'requestLimits' | 'regions'>;
   readonly store: OverridesStore;
   readonly config: () => RateLimitConfig | undefined;
   readonly logger: Logger;
@@ -44,7 +44,7 @@ export function runtimeOverrides(options: {
   const clock = options.clock ?? WALL_CLOCK;
   const table = new OverrideTable();
   metrics.attachOverrides(table);
-  const reader = new OverrideReader(overrideLimitParser(settings.defaultAlgorithm));
+  const reader = new OverrideReader(overrideLimitParser(settings.defaultAlgorithm, settings.regions?.syncIntervalMs));
   const parseLimit = (rateLimit: unknown) => reader.limitOf(rateLimit);
   // The audit trail: at info whatever LOG_LEVEL says above it (the default, warn, would leave it out), silent stays silent.
   const audit = logger.level === 'silent' || logger.isLevelEnabled('info') ? logger : logger.child({}, { level: 'info' });

@@ -3,6 +3,7 @@ import { describeConfig } from '../config/describe';
 import { loadConfigPath } from '../config/files';
 import { ConfigError } from '../config/config-error';
 import { ALGORITHMS, type Algorithm } from '../limiter/types';
+import { regionSyncInterval, SettingsError } from '../settings/settings';
 import type { CliIo } from './io';
 
 export const VALIDATE_USAGE = 'usage: slidegate validate [--default-algorithm NAME] [--ignore-dot-files] [--merge-domain-config] PATH';
@@ -23,6 +24,7 @@ export const VALIDATE_HELP = [
  * what it understood, then its warnings (ignored keys, skipped files) on stderr. Exit code 0 when
  * valid, 1 otherwise (the message names the file and path). RUNTIME_IGNOREDOTFILES and
  * MERGE_DOMAIN_CONFIG are read from the environment as the server reads them; the flags force them on.
+ * REGION_SYNC_INTERVAL too, by the server's own code: a `scope: global` limit's window holds ten of them.
  */
 export async function runValidate(args: readonly string[], io: CliIo, env: NodeJS.ProcessEnv = process.env): Promise<number> {
   let parsed;
@@ -49,10 +51,19 @@ export async function runValidate(args: readonly string[], io: CliIo, env: NodeJ
     io.err(`unknown algorithm "${algorithm}" (expected one of ${ALGORITHMS.join(', ')})`);
     return 1;
   }
+  let regionSyncIntervalMs: number;
+  try {
+    regionSyncIntervalMs = regionSyncInterval(env);
+  } catch (err) {
+    if (!(err instanceof SettingsError)) throw err;
+    io.err(err.message);
+    return 1;
+  }
   const path = parsed.positionals[0];
   try {
     const config = await loadConfigPath(path, {
       defaultAlgorithm: algorithm as Algorithm,
+      regionSyncIntervalMs,
       ignoreDotFiles: parsed.values['ignore-dot-files'] === true || TRUE.has(env.RUNTIME_IGNOREDOTFILES ?? ''),
       mergeDomains: parsed.values['merge-domain-config'] === true || TRUE.has(env.MERGE_DOMAIN_CONFIG ?? ''),
     });

@@ -30,6 +30,7 @@ function limitLine(name: string, limit: Limit, replaces: readonly string[], node
       ? `concurrency=${limit.concurrency}`
       : `unit=${limit.unit.toUpperCase()} requests_per_unit=${limit.requestsPerUnit} unit_multiplier=${limit.unitMultiplier} algorithm=${limit.algorithm}${shapeOf(limit)}`;
   if (limit.lease === true) line += ' lease=true';
+  if (limit.scope === 'global') line += ' scope=global';
   if (limit.name !== undefined) line += ` name=${limit.name}`;
   if (replaces.length > 0) line += ` replaces=${replaces.join(',')}`;
   if (node.countDeniedRequests) line += ' count_denied_requests=true';
@@ -73,6 +74,8 @@ export interface LimitMatch {
   readonly concurrency?: number;
   /** Leased (`lease: true`): decided in process against this replica's part on a shared store; absent otherwise. */
   readonly lease?: boolean;
+  /** `scope: global`: shared by every region (leased within this one); absent for a regional limit. */
+  readonly scope?: 'global';
 }
 
 /** What /rlmatch answers (JSON). */
@@ -123,7 +126,8 @@ function limitMatch(limit: Limit): LimitMatch {
     unlimited,
   };
   if (limit.concurrency !== undefined) return { ...match, concurrency: limit.concurrency };
-  return limit.lease === true ? { ...match, lease: true } : match;
+  if (limit.lease !== true) return match;
+  return limit.scope === 'global' ? { ...match, lease: true, scope: 'global' } : { ...match, lease: true };
 }
 
 /**

@@ -30,6 +30,7 @@ export const LIMIT_KEYS = [
   'calendar',
   'concurrency',
   'lease',
+  'scope',
 ] as const;
 export const REPLACES_KEYS = ['name'] as const;
 

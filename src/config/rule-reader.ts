@@ -1,6 +1,18 @@
 import { Document, isMap, isSeq, parseDocument, type YAMLError } from 'yaml';
 import { limitKeyPrefix } from '../limiter/keys';
-import { ALGORITHMS, isBucket, MAX_WINDOW_MS, UNIT_MS, UNITS, type Algorithm, type Limit, type Unit } from '../limiter/types';
+import {
+  ALGORITHMS,
+  GLOBAL_MIN_WINDOW_SYNCS,
+  isBucket,
+  MAX_WINDOW_MS,
+  UNIT_MS,
+  UNITS,
+  type Algorithm,
+  type Limit,
+  type LimitScope,
+  type Unit,
+} from '../limiter/types';
+import { DEFAULT_REGION_SYNC_INTERVAL_MS } from '../settings/settings';
 import { ConfigError } from './config-error';
 import {
   MAX_RULE_LIMITS,
@@ -26,6 +38,8 @@ import { SETTINGS, ROOT_KEYS, RULE_KEYS, LIMIT_KEYS, REPLACES_KEYS } from './for
 export interface ParseOptions {
   /** Algorithm of rules that do not name one (DEFAULT_ALGORITHM). */
   readonly defaultAlgorithm: Algorithm;
+  /** REGION_SYNC_INTERVAL, ms (default DEFAULT_REGION_SYNC_INTERVAL_MS): a `scope: global` limit's window holds ten of them. */
+  readonly regionSyncIntervalMs?: number;
 }
 
 const MAX_REQUESTS_PER_UNIT = 4_294_967_295; // uint32, the wire type of requests_per_unit
@@ -35,7 +49,19 @@ const MAX_SUB_WINDOWS = 100;
 // Reservations in flight on one descriptor: each is an entry its book keeps (RESERVATIONS_MAX_PER_KEY bounds them too).
 const MAX_CONCURRENCY = 1_000_000;
 /** The keys of a rate_limit mapping that an in-flight limit (`concurrency`) has no use for. */
-const WINDOW_KEYS = ['unit', 'requests_per_unit', 'unlimited', 'unit_multiplier', 'algorithm', 'burst', 'sub_windows', 'strict', 'calendar', 'lease'] as const;
+const WINDOW_KEYS = [
+  'unit',
+  'requests_per_unit',
+  'unlimited',
+  'unit_multiplier',
+  'algorithm',
+  'burst',
+  'sub_windows',
+  'strict',
+  'calendar',
+  'lease',
+  'scope',
+] as const;
 
 /** One `rate_limit` mapping, read: its limit, and the names it replaces. */
 export interface ParsedLimit {
@@ -87,7 +113,10 @@ function readLimit(ctx: Context, node: unknown, path: string): ParsedLimit | und
     );
   }
   const shape = readAlgorithmShape(ctx, f, path, { algorithm, requestsPerUnit, windowMs, unlimited });
-  const lease = readLease(ctx, f, path, { algorithm, unlimited, strict: shape.strict });
+  const leased = readLease(ctx, f, path, { algorithm, unlimited, strict: shape.strict });
+  const scope = readScope(ctx, f, path, { algorithm, unlimited, strict: shape.strict, unit, unitMultiplier, windowMs, calendar });
+  // A global limit is leased within its region: its part is what the region's replicas share.
+  const lease = leased || scope === 'global';
 
   const nameText = text(ctx, f.get('name'), child(path, 'name'));
   const name = nameText === '' ? undefined : nameText;
@@ -102,6 +131,7 @@ function readLimit(ctx: Context, node: unknown, path: string): ParsedLimit | und
     ...shape,
     ...(calendar ? { calendar } : {}),
     ...(lease ? { lease } : {}),
+    ...(scope === 'global' ? { scope } : {}),
     name,
     unlimited,
   });
@@ -188,13 +218,62 @@ const LEASABLE: readonly Algorithm[] = ['sliding_window', 'fixed_window', 'token
  * Refused where a replica's part would not add up to the limit: a log of timestamps, the strict
  * sliding window (each replica would keep its own oldest sub-window), and no limit at all.
  */
-function readLease(ctx: Context, f: Map<string, unknown>, path: string, o: { algorithm: Algorithm; unlimited: boolean; strict: boolean }): boolean {
+function readLease(ctx: Context, f: Map<string, unknown>, path: string, o: LeaseShape): boolean {
   const lease = bool(ctx, f.get('lease'), child(path, 'lease'));
   if (!lease) return false;
   if (o.unlimited) fail(ctx, child(path, 'lease'), 'not allowed with unlimited: true (nothing to lease)');
-  if (!LEASABLE.includes(o.algorithm)) fail(ctx, child(path, 'lease'), `not available with algorithm ${o.algorithm} (leasable: ${LEASABLE.join(', ')})`);
-  if (o.strict) fail(ctx, child(path, 'lease'), 'not available with strict: true (each replica would keep its own oldest sub-window)');
+  const problem = leaseProblem(o);
+  if (problem !== undefined) fail(ctx, child(path, 'lease'), problem);
   return true;
+}
+
+/** What decides whether a limit can be leased. */
+interface LeaseShape {
+  readonly algorithm: Algorithm;
+  readonly unlimited: boolean;
+  readonly strict: boolean;
+}
+
+/** Why a limit with a window cannot be leased, or undefined when it can. */
+function leaseProblem(o: LeaseShape): string | undefined {
+  if (!LEASABLE.includes(o.algorithm)) return `not available with algorithm ${o.algorithm} (leasable: ${LEASABLE.join(', ')})`;
+  if (o.strict) return 'not available with strict: true (each replica would keep its own oldest sub-window)';
+  return undefined;
+}
+
+const SCOPES: readonly LimitScope[] = ['global', 'regional'];
+
+/**
+ * `scope: global`: one limit across every region (README, Regions), divided among them by demand
+ * every REGION_SYNC_INTERVAL and leased within each: so only a limit that can be leased (`lease`
+ * may be left out; `lease: false` contradicts it), and only a window of at least
+ * GLOBAL_MIN_WINDOW_SYNCS syncs, where what a sync late or lost lets through is a small share of
+ * the window. `regional` (the default) is every other limit.
+ */
+function readScope(
+  ctx: Context,
+  f: Map<string, unknown>,
+  path: string,
+  o: LeaseShape & { unit: Unit; unitMultiplier: number; windowMs: number; calendar: boolean },
+): LimitScope {
+  const at = child(path, 'scope');
+  const scopeText = text(ctx, f.get('scope'), at);
+  if (scopeText === undefined || scopeText === '') return 'regional';
+  const scope = scopeText.toLowerCase() as LimitScope;
+  if (!SCOPES.includes(scope)) fail(ctx, at, `unknown scope ${JSON.stringify(scopeText)} (expected global or regional)`);
+  if (scope === 'regional') return scope;
+  if (o.unlimited) fail(ctx, at, 'global is not allowed with unlimited: true (nothing to share)');
+  if (resolve(ctx, f.get('lease')) !== undefined && !bool(ctx, f.get('lease'), child(path, 'lease'))) {
+    fail(ctx, child(path, 'lease'), 'false is not allowed with scope: global (a global limit is leased within each region)');
+  }
+  const problem = leaseProblem(o);
+  if (problem !== undefined) fail(ctx, at, `global limits are leased within each region: ${problem}`);
+  const minMs = GLOBAL_MIN_WINDOW_SYNCS * ctx.regionSyncIntervalMs;
+  if (o.windowMs < minMs) {
+    const window = o.calendar ? `a calendar ${o.unit}` : `${o.unitMultiplier} x ${o.unit}`;
+    fail(ctx, at, `global needs a window of at least ${GLOBAL_MIN_WINDOW_SYNCS} x REGION_SYNC_INTERVAL (${minMs} ms); ${window} is ${o.windowMs} ms`);
+  }
+  return scope;
 }
 
 function readReplaces(ctx: Context, node: unknown, path: string, ownName: string | undefined): readonly string[] {
@@ -449,7 +528,7 @@ export function parseConfigValue(source: string, value: unknown, opts: ParseOpti
 export function parseRateLimitValue(source: string, value: unknown, opts: ParseOptions): ParsedLimit {
   const path = 'rate_limit';
   const doc = new Document(value, { version: '1.1' });
-  const ctx: Context = { file: source, aliases: checkYamlBounds(source, doc), defaultAlgorithm: opts.defaultAlgorithm, warnings: [] };
+  const ctx: Context = { file: source, aliases: checkYamlBounds(source, doc), ...readerOptions(opts), warnings: [] };
   const node = resolve(ctx, doc.contents);
   if (!isMap(node)) fail(ctx, path, `expected a mapping, got ${node === undefined ? 'nothing' : describe(node)}`);
   // A mapping always yields a limit (an empty one is `requests_per_unit: 0` with a required unit).
@@ -460,8 +539,13 @@ export function parseRateLimitValue(source: string, value: unknown, opts: ParseO
   return parsed;
 }
 
+/** The reader's options with their defaults filled in. */
+function readerOptions(opts: ParseOptions): Pick<Context, 'defaultAlgorithm' | 'regionSyncIntervalMs'> {
+  return { defaultAlgorithm: opts.defaultAlgorithm, regionSyncIntervalMs: opts.regionSyncIntervalMs ?? DEFAULT_REGION_SYNC_INTERVAL_MS };
+}
+
 function parseConfigDocument(file: string, doc: Document, opts: ParseOptions): DomainConfig {
-  const ctx: Context = { file, aliases: checkYamlBounds(file, doc), defaultAlgorithm: opts.defaultAlgorithm, warnings: [] };
+  const ctx: Context = { file, aliases: checkYamlBounds(file, doc), ...readerOptions(opts), warnings: [] };
   const root = resolve(ctx, doc.contents);
   if (root === undefined) fail(ctx, '', 'the file is empty (expected a mapping with "domain" and "descriptors")');
   if (!isMap(root)) fail(ctx, '', `expected a mapping with "domain" and "descriptors", got ${describe(root)}`);

@@ -24,6 +24,8 @@ export interface ConfigSourceOptions {
   /** A config file, or a directory of *.yaml / *.yml files. */
   readonly path: string;
   readonly defaultAlgorithm: Algorithm;
+  /** REGION_SYNC_INTERVAL, ms, when regions are on (ParseOptions.regionSyncIntervalMs). */
+  readonly regionSyncIntervalMs?: number;
   /** Skip files and directories whose name starts with '.'. */
   readonly ignoreDotFiles?: boolean;
   /** Merge one domain split across files (MERGE_DOMAIN_CONFIG). */
@@ -46,14 +48,15 @@ export interface ConfigSourceOptions {
   readonly onError?: (err: ConfigError | Error) => void;
 }
 
-/** ConfigSource options from the settings table: location, default algorithm, dotfiles, watched root. */
+/** ConfigSource options from the settings table: location, default algorithm, region sync interval, dotfiles, watched root. */
 export function configSourceOptions(
   settings: Settings,
-): Pick<ConfigSourceOptions, 'path' | 'defaultAlgorithm' | 'ignoreDotFiles' | 'mergeDomains' | 'watchRoot' | 'beside'> {
+): Pick<ConfigSourceOptions, 'path' | 'defaultAlgorithm' | 'regionSyncIntervalMs' | 'ignoreDotFiles' | 'mergeDomains' | 'watchRoot' | 'beside'> {
   const runtimeLayout = settings.configPath === undefined;
   return {
     path: configLocation(settings),
     defaultAlgorithm: settings.defaultAlgorithm,
+    regionSyncIntervalMs: settings.regions?.syncIntervalMs,
     ignoreDotFiles: settings.runtimeIgnoreDotFiles,
     mergeDomains: settings.mergeDomainConfig,
     watchRoot: runtimeLayout && settings.runtimeWatchRoot ? settings.runtimeRoot : false,

@@ -16,6 +16,8 @@ export interface Context {
   /** The node each alias names (./yaml-bounds.ts found them, once). */
   readonly aliases: AliasTargets;
   readonly defaultAlgorithm: Algorithm;
+  /** REGION_SYNC_INTERVAL, ms: a `scope: global` limit's window holds at least GLOBAL_MIN_WINDOW_SYNCS of them. */
+  readonly regionSyncIntervalMs: number;
   /** Collected while parsing; attached to the file's DomainConfig. */
   readonly warnings: string[];
 }

@@ -517,7 +517,8 @@ export class RequestPlanner {
    * `rate_limits` rule). A rule with `count_denied_requests` marks its counters to be charged even
    * when the call is denied. Every counter has the same fields, unset ones undefined: the stores
    * read them on every call, and one object shape keeps those reads fast. A `lease: true` limit's
-   * counter carries its rule (leaseMark); reservations (no `domain` here) are never leased.
+   * counter carries its rule (leaseMark), and a `scope: global` one's is marked `global`;
+   * reservations (no `domain` here) are never leased, so never global either.
    */
   private counterOf(key: string, limit: Limit, hits: number, rule: MatchedRule, tag: string | undefined, domain?: string): CounterRequest {
     return {
@@ -533,6 +534,7 @@ export class RequestPlanner {
       countDenied: rule.countDeniedRequests ? true : undefined,
       tag,
       lease: limit.lease === true && domain !== undefined ? leaseMark(domain, rule.statKey) : undefined,
+      global: limit.scope === 'global' && domain !== undefined ? true : undefined,
     };
   }
 

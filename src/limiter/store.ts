@@ -228,6 +228,11 @@ export interface CounterRequest {
    * stores themselves ignore it.
    */
   readonly lease?: string;
+  /**
+   * A `scope: global` limit's counter (it is leased too, `lease` set): this region's part of it is
+   * shared with the other regions through the global store. Stores themselves ignore it.
+   */
+  readonly global?: true;
 }
 
 /** A counter charged even when its call is denied (a `count_denied_requests` rule's, with hits). */

@@ -89,7 +89,23 @@ export interface Limit {
   readonly concurrency?: number;
   /** `lease: true`: decided in process against this replica's part of the limit, settled in the background (./leases.ts). */
   readonly lease?: boolean;
+  /**
+   * `scope: global`: one limit shared by every region (README, Regions), leased within the region
+   * (`lease` is then true); absent: `regional`, counted in this region's store alone.
+   */
+  readonly scope?: LimitScope;
 }
+
+/** Where a limit is counted: in this region's store (`regional`, the default) or across every region (`global`). */
+export type LimitScope = 'global' | 'regional';
+
+/** A limit's scope, `regional` when it names none. */
+export function limitScope(limit: Pick<Limit, 'scope'>): LimitScope {
+  return limit.scope ?? 'regional';
+}
+
+/** A `scope: global` limit's window holds at least this many REGION_SYNC_INTERVALs (shorter ones are refused at load). */
+export const GLOBAL_MIN_WINDOW_SYNCS = 10;
 
 /** One key/value entry of a descriptor, in request order. */
 export interface Entry {

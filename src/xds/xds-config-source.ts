@@ -14,7 +14,7 @@ import { configFromResources, RATE_LIMIT_CONFIG_TYPE_URL, resourceNames, type An
  */
 
 export interface XdsConfigSourceOptions {
-  readonly settings: Pick<Settings, 'xds' | 'defaultAlgorithm' | 'mergeDomainConfig'>;
+  readonly settings: Pick<Settings, 'xds' | 'defaultAlgorithm' | 'mergeDomainConfig' | 'regions'>;
   readonly logger: Logger;
   /** A config became current, with the names of the resources it came from. */
   readonly onLoad?: (config: RateLimitConfig, sources: readonly string[]) => void;
@@ -63,8 +63,8 @@ export class XdsConfigSource implements ConfigProvider {
   private readonly onResources = (resources: readonly AnyResource[], version: string): string | undefined => {
     let config: RateLimitConfig;
     try {
-      const { defaultAlgorithm, mergeDomainConfig } = this.options.settings;
-      config = configFromResources(resources, { defaultAlgorithm, mergeDomains: mergeDomainConfig });
+      const { defaultAlgorithm, mergeDomainConfig, regions } = this.options.settings;
+      config = configFromResources(resources, { defaultAlgorithm, mergeDomains: mergeDomainConfig, regionSyncIntervalMs: regions?.syncIntervalMs });
     } catch (err) {
       const error = err instanceof Error ? err : new Error(String(err));
       this.options.logger.warn({ version }, 'xDS config rejected (NACK)');

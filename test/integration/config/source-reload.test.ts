@@ -169,7 +169,7 @@ describe('reloading the config', () => {
     expect(errors[0]).toBeInstanceOf(ConfigError);
     expect(errors[0].message).toBe(
       `${file}: descriptors[0].rate_limit.bucket_size: unknown key ` +
-        '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency, lease)',
+        '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency, lease, scope)',
     );
     expect(s.current()).toBe(first);
     expect(s.generation).toBe(1);

@@ -313,9 +313,9 @@ descriptors:
       'lax.yaml: descriptors[0].unit: ignored (not a setting at this level; expected one of: key, value, rate_limit, rate_limits, descriptors, ' +
         'shadow_mode, quota_mode, detailed_metric, count_denied_requests, reservations, reservation_hold_seconds, value_to_metric, share_threshold, metadata)',
       'lax.yaml: descriptors[0].rate_limit.shadow_mode: ignored (not a setting at this level; expected one of: unit, ' +
-        'requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency, lease)',
+        'requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency, lease, scope)',
       'lax.yaml: descriptors[0].rate_limit.metadata: ignored (not a setting at this level; expected one of: unit, ' +
-        'requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency, lease)',
+        'requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency, lease, scope)',
       'lax.yaml: descriptors[0].rate_limit.replaces[0].unit: ignored (not a setting at this level; expected one of: name)',
     ]);
   });

@@ -56,7 +56,7 @@ const INVALID: Record<string, string> = {
     'descriptors[0].rate_limit.algorithm: unknown algorithm "gcra" (expected one of: sliding_window, sliding_log, fixed_window, token_bucket, leaky_bucket)',
   'unknown-rate-limit-key.yaml':
     'descriptors[0].descriptors[0].rate_limit.requests_per_second: unknown key ' +
-    '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency, lease)',
+    '(expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency, lease, scope)',
   'unknown-root-key.yaml': 'descriptor: unknown key (expected one of: domain, descriptors)',
   'unknown-rule-key.yaml':
     'descriptors[0].limit: unknown key (expected one of: key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, ' +
@@ -492,7 +492,7 @@ describe('several limits on one rule (rate_limits)', () => {
     [
       'an unknown key in an item',
       text('      - {unit: second, limit: 1}\n'),
-      'descriptors[0].rate_limits[0].limit: unknown key (expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency, lease)',
+      'descriptors[0].rate_limits[0].limit: unknown key (expected one of: unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, sub_windows, strict, calendar, concurrency, lease, scope)',
     ],
   ])('%s is an error naming the file and the path', (_, yaml, message) => {
     expect(errorOf(yaml)).toBe(`budgets.yaml: ${message}`);

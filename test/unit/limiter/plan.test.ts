@@ -115,3 +115,37 @@ describe('RequestPlanner', () => {
     expect(() => p.planOf(req([{ entries: [] }]))).toThrow(InvalidRequestError);
   });
 });
+
+describe('RequestPlanner with scope: global limits', () => {
+  const REGIONS = `
+domain: regions
+descriptors:
+  - key: shared
+    rate_limit: {unit: minute, requests_per_unit: 100, scope: global}
+  - key: leased
+    rate_limit: {unit: minute, requests_per_unit: 100, lease: true}
+  - key: local
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: both
+    rate_limits:
+      - {unit: second, requests_per_unit: 10}
+      - {unit: hour, requests_per_unit: 1000, scope: global}
+`;
+
+  it("marks a global limit's counter global (and leased), and no other", () => {
+    const config = buildConfig([parseConfigText('regions.yaml', REGIONS, { defaultAlgorithm: 'sliding_window' })]);
+    const planner = new RequestPlanner({ config: () => config, defaultAlgorithm: 'sliding_window' });
+    const plan = planner.planOf({
+      domain: 'regions',
+      descriptors: [d(['shared', 'a']), d(['leased', 'a']), d(['local', 'a']), d(['both', 'a'])],
+      hitsAddend: 1,
+    });
+    expect(plan.counters.map((c) => [c.global, c.lease !== undefined])).toEqual([
+      [true, true],
+      [undefined, true],
+      [undefined, false],
+      [undefined, false],
+      [true, true],
+    ]);
+  });
+});
