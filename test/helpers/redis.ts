@@ -199,10 +199,10 @@ export interface RedisServer {
   stop(): Promise<void>;
 }
 
-/** Starts one redis-server on a free port. */
-export async function startRedis(extraArgs: readonly string[] = []): Promise<RedisServer> {
+/** Starts one redis-server on a free port (or on `options.port`: a server a client already dials). */
+export async function startRedis(extraArgs: readonly string[] = [], options: { readonly port?: number } = {}): Promise<RedisServer> {
   requireRedisBinaries();
-  const port = await freePort();
+  const port = options.port ?? (await freePort());
   const dir = tempDir('redis');
   const server = new RedisProcess(port, ['--port', String(port), ...BASE_ARGS, '--dir', dir, ...extraArgs], dir);
   await server.start();
