@@ -1,5 +1,5 @@
 import { untilUnstretched } from '../../helpers/deadline';
-import { startDelayProxy, type DelayProxy } from '../../helpers/delay-proxy';
+import { startDelayProxy, type DelayProxy } from '../../../bench/delay-proxy';
 import { descriptor, rlsClient, type RlsClient, type RlsRequestInput } from '../../helpers/grpc-client';
 import {
   admittedCalls,
