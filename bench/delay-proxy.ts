@@ -132,8 +132,20 @@ export async function startDelayProxy(options: DelayProxyOptions): Promise<Delay
       upstream.resetAndDestroy();
       open.delete(connection);
     };
-    const toServer = new DelayedPipe(upstream, () => requestDelayMs, () => partitioned || upstream.connecting, maxHeldBytes, reset);
-    const toClient = new DelayedPipe(client, () => replyDelayMs, () => partitioned, maxHeldBytes, reset);
+    const toServer = new DelayedPipe(
+      upstream,
+      () => requestDelayMs,
+      () => partitioned || upstream.connecting,
+      maxHeldBytes,
+      reset,
+    );
+    const toClient = new DelayedPipe(
+      client,
+      () => replyDelayMs,
+      () => partitioned,
+      maxHeldBytes,
+      reset,
+    );
     const connection = { reset, pumps: [toServer, toClient] };
     open.add(connection);
     const gone = (): void => {

@@ -1,6 +1,17 @@
 import { Document, isMap, isSeq, parseDocument, type YAMLError } from 'yaml';
 import { limitKeyPrefix } from '../limiter/keys';
-import { ALGORITHMS, GLOBAL_MIN_WINDOW_SYNCS, isBucket, MAX_WINDOW_MS, UNIT_MS, UNITS, type Algorithm, type Limit, type LimitScope, type Unit } from '../limiter/types';
+import {
+  ALGORITHMS,
+  GLOBAL_MIN_WINDOW_SYNCS,
+  isBucket,
+  MAX_WINDOW_MS,
+  UNIT_MS,
+  UNITS,
+  type Algorithm,
+  type Limit,
+  type LimitScope,
+  type Unit,
+} from '../limiter/types';
 import { DEFAULT_REGION_SYNC_INTERVAL_MS } from '../settings/settings';
 import { ConfigError } from './config-error';
 import {
@@ -38,7 +49,19 @@ const MAX_SUB_WINDOWS = 100;
 // Reservations in flight on one descriptor: each is an entry its book keeps (RESERVATIONS_MAX_PER_KEY bounds them too).
 const MAX_CONCURRENCY = 1_000_000;
 /** The keys of a rate_limit mapping that an in-flight limit (`concurrency`) has no use for. */
-const WINDOW_KEYS = ['unit', 'requests_per_unit', 'unlimited', 'unit_multiplier', 'algorithm', 'burst', 'sub_windows', 'strict', 'calendar', 'lease', 'scope'] as const;
+const WINDOW_KEYS = [
+  'unit',
+  'requests_per_unit',
+  'unlimited',
+  'unit_multiplier',
+  'algorithm',
+  'burst',
+  'sub_windows',
+  'strict',
+  'calendar',
+  'lease',
+  'scope',
+] as const;
 
 /** One `rate_limit` mapping, read: its limit, and the names it replaces. */
 export interface ParsedLimit {
@@ -248,11 +271,7 @@ function readScope(
   const minMs = GLOBAL_MIN_WINDOW_SYNCS * ctx.regionSyncIntervalMs;
   if (o.windowMs < minMs) {
     const window = o.calendar ? `a calendar ${o.unit}` : `${o.unitMultiplier} x ${o.unit}`;
-    fail(
-      ctx,
-      at,
-      `global needs a window of at least ${GLOBAL_MIN_WINDOW_SYNCS} x REGION_SYNC_INTERVAL (${minMs} ms); ${window} is ${o.windowMs} ms`,
-    );
+    fail(ctx, at, `global needs a window of at least ${GLOBAL_MIN_WINDOW_SYNCS} x REGION_SYNC_INTERVAL (${minMs} ms); ${window} is ${o.windowMs} ms`);
   }
   return scope;
 }

@@ -709,7 +709,18 @@ export function regionSyncInterval(env: Env): number {
 
 /** The variables that mean something only with REGION (besides GLOBAL_REDIS_URL, which goes with it). */
 const REGION_ONLY = ['REGION_SYNC_INTERVAL', 'REGION_TTL', 'GLOBAL_STORE_TIMEOUT', 'GLOBAL_FALLBACK'];
-const GLOBAL_REDIS_SUFFIXES = ['TYPE', 'SOCKET_TYPE', 'AUTH', 'SENTINEL_AUTH', 'TIMEOUT', 'TLS', 'TLS_CACERT', 'TLS_CLIENT_CERT', 'TLS_CLIENT_KEY', 'TLS_SKIP_HOSTNAME_VERIFICATION'];
+const GLOBAL_REDIS_SUFFIXES = [
+  'TYPE',
+  'SOCKET_TYPE',
+  'AUTH',
+  'SENTINEL_AUTH',
+  'TIMEOUT',
+  'TLS',
+  'TLS_CACERT',
+  'TLS_CLIENT_CERT',
+  'TLS_CLIENT_KEY',
+  'TLS_SKIP_HOSTNAME_VERIFICATION',
+];
 
 /**
  * REGION with GLOBAL_REDIS_URL (one without the other stops the start, naming the missing one),
@@ -725,7 +736,8 @@ function regionSettings(env: Env, backendType: BackendType): RegionSettings | un
     if (stray !== undefined) throw new SettingsError(stray, 'only with REGION and GLOBAL_REDIS_URL');
     return undefined;
   }
-  if (!/^[A-Za-z0-9._-]+$/.test(region)) throw new SettingsError('REGION', `only letters, digits, ".", "_" and "-", got ${JSON.stringify(region.slice(0, 200))}`);
+  if (!/^[A-Za-z0-9._-]+$/.test(region))
+    throw new SettingsError('REGION', `only letters, digits, ".", "_" and "-", got ${JSON.stringify(region.slice(0, 200))}`);
   // ASCII only: one byte per character.
   if (region.length > MAX_REGION_BYTES) throw new SettingsError('REGION', `at most ${MAX_REGION_BYTES} bytes, got ${region.length}`);
   if (globalUrl === undefined) throw new SettingsError('GLOBAL_REDIS_URL', 'required with REGION (the store every region reaches)');
@@ -735,7 +747,8 @@ function regionSettings(env: Env, backendType: BackendType): RegionSettings | un
   if (ttlMs > 3_600_000) throw new SettingsError('REGION_TTL', `at most 1h, got ${ttlMs} ms`);
   if (ttlMs < 3 * syncIntervalMs) throw new SettingsError('REGION_TTL', `at least three times REGION_SYNC_INTERVAL (${syncIntervalMs} ms), got ${ttlMs} ms`);
   const timeoutMs = duration(env, 'GLOBAL_STORE_TIMEOUT', 2_000);
-  if (!(timeoutMs >= 10 && timeoutMs <= 60_000)) throw new SettingsError('GLOBAL_STORE_TIMEOUT', `expected a duration from 10ms to 60s, got "${env.GLOBAL_STORE_TIMEOUT}"`);
+  if (!(timeoutMs >= 10 && timeoutMs <= 60_000))
+    throw new SettingsError('GLOBAL_STORE_TIMEOUT', `expected a duration from 10ms to 60s, got "${env.GLOBAL_STORE_TIMEOUT}"`);
   return Object.freeze({
     region,
     syncIntervalMs,

@@ -70,7 +70,8 @@ export function createGlobalStore(options: GlobalStoreOptions): GlobalStore {
   const exchange = new RedisExchange({ client, keyPrefix, timeoutMs: regions.timeoutMs, onError });
   let closed = false;
   void store.whenReady(GLOBAL_STARTUP_WAIT_MS).then((ready) => {
-    if (!ready && !closed) logger.warn({ redis: target, region: regions.region }, 'global redis not reachable yet; still trying (the regions run as partitioned)');
+    if (!ready && !closed)
+      logger.warn({ redis: target, region: regions.region }, 'global redis not reachable yet; still trying (the regions run as partitioned)');
   });
   return {
     exchange,

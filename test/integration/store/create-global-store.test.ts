@@ -72,7 +72,13 @@ describe('createGlobalStore', () => {
     const started = Date.now();
     await expect(global.exchange.exchangeDemand({ key: 'k', kind: 'lease', withdraw: 'nobody', ttlMs: DAY })).rejects.toBeInstanceOf(StoreUnavailableError);
     await expect(
-      global.settlements.settle({ key: 'k', member: 'eu', seq: 1, counters: [{ key: 'k', algorithm: 'fixed_window', limit: 1, windowMs: DAY, hits: 1 }], ttlMs: DAY }),
+      global.settlements.settle({
+        key: 'k',
+        member: 'eu',
+        seq: 1,
+        counters: [{ key: 'k', algorithm: 'fixed_window', limit: 1, windowMs: DAY, hits: 1 }],
+        ttlMs: DAY,
+      }),
     ).rejects.toBeInstanceOf(StoreUnavailableError);
     expect(Date.now() - started).toBeLessThan(2_000);
     await waitUntil('the start-up warning', async () => log.lines().some((l) => l.msg.startsWith('global redis not reachable yet')), 6_000, 50);

@@ -69,12 +69,16 @@ describe('scope: global', () => {
   });
 
   test('needs a window of ten REGION_SYNC_INTERVALs: exactly ten is taken', () => {
-    expect(load('  - key: k\n    rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 5, scope: global}\n').rules.get('k')?.keyOnly?.limit).toMatchObject({
+    expect(
+      load('  - key: k\n    rate_limit: {unit: second, unit_multiplier: 10, requests_per_unit: 5, scope: global}\n').rules.get('k')?.keyOnly?.limit,
+    ).toMatchObject({
       windowMs: 10_000,
       scope: 'global',
     });
     const slow = { ...opts, regionSyncIntervalMs: 6_000 };
-    expect(load('  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5, scope: global}\n', slow).rules.get('k')?.keyOnly?.limit?.scope).toBe('global');
+    expect(load('  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5, scope: global}\n', slow).rules.get('k')?.keyOnly?.limit?.scope).toBe(
+      'global',
+    );
     expect(rejection(() => load('  - key: k\n    rate_limit: {unit: second, unit_multiplier: 59, requests_per_unit: 5, scope: global}\n', slow))).toBe(
       'regions.yaml: descriptors[0].rate_limit.scope: global needs a window of at least 10 x REGION_SYNC_INTERVAL (60000 ms); 59 x second is 59000 ms',
     );
@@ -111,7 +115,11 @@ describe('scope: global', () => {
       '  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5, strict: true, scope: global}\n',
       'descriptors[0].rate_limit.scope: global limits are leased within each region: not available with strict: true (each replica would keep its own oldest sub-window)',
     ],
-    ['an unlimited rule', '  - key: k\n    rate_limit: {unlimited: true, scope: global}\n', 'descriptors[0].rate_limit.scope: global is not allowed with unlimited: true (nothing to share)'],
+    [
+      'an unlimited rule',
+      '  - key: k\n    rate_limit: {unlimited: true, scope: global}\n',
+      'descriptors[0].rate_limit.scope: global is not allowed with unlimited: true (nothing to share)',
+    ],
     [
       'lease: false',
       '  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5, lease: false, scope: global}\n',
@@ -122,8 +130,16 @@ describe('scope: global', () => {
       '  - key: k\n    rate_limit: {concurrency: 5, scope: global}\n',
       'descriptors[0].rate_limit.scope: not allowed with concurrency (an in-flight limit has no window)',
     ],
-    ['an unknown scope', '  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5, scope: world}\n', 'descriptors[0].rate_limit.scope: unknown scope "world" (expected global or regional)'],
-    ['a list', '  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5, scope: [global]}\n', 'descriptors[0].rate_limit.scope: expected a string, got a list'],
+    [
+      'an unknown scope',
+      '  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5, scope: world}\n',
+      'descriptors[0].rate_limit.scope: unknown scope "world" (expected global or regional)',
+    ],
+    [
+      'a list',
+      '  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5, scope: [global]}\n',
+      'descriptors[0].rate_limit.scope: expected a string, got a list',
+    ],
   ])('%s is an error naming the file and the path', (_label, rules, message) => {
     expect(rejection(() => load(rules))).toBe(`regions.yaml: ${message}`);
   });
@@ -142,7 +158,10 @@ describe('scope: global', () => {
   });
 
   test('reads the same in a runtime override, against the interval it is given', () => {
-    expect(parseRateLimitValue('override', { unit: 'hour', requests_per_unit: 5, scope: 'global' }, opts).limit).toMatchObject({ lease: true, scope: 'global' });
+    expect(parseRateLimitValue('override', { unit: 'hour', requests_per_unit: 5, scope: 'global' }, opts).limit).toMatchObject({
+      lease: true,
+      scope: 'global',
+    });
     const parse = overrideLimitParser('sliding_window', 500);
     expect(parse({ unit: 'second', unit_multiplier: 5, requests_per_unit: 5, scope: 'global' })).toMatchObject({ limit: { scope: 'global', windowMs: 5_000 } });
     expect(() => parse({ unit: 'second', requests_per_unit: 5, scope: 'global' })).toThrow(InvalidRequestError);

@@ -135,7 +135,11 @@ descriptors:
   it("marks a global limit's counter global (and leased), and no other", () => {
     const config = buildConfig([parseConfigText('regions.yaml', REGIONS, { defaultAlgorithm: 'sliding_window' })]);
     const planner = new RequestPlanner({ config: () => config, defaultAlgorithm: 'sliding_window' });
-    const plan = planner.planOf({ domain: 'regions', descriptors: [d(['shared', 'a']), d(['leased', 'a']), d(['local', 'a']), d(['both', 'a'])], hitsAddend: 1 });
+    const plan = planner.planOf({
+      domain: 'regions',
+      descriptors: [d(['shared', 'a']), d(['leased', 'a']), d(['local', 'a']), d(['both', 'a'])],
+      hitsAddend: 1,
+    });
     expect(plan.counters.map((c) => [c.global, c.lease !== undefined])).toEqual([
       [true, true],
       [undefined, true],
