@@ -229,6 +229,8 @@ export class Metrics {
   private quota: QuotaSource | undefined;
   /** The leases, read at each scrape by the lease gauges; undefined until attached (a store without leases). */
   private leases: LeaseSource | undefined;
+  private regions: RegionSource | undefined;
+  private readonly regionObserver: RegionObserver;
   private readonly leaseSettled: Counter<'domain' | 'descriptor'>;
   private readonly leaseRefused: Counter<'reason'>;
   private readonly leaseStoreErrors: Counter;
@@ -431,6 +433,49 @@ export class Metrics {
       ],
     );
 
+    // Global limits (`scope: global`): per rule and this process's region; registered whether or not REGION is set.
+    const regionLabels = [...RULE_LABELS, 'region'] as const;
+    const regionSettled = new Counter({
+      name: 'ratelimit_service_region_settled_hits_total',
+      help: 'Hits of global limits (scope: global) admitted by this process and settled to the global counter, by rule and region.',
+      labelNames: regionLabels,
+      registers,
+    });
+    const regionFailures = new Counter({
+      name: 'ratelimit_service_region_sync_failures_total',
+      help: 'Syncs of global limits with the global store (or the regional check) that failed, by rule and region; the part holds until REGION_TTL.',
+      labelNames: regionLabels,
+      registers,
+    });
+    const regions = (): RegionSource | undefined => this.regions;
+    perRuleGauges<RegionRuleTotals>(
+      registers,
+      'ratelimit_service_region_',
+      () => regionRuleTotals(regions(), maxSeries),
+      (r) => r.descriptor,
+      [
+        ['part', "Hits per window of a global rule's limits this region may admit now (its parts, summed over the rule's counters).", (r) => r.part],
+        ['demand', 'Hits per second asked of a global rule in this region (every live replica of it, at the last syncs).', (r) => r.demand],
+        ['sync_age_seconds', "Seconds since the oldest of a global rule's counters last synced with the global store.", (r) => r.syncAge],
+        ['partitioned', "1 while one of a global rule's counters runs on GLOBAL_FALLBACK: no sync went through for REGION_TTL.", (r) => r.partitioned],
+      ],
+      () => ({ region: regions()?.region ?? '' }),
+    );
+    const regionSeries = new Set<string>();
+    const regionLabelsOf = (domain: string, statKey: string): { domain: string; descriptor: string; region: string } => {
+      const key = `${domain}\u0000${statKey}`;
+      let descriptor = statKey;
+      if (!regionSeries.has(key)) {
+        if (regionSeries.size >= maxSeries) descriptor = OVERFLOW_LABEL;
+        else regionSeries.add(key);
+      }
+      return { domain, descriptor, region: regions()?.region ?? '' };
+    };
+    this.regionObserver = {
+      onSettled: (domain, statKey, hits) => regionSettled.inc(regionLabelsOf(domain, statKey), hits),
+      onSyncError: (domain, statKey) => regionFailures.inc(regionLabelsOf(domain, statKey)),
+    };
+
     const overrides = (): OverrideSource | undefined => this.overrides;
     new Gauge({
       name: 'ratelimit_service_overrides',
@@ -568,52 +613,10 @@ export class Metrics {
     this.leases = leases;
   }
 
-  /**
-   * The region parts the region gauges read at each scrape (`scope: global` limits), and their
-   * observer: hits settled to the global counter, failed syncs.
-   */
+  /** The region parts the region gauges read at each scrape (`scope: global` limits); returns their observer. */
   attachRegions(regions: RegionSource): RegionObserver {
-    const registers = [this.registry];
-    const region = regions.region;
-    const maxSeries = this.maxSeries;
-    const labels = [...RULE_LABELS, 'region'] as const;
-    const settled = new Counter({
-      name: 'ratelimit_service_region_settled_hits_total',
-      help: 'Hits of global limits (scope: global) admitted by this process and settled to the global counter, by rule and region.',
-      labelNames: labels,
-      registers,
-    });
-    const failures = new Counter({
-      name: 'ratelimit_service_region_sync_failures_total',
-      help: 'Syncs of global limits with the global store (or the regional check) that failed, by rule and region; the part holds until REGION_TTL.',
-      labelNames: labels,
-      registers,
-    });
-    perRuleGauges<RegionRuleTotals>(
-      registers,
-      'ratelimit_service_region_',
-      () => regionRuleTotals(regions, maxSeries),
-      (r) => r.descriptor,
-      [
-        ['part', "Hits per window of a global rule's limits this region may admit now (its parts, summed over the rule's counters).", (r) => r.part],
-        ['demand', 'Hits per second asked of a global rule in this region (every live replica of it, at the last syncs).', (r) => r.demand],
-        ['sync_age_seconds', "Seconds since the oldest of a global rule's counters last synced with the global store.", (r) => r.syncAge],
-        ['partitioned', "1 while one of a global rule's counters runs on GLOBAL_FALLBACK: no sync went through for REGION_TTL.", (r) => r.partitioned],
-      ],
-      { region },
-    );
-    const series = new Set<string>();
-    const descriptorOf = (domain: string, statKey: string): string => {
-      const key = `${domain}\u0000${statKey}`;
-      if (series.has(key)) return statKey;
-      if (series.size >= maxSeries) return OVERFLOW_LABEL;
-      series.add(key);
-      return statKey;
-    };
-    return {
-      onSettled: (domain, statKey, hits) => settled.inc({ domain, descriptor: descriptorOf(domain, statKey), region }, hits),
-      onSyncError: (domain, statKey) => failures.inc({ domain, descriptor: descriptorOf(domain, statKey), region }),
-    };
+    this.regions = regions;
+    return this.regionObserver;
   }
 
   /** The leases' observer: settled hits per rule, refusals and failed store calls. */
@@ -861,7 +864,8 @@ function labelled(children: Map<string, Inc>, value: string, create: () => Inc):
 }
 
 /** The region parts summed per rule (at most maxSeries rules; the rest under OVERFLOW_LABEL). */
-function regionRuleTotals(source: RegionSource, maxSeries: number): RegionRuleTotals[] {
+function regionRuleTotals(source: RegionSource | undefined, maxSeries: number): RegionRuleTotals[] {
+  if (source === undefined) return [];
   const byRule = new Map<string, RegionRuleTotals>();
   for (const p of source.view(Number.MAX_SAFE_INTEGER).parts) {
     let descriptor = p.rule;
@@ -928,8 +932,9 @@ function perRuleGauges<T extends { readonly domain: string }>(
   rows: () => readonly T[],
   descriptorOf: (row: T) => string,
   gauges: readonly (readonly [name: string, help: string, value: (row: T) => number])[],
-  constLabels: Readonly<Record<string, string>> = {},
+  extraLabels?: () => Readonly<Record<string, string>>,
 ): void {
+  const extra = extraLabels?.() ?? {};
   let kept: { readonly at: number; readonly rows: readonly T[] } | undefined;
   const current = (): readonly T[] => {
     const now = performance.now();
@@ -940,11 +945,12 @@ function perRuleGauges<T extends { readonly domain: string }>(
     new Gauge({
       name: `${prefix}${name}`,
       help,
-      labelNames: [...RULE_LABELS, ...Object.keys(constLabels)],
+      labelNames: [...RULE_LABELS, ...Object.keys(extra)],
       registers,
       collect() {
         this.reset();
-        for (const r of current()) this.set({ ...constLabels, domain: r.domain, descriptor: descriptorOf(r) }, value(r));
+        const labels = extraLabels?.() ?? {};
+        for (const r of current()) this.set({ ...labels, domain: r.domain, descriptor: descriptorOf(r) }, value(r));
       },
     });
   }
