@@ -51,6 +51,64 @@ const zones = Object.entries(ZONES)
     message: `src/${name} may import only ${allowed.length === 0 ? 'itself' : allowed.map((n) => `src/${n}`).join(', ')} (docs/architecture.md)`,
   }));
 
+/**
+ * import-x/no-cycle skips `import type`, so files that only name each other's types could form a
+ * circle it never reports (the core's domain types, Store port and reservations once did). This rule
+ * follows every relative import and re-export of src/, types included, and reports the import that
+ * leads back to the file it is in.
+ */
+const importsOf = new Map();
+const RELATIVE_IMPORT = /^(?:import|export)\b[^;]*?\sfrom\s+'(\.[^']+)'/gm;
+function resolveTs(base) {
+  for (const candidate of [`${base}.ts`, path.join(base, 'index.ts')]) if (fs.existsSync(candidate)) return candidate;
+  return undefined;
+}
+function relativeImports(file) {
+  const mtimeMs = fs.statSync(file).mtimeMs;
+  const known = importsOf.get(file);
+  if (known !== undefined && known.mtimeMs === mtimeMs) return known.deps;
+  const deps = [];
+  for (const m of fs.readFileSync(file, 'utf8').matchAll(RELATIVE_IMPORT)) {
+    const target = resolveTs(path.resolve(path.dirname(file), m[1]));
+    if (target !== undefined) deps.push(target);
+  }
+  importsOf.set(file, { mtimeMs, deps });
+  return deps;
+}
+function reaches(from, target) {
+  const seen = new Set([from]);
+  const todo = [from];
+  while (todo.length > 0) {
+    for (const next of relativeImports(todo.pop())) {
+      if (next === target) return true;
+      if (!seen.has(next)) {
+        seen.add(next);
+        todo.push(next);
+      }
+    }
+  }
+  return false;
+}
+const noTypeCycle = {
+  meta: {
+    type: 'problem',
+    schema: [],
+    messages: { cycle: 'imports {{target}}, which imports this file back (type imports included): break the circle' },
+  },
+  create(context) {
+    const file = path.resolve(context.filename);
+    const check = (node) => {
+      const spec = node.source?.value;
+      if (typeof spec !== 'string' || !spec.startsWith('.')) return;
+      const target = resolveTs(path.resolve(path.dirname(file), spec));
+      if (target !== undefined && (target === file || reaches(target, file))) {
+        context.report({ node, messageId: 'cycle', data: { target: path.relative(__dirname, target) } });
+      }
+    };
+    return { ImportDeclaration: check, ExportNamedDeclaration: check, ExportAllDeclaration: check };
+  },
+};
+
 module.exports = tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', 'coverage/**', '*.js'] },
   js.configs.recommended,
@@ -79,8 +137,10 @@ module.exports = tseslint.config(
   },
   {
     files: ['src/**/*.ts'],
+    plugins: { local: { rules: { 'no-type-cycle': noTypeCycle } } },
     rules: {
       'import-x/no-restricted-paths': ['error', { zones }],
+      'local/no-type-cycle': 'error',
     },
   },
   {

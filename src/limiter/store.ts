@@ -1,6 +1,6 @@
 import type { Algorithm } from './types';
 import type { CalendarWindow } from './calendar';
-import type { HoldKind, HoldOutcome } from './reservations';
+import type { HoldKind, HoldOutcome } from './hold';
 
 /**
  * The Store port: one call per ShouldRateLimit request, all counters together. It holds counters

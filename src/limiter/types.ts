@@ -1,4 +1,4 @@
-import type { HoldOutcome } from './reservations';
+import type { HoldOutcome } from './hold';
 
 /**
  * The limiter's own vocabulary. Nothing here knows about protobuf, gRPC or Redis:
