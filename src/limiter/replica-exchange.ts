@@ -1,9 +1,11 @@
+import type { SharingKind } from './sharing-kind';
+
 /**
  * The replica-coordination port: what the processes sharing one store tell each other, beside the
  * counters (the Store port, ./store.ts). Two things: small documents each process publishes under
- * its own name (the live view, src/top), and each replica's demand on a shared budget (quota
- * streams, ./quota-budgets.ts). The Redis adapter keeps them in Redis with Redis's clock; the memory
- * adapter in this process. Neither is on the decision path of an RLS call.
+ * its own name (the live view, src/top), and each replica's demand on a shared budget (the sharing
+ * engine's, src/sharing: quota streams, leases). The Redis adapter keeps them in Redis with Redis's
+ * clock; the memory adapter in this process. Neither is on the decision path of an RLS call.
  *
  * Contract (every adapter, checked by test/contract/replica-exchange-contract.ts):
  * - an entry lives `ttlMs` after it was last written, by the adapter's clock, then is gone;
@@ -47,7 +49,7 @@ export interface DemandExchange {
   readonly key: string;
   /** The counter's hash tag (CounterRequest.tag), when it has one: the Redis adapter keeps the demand in its slot. */
   readonly tag?: string;
-  /** Whose demand: quota streams' (`rlqs`, the default) or leases' (`lease`); each kind is a budget of its own. */
+  /** Whose demand: quota streams' (`rlqs`, the default), leases' (`lease`) or regions' (`region`); each kind is a budget of its own. */
   readonly kind?: DemandKind;
   /** This replica's entry; absent with `withdraw`. */
   readonly publish?: ReplicaDemand;
@@ -59,7 +61,7 @@ export interface DemandExchange {
   readonly maxMembers?: number;
 }
 
-export type DemandKind = 'rlqs' | 'lease';
+export type DemandKind = SharingKind;
 
 /**
  * Replicas kept per budget; a new one beyond it is not recorded (the live entries returned do not

@@ -29,7 +29,7 @@ export class MemoryExchange implements ReplicaExchange {
   exchangeDemand(exchange: DemandExchange): Promise<ReplicaDemand[]> {
     const now = this.clock.nowMs();
     // Each kind of demand on a counter is a budget of its own.
-    const budget = exchange.kind === 'lease' ? `${exchange.key}|lease` : exchange.key;
+    const budget = exchange.kind === undefined || exchange.kind === 'rlqs' ? exchange.key : `${exchange.key}|${exchange.kind}`;
     const entries = this.demands.get(budget) ?? new Map<string, Timed<ReplicaDemand>>();
     this.demands.delete(budget);
     // Expired entries make room first, as in Redis.
