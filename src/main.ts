@@ -25,7 +25,7 @@ import { HealthState, isReady, watchStoreHealth } from './service/health';
 import { maskSettings } from './settings/masking';
 import { loadSettings, SettingsError, type Settings } from './settings/settings';
 import { createStore, denialCacheEnabled, type Backend } from './store/create-store';
-import { LeasedStore } from './limiter/leases';
+import { LeasedStore } from './sharing/leases/leased-store';
 import { monotonicClock } from './limiter/types';
 import { warmUp, type LimiterSettings } from './app/warm-up';
 import { clusterMetrics, isSupervisor, reportReady, superviseWorkers, workerIndex } from './app/workers';
@@ -245,7 +245,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
 }
 
 /**
- * The lease layer over a shared store that settles (src/limiter/leases.ts), its background sync
+ * The lease layer over a shared store that settles (src/sharing/leases), its background sync
  * every LEASE_SYNC_INTERVAL, and its stop: what is pending settled and this replica's demand withdrawn.
  */
 function startLeases(settings: Settings, backend: Backend, replicaId: string, metrics: Metrics): { store: LeasedStore; stop(): Promise<void> } | undefined {
