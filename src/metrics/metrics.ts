@@ -4,7 +4,7 @@ import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import { classify, type ErrorMetric } from '../errors';
 import type { DescriptorOutcome, LocalDenialListener, RateLimitDecider, RateLimitRequest, RateLimitResponse, ReservationEvent } from '../limiter/types';
 import type { ServiceReplays } from '../service/rls-service';
-import type { QuotaRuleTotals } from '../limiter/quota-budgets';
+import type { QuotaRuleTotals } from '../sharing/quota/quota-budgets';
 import type { LeaseObserver, LeaseView } from '../sharing/leases/lease';
 import type { RlqsObserver } from '../service/rlqs-service';
 import { TalliedCounter, TalliedHistogram } from './tallies';

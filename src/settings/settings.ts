@@ -1,7 +1,7 @@
 import { availableParallelism } from 'node:os';
 import type { LeaseLimits } from '../sharing/leases/lease';
 import { ALGORITHMS, DEFAULT_REQUEST_LIMITS, REQUEST_LIMIT_SETTINGS, type Algorithm, type RequestLimits } from '../limiter/types';
-import type { RlqsLimits } from '../limiter/quota-budgets';
+import type { RlqsLimits } from '../sharing/quota/quota-budgets';
 import { referenceSettingWarnings } from './reference-settings';
 
 /**
