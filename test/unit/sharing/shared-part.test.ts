@@ -15,10 +15,12 @@ describe('a shared part', () => {
     const lease = new SharedPart({ kind: 'lease', key: 'k', member: 'c', exchange });
     await a.exchange(demand('a', 20), 10_000);
     await lease.exchange(demand('c', 1_000), 10_000);
-    a.peers.heard((await b.exchange(demand('b', 200), 10_000))!, clock.nowMs());
+    const entries = (await b.exchange(demand('b', 200), 10_000))!;
     // The lease's entry on the same counter is another kind's: not among the regions.
-    expect(a.peers.others).toEqual([]);
-    b.peers.heard((await b.exchange(demand('b', 200), 10_000))!, clock.nowMs());
+    expect(entries.map((e) => e.member).sort()).toEqual(['a', 'b']);
+    expect(a.peers.heard(entries, clock.nowMs())).toBe(true);
+    expect(a.others).toEqual([demand('b', 200)]);
+    b.peers.heard(entries, clock.nowMs());
     expect(b.others).toEqual([demand('a', 20)]);
     expect(b.part(100, 200)).toBe(75);
     expect(b.divide(100, 200)).toEqual([75, 25]);
