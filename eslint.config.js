@@ -16,22 +16,24 @@ const importX = require('eslint-plugin-import-x');
  */
 const ZONES = {
   limiter: [],
-  settings: ['limiter'],
+  // One limit divided among members by demand (leases, quota budgets, and whatever shares next): on the core only.
+  sharing: ['limiter'],
+  settings: ['limiter', 'sharing'],
   'errors.ts': ['limiter'],
   'log.ts': ['settings'],
   config: ['limiter', 'settings'],
   store: ['limiter', 'settings', 'log.ts'],
-  wire: ['limiter', 'errors.ts'],
+  wire: ['limiter', 'errors.ts', 'sharing'],
   http2: [],
   tracing: ['settings', 'log.ts'],
   top: ['limiter'],
-  service: ['limiter', 'errors.ts', 'log.ts', 'wire', 'tracing'],
-  metrics: ['limiter', 'errors.ts', 'settings', 'service'],
+  service: ['limiter', 'errors.ts', 'log.ts', 'wire', 'tracing', 'sharing'],
+  metrics: ['limiter', 'errors.ts', 'settings', 'service', 'sharing'],
   grpc: ['limiter', 'errors.ts', 'settings', 'log.ts', 'wire', 'http2', 'service', 'tracing'],
-  http: ['limiter', 'errors.ts', 'log.ts', 'wire', 'service', 'metrics', 'config', 'top'],
+  http: ['limiter', 'sharing', 'errors.ts', 'log.ts', 'wire', 'service', 'metrics', 'config', 'top'],
   xds: ['limiter', 'settings', 'log.ts', 'config', 'wire', 'service'],
   cli: ['limiter', 'settings', 'config', 'wire'],
-  app: ['limiter', 'errors.ts', 'settings', 'log.ts', 'config', 'store', 'wire', 'http2', 'tracing', 'top', 'service', 'metrics', 'grpc', 'http'],
+  app: ['limiter', 'sharing', 'errors.ts', 'settings', 'log.ts', 'config', 'store', 'wire', 'http2', 'tracing', 'top', 'service', 'metrics', 'grpc', 'http'],
   // The composition root and the command line see everything.
   'main.ts': null,
   'cli.ts': null,
@@ -50,6 +52,64 @@ const zones = Object.entries(ZONES)
     except: [name, ...allowed].map((n) => `./${n}`),
     message: `src/${name} may import only ${allowed.length === 0 ? 'itself' : allowed.map((n) => `src/${n}`).join(', ')} (docs/architecture.md)`,
   }));
+
+/**
+ * import-x/no-cycle skips `import type`, so files that only name each other's types could form a
+ * circle it never reports (the core's domain types, Store port and reservations once did). This rule
+ * follows every relative import and re-export of src/, types included, and reports the import that
+ * leads back to the file it is in.
+ */
+const importsOf = new Map();
+const RELATIVE_IMPORT = /^(?:import|export)\b[^;]*?\sfrom\s+'(\.[^']+)'/gm;
+function resolveTs(base) {
+  for (const candidate of [`${base}.ts`, path.join(base, 'index.ts')]) if (fs.existsSync(candidate)) return candidate;
+  return undefined;
+}
+function relativeImports(file) {
+  const mtimeMs = fs.statSync(file).mtimeMs;
+  const known = importsOf.get(file);
+  if (known !== undefined && known.mtimeMs === mtimeMs) return known.deps;
+  const deps = [];
+  for (const m of fs.readFileSync(file, 'utf8').matchAll(RELATIVE_IMPORT)) {
+    const target = resolveTs(path.resolve(path.dirname(file), m[1]));
+    if (target !== undefined) deps.push(target);
+  }
+  importsOf.set(file, { mtimeMs, deps });
+  return deps;
+}
+function reaches(from, target) {
+  const seen = new Set([from]);
+  const todo = [from];
+  while (todo.length > 0) {
+    for (const next of relativeImports(todo.pop())) {
+      if (next === target) return true;
+      if (!seen.has(next)) {
+        seen.add(next);
+        todo.push(next);
+      }
+    }
+  }
+  return false;
+}
+const noTypeCycle = {
+  meta: {
+    type: 'problem',
+    schema: [],
+    messages: { cycle: 'imports {{target}}, which imports this file back (type imports included): break the circle' },
+  },
+  create(context) {
+    const file = path.resolve(context.filename);
+    const check = (node) => {
+      const spec = node.source?.value;
+      if (typeof spec !== 'string' || !spec.startsWith('.')) return;
+      const target = resolveTs(path.resolve(path.dirname(file), spec));
+      if (target !== undefined && (target === file || reaches(target, file))) {
+        context.report({ node, messageId: 'cycle', data: { target: path.relative(__dirname, target) } });
+      }
+    };
+    return { ImportDeclaration: check, ExportNamedDeclaration: check, ExportAllDeclaration: check };
+  },
+};
 
 module.exports = tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', 'coverage/**', '*.js'] },
@@ -79,8 +139,10 @@ module.exports = tseslint.config(
   },
   {
     files: ['src/**/*.ts'],
+    plugins: { local: { rules: { 'no-type-cycle': noTypeCycle } } },
     rules: {
       'import-x/no-restricted-paths': ['error', { zones }],
+      'local/no-type-cycle': 'error',
     },
   },
   {

@@ -29,7 +29,7 @@ import { RegionShares } from './sharing/regions/region-shares';
 import { RegionalStore } from './sharing/regions/regional-store';
 import { regionsReport, REGIONS_SHOWN } from './http/regions-report';
 import { createStore, denialCacheEnabled, type Backend } from './store/create-store';
-import { LeasedStore } from './limiter/leases';
+import { LeasedStore } from './sharing/leases/leased-store';
 import { monotonicClock } from './limiter/types';
 import { warmUp, type LimiterSettings } from './app/warm-up';
 import { clusterMetrics, isSupervisor, reportReady, superviseWorkers, workerIndex } from './app/workers';
@@ -136,7 +136,8 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
   const leases = shared ? startLeases(settings, backend, replicaId, metrics) : undefined;
   if (leases !== undefined) teardown.push(() => leases.stop());
   // Global limits (`scope: global`, REGION set): the region's part of each, kept in step through the global store.
-  const regions = settings.regions === undefined ? undefined : startRegions(settings, settings.regions, leases?.store ?? backend.store, backend, replicaId, metrics, logger);
+  const regions =
+    settings.regions === undefined ? undefined : startRegions(settings, settings.regions, leases?.store ?? backend.store, backend, replicaId, metrics, logger);
   if (regions !== undefined) {
     teardown.push(() => regions.stop());
     await regions.ready;
@@ -256,7 +257,7 @@ export async function startService(settings: Settings, opts: StartOptions = {}):
 }
 
 /**
- * The lease layer over a shared store that settles (src/limiter/leases.ts), its background sync
+ * The lease layer over a shared store that settles (src/sharing/leases), its background sync
  * every LEASE_SYNC_INTERVAL, and its stop: what is pending settled and this replica's demand withdrawn.
  */
 function startLeases(settings: Settings, backend: Backend, replicaId: string, metrics: Metrics): { store: LeasedStore; stop(): Promise<void> } | undefined {
@@ -307,14 +308,22 @@ function startRegions(
     exchange: global.exchange,
     regional: backend.store,
     clock: monotonicClock,
-    limits: { syncIntervalMs: region.syncIntervalMs, ttlMs: region.ttlMs, fallback: region.fallback, maxParts: settings.leases.maxLeases, maxBytes: settings.leases.maxBytes },
+    limits: {
+      syncIntervalMs: region.syncIntervalMs,
+      ttlMs: region.ttlMs,
+      fallback: region.fallback,
+      maxParts: settings.leases.maxLeases,
+      maxBytes: settings.leases.maxBytes,
+    },
     observer,
   });
   const timer = setInterval(() => void shares.tick(), region.syncIntervalMs);
   timer.unref();
   // The regions' names before the first call (a new counter's first part is an even one among them), within GLOBAL_STORE_TIMEOUT.
   let waited: NodeJS.Timeout | undefined;
-  const ready = Promise.race([shares.start(), new Promise<void>((resolve) => (waited = setTimeout(resolve, region.timeoutMs)))]).finally(() => clearTimeout(waited));
+  const ready = Promise.race([shares.start(), new Promise<void>((resolve) => (waited = setTimeout(resolve, region.timeoutMs)))]).finally(() =>
+    clearTimeout(waited),
+  );
   return {
     store: new RegionalStore({ store: below, shares }),
     shares,

@@ -214,7 +214,7 @@ function readAlgorithmShape(
 const LEASABLE: readonly Algorithm[] = ['sliding_window', 'fixed_window', 'token_bucket', 'leaky_bucket'];
 
 /**
- * `lease: true`: decided in process against this replica's part of the limit (src/limiter/leases.ts).
+ * `lease: true`: decided in process against this replica's part of the limit (src/sharing/leases).
  * Refused where a replica's part would not add up to the limit: a log of timestamps, the strict
  * sliding window (each replica would keep its own oldest sub-window), and no limit at all.
  */

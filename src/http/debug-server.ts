@@ -99,7 +99,7 @@ export class DebugServer extends RoutedHttpServer {
       // The global limits (`scope: global`) of this process, in JSON: each region's part, demand, last sync, cut-off state.
       {
         path: '/regions',
-        index: ': global limits (scope: global) held by this process, with each region\'s part, demand and partition state (JSON)',
+        index: ": global limits (scope: global) held by this process, with each region's part, demand and partition state (JSON)",
         methods: 'GET, HEAD',
         handler: regions && ((_req, res) => send(res, 200, JSON.stringify(regions(), null, 2) + '\n', 'application/json')),
       },

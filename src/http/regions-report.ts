@@ -30,7 +30,12 @@ export function regionsReport(region: string, parts: readonly RegionPartView[]):
     cut_off: p.cutOff,
     sync_age_s: Number.isFinite(p.syncAgeSeconds) ? p.syncAgeSeconds : null,
     regions: [
-      { region: `${region} (this region)`, demand: Number.isFinite(p.demand) ? p.demand : null, members: p.members, state: p.cutOff ? 'cut off: fallback' : 'live' },
+      {
+        region: `${region} (this region)`,
+        demand: Number.isFinite(p.demand) ? p.demand : null,
+        members: p.members,
+        state: p.cutOff ? 'cut off: fallback' : 'live',
+      },
       ...p.regions.map((r) => ({
         region: r.region,
         demand: Number.isFinite(r.demand) ? r.demand : null,

@@ -4,7 +4,7 @@ import { InvalidRequestError, NotReadyError } from './errors';
 import { plannedCounters, type CounterRequest, type HoldCall, type PlannedCounters } from './store';
 import { counterKey, counterKeyPrefix } from './keys';
 import type { CalendarWindow } from './calendar';
-import { leaseMark } from './leases';
+import { leaseMark } from './lease-mark';
 import { commitCharge, holdTimeOf } from './reservations';
 import { descriptorTail, overriddenRule, type ActiveOverride, type OverrideLookup } from './overrides';
 import {

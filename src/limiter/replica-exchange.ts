@@ -1,9 +1,11 @@
+import type { SharingKind } from './sharing-kind';
+
 /**
  * The replica-coordination port: what the processes sharing one store tell each other, beside the
  * counters (the Store port, ./store.ts). Two things: small documents each process publishes under
- * its own name (the live view, src/top), and each replica's demand on a shared budget (quota
- * streams, ./quota-budgets.ts). The Redis adapter keeps them in Redis with Redis's clock; the memory
- * adapter in this process. Neither is on the decision path of an RLS call.
+ * its own name (the live view, src/top), and each replica's demand on a shared budget (the sharing
+ * engine's, src/sharing: quota streams, leases). The Redis adapter keeps them in Redis with Redis's
+ * clock; the memory adapter in this process. Neither is on the decision path of an RLS call.
  *
  * Contract (every adapter, checked by test/contract/replica-exchange-contract.ts):
  * - an entry lives `ttlMs` after it was last written, by the adapter's clock, then is gone;
@@ -64,7 +66,7 @@ export interface DemandExchange {
   readonly maxMembers?: number;
 }
 
-export type DemandKind = 'rlqs' | 'lease' | 'region';
+export type DemandKind = SharingKind;
 
 /**
  * Replicas kept per budget; a new one beyond it is not recorded (the live entries returned do not

@@ -1,5 +1,7 @@
 import type { CounterDecision, CounterRequest } from './store';
 
+export type { HoldKind, HoldOutcome } from './hold';
+
 /**
  * Reservations: a descriptor ending in `(reserve, ID)` holds its estimate against its rule's limits
  * until a descriptor ending in `(commit, ID)` charges the real cost, or the hold lapses. Only a rule
@@ -38,26 +40,6 @@ import type { CounterDecision, CounterRequest } from './store';
  * is not recorded: one commit denies its descriptor for about one window at most, instead of
  * for as long as a caller-chosen amount takes to drain.
  */
-
-/** What a reservation call does: hold an estimate, charge the real cost and free the hold, or free it without a charge. */
-export type HoldKind = 'reserve' | 'commit' | 'release';
-
-/** How a reservation call went, as the store reports it (metrics, tests). */
-export type HoldOutcome =
-  /** reserve: admitted, the estimate is held. */
-  | 'held'
-  /** reserve: a counter or the in-flight limit has no room; nothing held. */
-  | 'denied'
-  /** reserve: the descriptor's book holds as many entries or bytes as it may; nothing held. */
-  | 'full'
-  /** reserve of an ID the book holds already: refused, nothing more held. */
-  | 'reused'
-  /** commit of a held ID: charged, the hold freed. */
-  | 'committed'
-  /** commit of an ID the book does not hold (never held, lapsed, released, or committed already): charged all the same. */
-  | 'unknown'
-  /** release: the hold freed (or there was none), nothing charged. */
-  | 'released';
 
 /** The longest reservation ID, UTF-8 bytes. */
 export const MAX_RESERVATION_ID_BYTES = 256;

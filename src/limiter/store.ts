@@ -1,6 +1,7 @@
 import type { Algorithm } from './types';
 import type { CalendarWindow } from './calendar';
-import type { HoldKind, HoldOutcome } from './reservations';
+import type { HoldKind, HoldOutcome } from './hold';
+import { SHARING_KINDS, type SharingKind } from './sharing-kind';
 
 /**
  * The Store port: one call per ShouldRateLimit request, all counters together. It holds counters
@@ -50,7 +51,7 @@ export interface Store {
    */
   readonly reservations?: Reservations;
   /**
-   * Optional: settlements of leased counters (./leases.ts), charges a replica decided in process
+   * Optional: settlements of leased counters (src/sharing/leases), charges a replica decided in process
    * and writes in the background, each applied once however often it is sent. A store without it
    * takes no leases: leased limits are decided by decide() as any other.
    */
@@ -58,7 +59,7 @@ export interface Store {
 }
 
 /**
- * Charges decided in process (leases, ./leases.ts), written to the shared counters once each.
+ * Charges decided in process (leases, src/sharing/leases), written to the shared counters once each.
  *
  * Contract (every adapter, checked by test/contract):
  * - settle charges every counter its hits whatever the outcome (as countDenied), atomically with
@@ -88,6 +89,11 @@ export interface SettleCall {
   readonly key: string;
   /** The counters' hash tag (CounterRequest.tag) when the ledger is not named by it; absent: `key` is the tag. */
   readonly tag?: string;
+  /**
+   * Whose settlement: leases' (`lease`, the default), or another kind sharing the same counters
+   * (regions'); each kind's ledger on a key is its own, so their members and seqs never meet.
+   */
+  readonly kind?: SharingKind;
   /** The replica settling (unique among every process sharing the store). */
   readonly member: string;
   /** Increases with every settlement the member sends on one ledger (a positive safe integer). */
@@ -111,6 +117,14 @@ export interface SettleAnswer {
   readonly heldSeq: number;
 }
 
+/**
+ * The suffix of a ledger's name for a settlement of `kind`: leases' ledgers keep the name they had
+ * before kinds existed (`|settled`), so that an upgrade finds the seqs they hold.
+ */
+export function ledgerSuffix(kind: SharingKind | undefined): string {
+  return kind === undefined || kind === 'lease' ? '|settled' : `|settled:${kind}`;
+}
+
 /** Members one settlement ledger records at most. */
 export const MAX_SETTLE_MEMBERS = 256;
 
@@ -122,6 +136,7 @@ export const MAX_SETTLE_MEMBERS = 256;
 export function settleCallProblem(call: SettleCall): string | undefined {
   if (call.key.length === 0 || /[{}]/.test(call.key)) return `settlement ledger ${JSON.stringify(call.key)} is empty or holds a brace`;
   if (call.tag !== undefined && (call.tag.length === 0 || /[{}]/.test(call.tag))) return `settlement tag ${JSON.stringify(call.tag)} is empty or holds a brace`;
+  if (call.kind !== undefined && !SHARING_KINDS.includes(call.kind)) return `settlement kind ${JSON.stringify(call.kind)} is not one of ${SHARING_KINDS.join(', ')}`;
   if (call.member.length === 0) return 'settlement member is empty';
   if (!Number.isSafeInteger(call.seq) || call.seq < 1) return `settlement seq ${call.seq} is not a positive safe integer`;
   if (!Number.isSafeInteger(call.ttlMs) || call.ttlMs < 1) return `settlement ttl ${call.ttlMs} ms is not a positive safe integer`;
@@ -224,7 +239,7 @@ export interface CounterRequest {
   readonly calendar?: CalendarWindow;
   /**
    * A `lease: true` limit's rule (its stat key): the counter is decided in process against this
-   * replica's part of the limit by the lease layer (./leases.ts) when the store stack has one;
+   * replica's part of the limit by the lease layer (src/sharing/leases) when the store stack has one;
    * stores themselves ignore it.
    */
   readonly lease?: string;

@@ -1,4 +1,4 @@
-import type { HoldOutcome } from './reservations';
+import type { HoldOutcome } from './hold';
 
 /**
  * The limiter's own vocabulary. Nothing here knows about protobuf, gRPC or Redis:
@@ -87,7 +87,7 @@ export interface Limit {
    * (./reservations.ts). requestsPerUnit is N; the unit and window are placeholders never counted with.
    */
   readonly concurrency?: number;
-  /** `lease: true`: decided in process against this replica's part of the limit, settled in the background (./leases.ts). */
+  /** `lease: true`: decided in process against this replica's part of the limit, settled in the background (src/sharing/leases). */
   readonly lease?: boolean;
   /**
    * `scope: global`: one limit shared by every region (README, Regions), leased within the region

@@ -10,7 +10,7 @@ import {
   type QuotaRuleTotals,
   type QuotaSubscriber,
   type RlqsLimits,
-} from '../limiter/quota-budgets';
+} from '../sharing/quota/quota-budgets';
 import type { ReplicaExchange } from '../limiter/replica-exchange';
 import type { RateLimitConfig } from '../limiter/rules';
 import type { Store } from '../limiter/store';
@@ -22,7 +22,7 @@ import type { StreamingMethod } from './streaming';
 
 /**
  * The quota stream service (RLQS, envoy.service.rate_limit_quota.v3) as every gRPC transport serves
- * it: the edge of the quota budgets (src/limiter/quota-budgets.ts, where the division, charges and
+ * it: the edge of the quota budgets (src/sharing/quota/quota-budgets.ts, where the division, charges and
  * demand live). Here: the streams, their caps and timeouts, and the codec.
  *
  * - a stream's reports are handled one at a time, each before the next is read (the transport's

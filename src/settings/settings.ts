@@ -1,7 +1,8 @@
+import { GLOBAL_FALLBACKS, type GlobalFallback } from '../sharing/regions/region-division';
 import { availableParallelism } from 'node:os';
-import type { LeaseLimits } from '../limiter/leases';
+import type { LeaseLimits } from '../sharing/leases/lease';
 import { ALGORITHMS, DEFAULT_REQUEST_LIMITS, REQUEST_LIMIT_SETTINGS, type Algorithm, type RequestLimits } from '../limiter/types';
-import type { RlqsLimits } from '../limiter/quota-budgets';
+import type { RlqsLimits } from '../sharing/quota/quota-budgets';
 import { referenceSettingWarnings } from './reference-settings';
 
 /**
@@ -367,10 +368,6 @@ export interface RedisSettings {
 }
 
 export type RedisVariablePrefix = 'REDIS_' | 'GLOBAL_REDIS_';
-
-/** GLOBAL_FALLBACK: what a region that lost the global store for longer than REGION_TTL admits of a `scope: global` limit. */
-export const GLOBAL_FALLBACKS = ['split', 'allow', 'deny'] as const;
-export type GlobalFallback = (typeof GLOBAL_FALLBACKS)[number];
 
 /**
  * Regions: one limit (`scope: global`) shared by every region through a store they all reach,

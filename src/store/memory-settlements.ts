@@ -89,8 +89,9 @@ export class MemorySettlements implements Settlements {
     if (problem !== undefined) throw new Error(problem);
     const now = this.clock.nowMs();
     const { member, seq } = call;
-    // A ledger named under a tag of its own is another than the one its name alone names.
-    const key = call.tag === undefined || call.tag === call.key ? call.key : `${call.tag}}${call.key}`;
+    // A ledger named under a tag of its own is another than the one its name alone names; each kind's is its own.
+    const named = call.tag === undefined || call.tag === call.key ? call.key : `${call.tag}}${call.key}`;
+    const key = call.kind === undefined || call.kind === 'lease' ? named : `${named}|${call.kind}`;
     const ledger = this.ledgers.peek(key, now);
     const entry = ledger?.members.get(member);
     if (entry !== undefined && entry.lapseAtMs > now && seq <= entry.seq) {

@@ -1,7 +1,7 @@
 import { MalformedMessageError } from '../errors';
 import { InvalidRequestError } from '../limiter/errors';
-import type { QuotaAction, QuotaUsage } from '../limiter/quota-budgets';
-import type { QuotaStrategy } from '../limiter/quota-share';
+import type { QuotaAction, QuotaUsage } from '../sharing/quota/quota-budgets';
+import type { QuotaStrategy } from '../sharing/quota/quota-share';
 import type { Entry } from '../limiter/types';
 import { Reader } from './rls-codec';
 

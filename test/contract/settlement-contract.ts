@@ -94,6 +94,20 @@ export function describeSettlementContract(harness: () => SettlementHarness): vo
       expect(await counted(h.store, c)).toBe(120);
     });
 
+    it("keeps each kind's ledger of a key apart: a region's seq is never taken for a lease's", async () => {
+      const h = harness();
+      const key = freshKey('kinds');
+      const c = counter(key, 1_000, 10);
+      expect(await settle(h.store, settlement(key, 'a', 5, [c]))).toMatchObject({ applied: true, heldSeq: 5 });
+      // The same member and seq under another kind: applied on its own ledger.
+      expect(await settle(h.peer, { ...settlement(key, 'a', 5, [c]), kind: 'region' })).toMatchObject({ applied: true, heldSeq: 5 });
+      expect(await settle(h.store, { ...settlement(key, 'a', 5, [c]), kind: 'region' })).toMatchObject({ applied: false, heldSeq: 5 });
+      expect(await settle(h.store, { ...settlement(key, 'a', 5, [c]), kind: 'lease' })).toMatchObject({ applied: false, heldSeq: 5 });
+      expect(await counted(h.store, c)).toBe(20);
+      await expect(settle(h.store, { ...settlement(key, 'a', 6, [c]), kind: 'nobody' as never })).rejects.toThrow('settlement kind "nobody"');
+      expect(await counted(h.store, c)).toBe(20);
+    });
+
     it('charges nothing for a lower seq, charges a higher one, and keeps each member to its own seq', async () => {
       const h = harness();
       const key = freshKey('seqs');

@@ -443,7 +443,7 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
         expect(sorted(await h.exchange.exchangeDemand(capped('r3', 3)))).toEqual([demand('r1', 5, 0), demand('r3', 3, 0)]);
       });
 
-      it("keeps a counter's lease demand apart from its quota demand, and under a tag of its own apart from the tag's", async () => {
+      it("keeps a counter's lease demand apart from its quota and region demand, and under a tag of its own apart from the tag's", async () => {
         const key = freshKey('demand-kinds');
         await h.exchange.exchangeDemand({ key, publish: demand('q', 1, 1), ttlMs: DAY });
         expect(await h.exchange.exchangeDemand({ key, kind: 'lease', publish: demand('l', 2, 0), ttlMs: DAY })).toEqual([demand('l', 2, 0)]);
@@ -452,6 +452,8 @@ export function describeStoreContract(name: string, factory: () => Promise<Store
         ]);
         expect(await h.exchange.exchangeDemand({ key, withdraw: 'nobody', ttlMs: DAY })).toEqual([demand('q', 1, 1)]);
         expect(await h.exchange.exchangeDemand({ key, tag: key, kind: 'lease', withdraw: 'nobody', ttlMs: DAY })).toEqual([demand('l', 2, 0)]);
+        expect(await h.exchange.exchangeDemand({ key, kind: 'region', publish: demand('r', 4, 4), ttlMs: DAY })).toEqual([demand('r', 4, 4)]);
+        expect(await h.exchange.exchangeDemand({ key, kind: 'lease', withdraw: 'nobody', ttlMs: DAY })).toEqual([demand('l', 2, 0)]);
       });
 
       overTime('forgets an entry not published again within its ttl', async () => {

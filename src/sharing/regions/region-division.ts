@@ -1,4 +1,4 @@
-import { divideCapacity } from '../../limiter/quota-share';
+import { divideCapacity } from '../division';
 
 /**
  * Regions: one limit (`scope: global`) divided among regions by demand, as leases divide a
@@ -13,8 +13,9 @@ import { divideCapacity } from '../../limiter/quota-share';
  * (heldByCutOff), so that the parts never add up past the limit under `split` and `deny`.
  */
 
-/** What a region does once it has not reached the global store for REGION_TTL. */
-export type GlobalFallback = 'split' | 'allow' | 'deny';
+/** What a region does once it has not reached the global store for REGION_TTL (GLOBAL_FALLBACK). */
+export const GLOBAL_FALLBACKS = ['split', 'allow', 'deny'] as const;
+export type GlobalFallback = (typeof GLOBAL_FALLBACKS)[number];
 
 /** The separator of a member's region and replica (a region name has none). */
 const MEMBER_SEPARATOR = '/';

@@ -1,9 +1,12 @@
-import { LEDGER_TTL_MS, markedRule } from '../../limiter/leases';
+import { markedRule } from '../../limiter/lease-mark';
 import type { ReplicaDemand, ReplicaExchange } from '../../limiter/replica-exchange';
 import { counterIdentity, type CounterRequest, type Settlements, type Store } from '../../limiter/store';
 import type { Clock } from '../../limiter/types';
+import { measureDemand, newDemandMeter, publishedDemand, WINDOW_SLICES, WindowCount, type DemandMeter } from '../demand-meter';
+import { usedOf } from '../division';
+import { SettlementSequence, settlementAnswered, type SettlingPart } from '../settlement';
+import { SharedPart } from '../shared-part';
 import { fallbackFraction, heldByCutOff, regionFraction, regionMember, regionOf, scaledLimit, type GlobalFallback, type OtherRegion } from './region-division';
-import { WindowCount } from './window-count';
 
 /**
  * Region parts: this replica's view of every `scope: global` counter it uses, kept in step with
@@ -32,11 +35,6 @@ export const MAX_GLOBAL_MEMBERS = 256;
 const MAX_REGIONS = 256;
 /** The kind of the documents naming the regions, in the global store. */
 const REGIONS_DOCUMENT = 'regions';
-/**
- * Sync intervals a region's demand is measured over, at most: a rise counts from the last two, a
- * fall only once these have passed (see demandOf()).
- */
-const DEMAND_SYNCS = 8;
 /** Estimated bytes of one part beyond its key. */
 const PART_BYTES = 2_048;
 
@@ -114,31 +112,27 @@ interface MemberBeat {
   demand: number;
 }
 
-interface Part {
+/** One global counter's region part: the engine's shared part (kind `region`) and what regions add to it. */
+interface Part extends DemandMeter, SettlingPart {
   readonly id: string;
   readonly rule: string;
-  readonly tag: string | undefined;
   readonly bytes: number;
+  readonly share: SharedPart;
   /** The counter as last asked, hits 0, its rule's own limit. */
   counter: CounterRequest;
   fraction: number;
   /** When it was opened: a part that never synced is cut off ttlMs later. */
   readonly openedMs: number;
-  /** Hits asked since the last sync, and since when. */
-  asked: number;
-  askedSinceMs: number;
-  /** Hits asked in each of the last DEMAND_SYNCS sync intervals (newest last), and when each began. */
-  readonly history: { asked: number; sinceMs: number }[];
-  /** This replica's demand at the last sync, hits per second. */
-  demand: number;
-  /** The region's demand the last exchange that went through held, and the one before (what the others divided by). */
+  /** Hits asked per sync interval over the last WINDOW_SLICES of them: a fall of demand counts once they have passed. */
+  readonly askedRecent: WindowCount;
+  /** The region's demand the last exchange that went through held (what the others divided by). */
   regionDemand: number;
   regionMembers: number;
   seenRegionDemand: number | undefined;
-  pending: number;
-  unsettled: { readonly seq: number; readonly charged: number; readonly counted: number } | undefined;
+  /** Of the settlement not yet acknowledged, the hits it settles (its charge may be less: see sync()). */
+  unsettledCounted: number;
   settled: number;
-  /** Hits admitted here per sync interval over the last window (what of a backlog is still in the counter). */
+  /** Hits admitted here over about the last window (what of a backlog is still in the counter). */
   readonly recent: WindowCount;
   settledSentMs: number;
   exchangedSentMs: number;
@@ -154,6 +148,7 @@ export class RegionShares {
   private readonly member: string;
   private readonly settlements: Settlements;
   private readonly exchange: ReplicaExchange;
+  private readonly seqs = new SettlementSequence();
   private readonly regional: Store;
   private readonly clock: Clock;
   private readonly limits: RegionLimits;
@@ -161,7 +156,6 @@ export class RegionShares {
   private readonly parts = new Map<string, Part>();
   private readonly byCounter = new WeakMap<CounterRequest, Part>();
   private usedBytes = 0;
-  private seq = 0;
   private beat = 0;
   /** Regions the global store named at the last reading (this one included), at least 1. */
   private knownRegions = 1;
@@ -192,6 +186,7 @@ export class RegionShares {
     const part = this.partOf(c, now);
     if (part === undefined) return;
     part.asked += c.hits;
+    part.askedRecent.add(c.hits, now);
     part.lastUsedMs = now;
     if (charged && c.hits > 0) {
       part.pending += c.hits;
@@ -242,7 +237,7 @@ export class RegionShares {
         syncAgeSeconds: Number.isFinite(lastOk) ? (now - lastOk) / 1000 : Infinity,
         cutOff: this.isCutOff(p, now),
         settled: p.settled,
-        pending: p.pending + (p.unsettled?.counted ?? 0),
+        pending: p.pending + (p.unsettled === undefined ? 0 : p.unsettledCounted),
         regions: p.regions,
       });
     }
@@ -264,26 +259,35 @@ export class RegionShares {
   private open(id: string, c: CounterRequest, now: number): Part | undefined {
     const bytes = PART_BYTES + 2 * id.length;
     if (this.parts.size >= this.limits.maxParts || this.usedBytes + bytes > this.limits.maxBytes) return undefined;
+    const { syncIntervalMs } = this.limits;
     const part: Part = {
+      ...newDemandMeter(now),
       id,
       rule: c.lease ?? '',
-      tag: c.tag === undefined || c.tag === c.key ? undefined : c.tag,
       bytes,
+      share: new SharedPart({
+        kind: 'region',
+        key: c.key,
+        tag: c.tag === undefined || c.tag === c.key ? undefined : c.tag,
+        member: this.member,
+        exchange: this.exchange,
+        ledger: this.settlements,
+        maxMembers: MAX_GLOBAL_MEMBERS,
+      }),
       counter: c.hits === 0 ? c : { ...c, hits: 0 },
       // Until the others have seen it: an even part among the regions known (as all cut off would take).
       fraction: fallbackFraction('split', this.knownRegions),
       openedMs: now,
-      asked: 0,
-      askedSinceMs: now,
-      history: [],
-      demand: Infinity,
+      askedRecent: new WindowCount(syncIntervalMs),
       regionDemand: Infinity,
       regionMembers: 0,
       seenRegionDemand: undefined,
       pending: 0,
+      epoch: 0,
       unsettled: undefined,
+      unsettledCounted: 0,
       settled: 0,
-      recent: new WindowCount(c.windowMs, this.limits.syncIntervalMs),
+      recent: new WindowCount(c.windowMs / WINDOW_SLICES),
       settledSentMs: -Infinity,
       exchangedSentMs: -Infinity,
       members: new Map(),
@@ -335,74 +339,41 @@ export class RegionShares {
     return this.reading;
   }
 
-  /** Above every seq sent before, from the clock (ms x 1000): a restarted replica continues above its earlier run's. */
-  private nextSeq(now: number): number {
-    this.seq = Math.max(this.seq + 1, Math.floor(now) * 1000);
-    return this.seq;
-  }
-
   private sync(part: Part, now: number): Promise<void> {
     if (part.syncing !== undefined) return part.syncing;
     const c = part.counter;
     if (part.unsettled === undefined) {
       // A backlog (after a cut-off) is settled in full, charged for what of it is still in the window.
-      const charged = Math.min(part.pending, part.recent.total(now));
-      part.unsettled = { seq: this.nextSeq(now), charged, counted: part.pending };
+      part.unsettled = { seq: this.seqs.next(now), hits: Math.min(part.pending, part.recent.sum(now)) };
+      part.unsettledCounted = part.pending;
       part.pending = 0;
+      part.epoch += 1;
     }
     const settlement = part.unsettled;
-    part.history.push({ asked: part.asked, sinceMs: part.askedSinceMs });
-    if (part.history.length > DEMAND_SYNCS) part.history.shift();
-    part.asked = 0;
-    part.askedSinceMs = now;
-    part.demand = demandOf(part.history, now);
+    const counted = part.unsettledCounted;
+    part.demand = this.demandOf(part, now);
     this.beat += 1;
     const { domain, statKey } = markedRule(part.rule);
     const failed = (err: unknown): undefined => {
       this.observer.onSyncError?.(domain, statKey, err);
       return undefined;
     };
-    const settling = this.settlements
-      .settle({
-        key: c.key,
-        tag: part.tag,
-        member: this.member,
-        seq: settlement.seq,
-        counters: [{ ...c, hits: settlement.charged, countDenied: true }],
-        ttlMs: LEDGER_TTL_MS,
-        maxMembers: MAX_GLOBAL_MEMBERS,
-      })
-      .catch(failed);
-    const exchanging = this.exchange
-      .exchangeDemand({
-        key: c.key,
-        tag: part.tag,
-        kind: 'region',
-        publish: { member: this.member, demand: Number.isFinite(part.demand) ? part.demand : Number.MAX_SAFE_INTEGER, admitted: 0, proxies: 1, beat: this.beat },
-        ttlMs: ENTRY_MEMORY_MS,
-        maxMembers: MAX_GLOBAL_MEMBERS,
-      })
+    const settling = part.share.settle(settlement, c).catch(failed);
+    const exchanging = part.share
+      .exchange({ member: this.member, demand: publishedDemand(part.demand), admitted: 0, proxies: 1, beat: this.beat }, ENTRY_MEMORY_MS)!
       .catch(failed);
     const checking = this.regional.decide([{ ...c, hits: 0, lease: undefined, global: undefined }]).catch(failed);
     const wasCutOff = this.isCutOff(part, now);
     part.syncing = Promise.all([settling, exchanging, checking]).then(([settled, entries, regional]) => {
       part.syncing = undefined;
       const at = this.clock.nowMs();
+      const capacity = c.burst ?? c.limit;
       let globalUsed: number | undefined;
-      if (settled !== undefined && !settled.full) {
-        if (!settled.applied && settled.heldSeq > settlement.seq) {
-          // An earlier run under the same name holds a higher seq: sent again above it.
-          this.seq = Math.max(this.seq, settled.heldSeq);
-          part.unsettled = { ...settlement, seq: this.nextSeq(at) };
-        } else {
-          if (part.unsettled === settlement) part.unsettled = undefined;
-          part.settled += settlement.counted;
-          part.settledSentMs = now;
-          if (settlement.counted > 0) this.observer.onSettled?.(domain, statKey, settlement.counted);
-          const d = settled.decisions[0];
-          const capacity = c.burst ?? c.limit;
-          globalUsed = d.allowed ? capacity - d.remaining : capacity;
-        }
+      if (settled !== undefined && settlementAnswered(part, settlement, settled, this.seqs, at) === 'taken') {
+        part.settled += counted;
+        part.settledSentMs = now;
+        if (counted > 0) this.observer.onSettled?.(domain, statKey, counted);
+        globalUsed = usedOf(settled.decisions[0], capacity);
       }
       // Recorded among the members (a global counter holding MAX_GLOBAL_MEMBERS others has no room: then cut off).
       if (entries === undefined || !entries.some((e) => e.member === this.member)) return;
@@ -414,8 +385,6 @@ export class RegionShares {
       if (seen === undefined) part.fraction = Math.min(part.fraction, 1 / (1 + this.othersOf(part, at).length));
       if (wasCutOff) part.fraction = Math.min(part.fraction, this.fallback());
       if (globalUsed === undefined || regional === undefined) return;
-      const capacity = c.burst ?? c.limit;
-      const r = regional[0];
       const fraction = regionFraction({
         limit: capacity,
         windowMs: c.windowMs,
@@ -423,7 +392,7 @@ export class RegionShares {
         seenDemand: seen,
         others: this.othersOf(part, at),
         globalUsed,
-        regionUsed: r.allowed ? capacity - r.remaining : capacity,
+        regionUsed: usedOf(regional[0], capacity),
       });
       if (fraction !== undefined) part.fraction = fraction;
     });
@@ -489,7 +458,13 @@ export class RegionShares {
         cut = { sinceMs: at, lastFraction: shareOf([r.lastDemand, part.regionDemand, ...liveDemands]) };
         part.cutOff.set(region, cut);
       }
-      const held = heldByCutOff({ fallback: this.limits.fallback, lastFraction: cut.lastFraction, knownRegions: known, cutOffForMs: at - cut.sinceMs, ttlMs: this.limits.ttlMs });
+      const held = heldByCutOff({
+        fallback: this.limits.fallback,
+        lastFraction: cut.lastFraction,
+        knownRegions: known,
+        cutOffForMs: at - cut.sinceMs,
+        ttlMs: this.limits.ttlMs,
+      });
       others.push({ demand: 0, held });
       seen.push({ region, demand: r.demand, members: r.members, cutOff: true, held });
     }
@@ -497,28 +472,22 @@ export class RegionShares {
     return others;
   }
 
+  /**
+   * Hits per second asked: the higher of the rate over the last two sync intervals (a rise counts at
+   * once) and over the last WINDOW_SLICES (a quiet region's few calls, unevenly spread over short
+   * intervals, do not make its demand, and its part, swing low between them). A fall counts once
+   * those have passed: the hits of a region that goes quiet stay in the global counter longer than
+   * that anyway (a window is at least 10 sync intervals).
+   */
+  private demandOf(part: Part, now: number): number {
+    const short = measureDemand(part, now);
+    const spanMs = Math.min(WINDOW_SLICES * this.limits.syncIntervalMs, now - part.openedMs);
+    return spanMs > 0 ? Math.max(short, (part.askedRecent.sum(now) * 1000) / spanMs) : short;
+  }
+
   private drop(part: Part): void {
     if (this.parts.get(part.id) !== part) return;
     this.parts.delete(part.id);
     this.usedBytes -= part.bytes;
   }
-}
-
-/**
- * Hits per second asked: the higher of the rate over the last two sync intervals (a rise counts at
- * once) and over the last DEMAND_SYNCS (a quiet region's few calls, unevenly spread over short
- * intervals, do not make its demand, and its part, swing low between them). A fall counts after
- * DEMAND_SYNCS intervals: the hits of a region that goes quiet stay in the global counter longer
- * than that anyway (a window is at least 10 sync intervals).
- */
-function demandOf(history: readonly { readonly asked: number; readonly sinceMs: number }[], now: number): number {
-  const n = history.length;
-  if (n === 0) return Infinity;
-  const rate = (from: number): number => {
-    let asked = 0;
-    for (let i = from; i < n; i++) asked += history[i].asked;
-    const span = now - history[from].sinceMs;
-    return span > 0 ? (asked * 1000) / span : Infinity;
-  };
-  return Math.max(rate(Math.max(0, n - 2)), rate(0));
 }

@@ -1,4 +1,4 @@
-import { MAX_SETTLE_MEMBERS, settleCallProblem, type CounterDecision, type SettleAnswer, type SettleCall, type Settlements } from '../../limiter/store';
+import { ledgerSuffix, MAX_SETTLE_MEMBERS, settleCallProblem, type CounterDecision, type SettleAnswer, type SettleCall, type Settlements } from '../../limiter/store';
 import { callBeside, counterArguments, type BesideCallOptions } from './beside-call';
 
 /**
@@ -23,7 +23,8 @@ export class RedisSettlements implements Settlements {
     const parts = counterArguments(counters, this.options.keyOf);
     if (parts instanceof Error) return Promise.reject(parts);
     const { tagOpen } = this.options;
-    const ledger = call.tag === undefined || call.tag === call.key ? `${tagOpen}${call.key}}|settled` : `${tagOpen}${call.tag}}${call.key}|settled`;
+    const suffix = ledgerSuffix(call.kind);
+    const ledger = call.tag === undefined || call.tag === call.key ? `${tagOpen}${call.key}}${suffix}` : `${tagOpen}${call.tag}}${call.key}${suffix}`;
     const keys = parts.keys;
     // A ledger that is its first counter's own is named by the script: the key goes once.
     if (keys.length === 0 || ledger !== `${keys[0]}|settled`) keys.push(ledger);

@@ -212,7 +212,14 @@ describe('regions on the real service', () => {
       }
       const inSpan = (r: Region): number => traffic.admittedIn(r, at, at + WINDOW_MS);
       const t0 = phases[0].atMs;
-      console.log({ worst, startS: (at - t0) / 1000, phases: phases.map((p) => `${p.name}@${(p.atMs - t0) / 1000}`), eu: inSpan('eu'), us: inSpan('us'), ap: inSpan('ap') });
+      console.log({
+        worst,
+        startS: (at - t0) / 1000,
+        phases: phases.map((p) => `${p.name}@${(p.atMs - t0) / 1000}`),
+        eu: inSpan('eu'),
+        us: inSpan('us'),
+        ap: inSpan('ap'),
+      });
     }
     expect(worst).toBeLessThanOrEqual(BOUND);
 

@@ -1,6 +1,6 @@
 import { configFromTexts } from '../../../src/config/files';
 import { silentLogger } from '../../../src/log';
-import type { RlqsLimits } from '../../../src/limiter/quota-budgets';
+import type { RlqsLimits } from '../../../src/sharing/quota/quota-budgets';
 import { RlqsService, type QuotaStreamSink } from '../../../src/service/rlqs-service';
 import { MemoryExchange } from '../../../src/store/memory-exchange';
 import { MemoryStore } from '../../../src/store/memory-store';

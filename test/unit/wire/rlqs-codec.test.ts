@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { InvalidRequestError } from '../../../src/limiter/errors';
-import type { QuotaAction } from '../../../src/limiter/quota-budgets';
+import type { QuotaAction } from '../../../src/sharing/quota/quota-budgets';
 import { loadProtoFiles } from '../../../src/wire/proto';
 import { decodeUsageReports, encodeQuotaResponse, RLQS_PROTO, type UsageReport } from '../../../src/wire/rlqs-codec';
 

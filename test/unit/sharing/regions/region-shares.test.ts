@@ -1,4 +1,5 @@
-import { LeasedStore, type LeaseLimits } from '../../../../src/limiter/leases';
+import { LeasedStore } from '../../../../src/sharing/leases/leased-store';
+import type { LeaseLimits } from '../../../../src/sharing/leases/lease';
 import type { DemandExchange, ReplicaDemand, ReplicaExchange } from '../../../../src/limiter/replica-exchange';
 import { StoreUnavailableError, type CounterRequest, type SettleAnswer, type SettleCall, type Settlements } from '../../../../src/limiter/store';
 import { RegionShares, type RegionLimits } from '../../../../src/sharing/regions/region-shares';
@@ -18,7 +19,14 @@ const REGION_SYNC_MS = 1_000;
 const REGION_TTL_MS = 3_000;
 const WINDOW_MS = 10_000;
 const LIMIT = 1_000;
-const LEASES: LeaseLimits = { syncIntervalMs: LEASE_SYNC_MS, ttlMs: 1_000, maxLeases: 100, maxBytes: 1 << 20, maxReplicas: 256, maxSyncBytesPerSecond: 1 << 30 };
+const LEASES: LeaseLimits = {
+  syncIntervalMs: LEASE_SYNC_MS,
+  ttlMs: 1_000,
+  maxLeases: 100,
+  maxBytes: 1 << 20,
+  maxReplicas: 256,
+  maxSyncBytesPerSecond: 1 << 30,
+};
 /** The README's bound with no delay to the global store: L x (1 + 2%) + L x (REGION_SYNC_INTERVAL + LEASE_SYNC_INTERVAL) / W. */
 const BOUND = LIMIT * 1.02 + (LIMIT * (REGION_SYNC_MS + LEASE_SYNC_MS)) / WINDOW_MS;
 
@@ -188,10 +196,15 @@ describe('RegionShares', () => {
   test('a region cut off from the global store keeps its part, then splits; the others keep room for it; its hits are settled once when it heals', async () => {
     const w = world(['eu', 'us', 'ap']);
     const cut = w.links.get('ap')!;
-    const { steps, byRegion } = await drive(w, () => 300, 60_000, (t) => {
-      if (t === 15_000) cut.down = true;
-      if (t === 45_000) cut.down = false;
-    });
+    const { steps, byRegion } = await drive(
+      w,
+      () => 300,
+      60_000,
+      (t) => {
+        if (t === 15_000) cut.down = true;
+        if (t === 45_000) cut.down = false;
+      },
+    );
     expect(worstSpan(steps)).toBeLessThanOrEqual(BOUND);
     // Cut off, ap admits about its even part (L/3 a window) and not nothing.
     const ap = sum(byRegion.get('ap')!, 3_000, 4_000);
@@ -205,17 +218,27 @@ describe('RegionShares', () => {
 
   test('the global store down for every region: each splits the limit, never more than the limit together', async () => {
     const w = world(['eu', 'us', 'ap']);
-    const { steps } = await drive(w, (region) => (region === 'eu' ? 600 : 100), 60_000, (t) => {
-      for (const link of w.links.values()) link.down = t >= 20_000 && t < 50_000;
-    });
+    const { steps } = await drive(
+      w,
+      (region) => (region === 'eu' ? 600 : 100),
+      60_000,
+      (t) => {
+        for (const link of w.links.values()) link.down = t >= 20_000 && t < 50_000;
+      },
+    );
     expect(worstSpan(steps)).toBeLessThanOrEqual(BOUND);
   });
 
   test('deny: a cut-off region admits nothing once REGION_TTL has passed', async () => {
     const w = world(['eu', 'us'], 'deny');
-    const { byRegion } = await drive(w, () => 200, 40_000, (t) => {
-      if (t === 15_000) w.links.get('us')!.down = true;
-    });
+    const { byRegion } = await drive(
+      w,
+      () => 200,
+      40_000,
+      (t) => {
+        if (t === 15_000) w.links.get('us')!.down = true;
+      },
+    );
     // From REGION_TTL after the cut (plus a sync), us admits nothing.
     expect(sum(byRegion.get('us')!, (15_000 + REGION_TTL_MS + REGION_SYNC_MS) / 10, 4_000)).toBe(0);
   });

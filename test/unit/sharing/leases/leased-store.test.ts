@@ -1,16 +1,16 @@
-import { buildConfig } from '../../../src/config/rule-tree';
-import { parseConfigText } from '../../../src/config/rule-reader';
-import { LeasedStore, type LeaseLimits } from '../../../src/limiter/leases';
-import { RateLimiter } from '../../../src/limiter/rate-limiter';
-import { LIMITER_DEFAULTS } from '../../helpers/limiter-defaults';
-import { RecordingStore } from '../../helpers/recording-store';
-import type { DemandExchange, ReplicaDemand, ReplicaExchange } from '../../../src/limiter/replica-exchange';
-import { StoreUnavailableError, type CounterRequest, type SettleAnswer, type SettleCall, type Settlements } from '../../../src/limiter/store';
-import type { Clock } from '../../../src/limiter/types';
-import { MemoryExchange } from '../../../src/store/memory-exchange';
-import { MemoryStore } from '../../../src/store/memory-store';
-import { FakeClock } from '../../helpers/fake-clock';
-import { SwitchableStore } from '../../helpers/switchable-store';
+import { buildConfig } from '../../../../src/config/rule-tree';
+import { parseConfigText } from '../../../../src/config/rule-reader';
+import { LeasedStore, type LeaseLimits } from '../../../../src/sharing/leases/leased-store';
+import { RateLimiter } from '../../../../src/limiter/rate-limiter';
+import { LIMITER_DEFAULTS } from '../../../helpers/limiter-defaults';
+import { RecordingStore } from '../../../helpers/recording-store';
+import type { DemandExchange, ReplicaDemand, ReplicaExchange } from '../../../../src/limiter/replica-exchange';
+import { StoreUnavailableError, type CounterRequest, type SettleAnswer, type SettleCall, type Settlements } from '../../../../src/limiter/store';
+import type { Clock } from '../../../../src/limiter/types';
+import { MemoryExchange } from '../../../../src/store/memory-exchange';
+import { MemoryStore } from '../../../../src/store/memory-store';
+import { FakeClock } from '../../../helpers/fake-clock';
+import { SwitchableStore } from '../../../helpers/switchable-store';
 
 /** Leases on a fake clock: replicas sharing one memory store and exchange, synced by tick(). */
 

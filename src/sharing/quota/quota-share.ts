@@ -1,8 +1,9 @@
 /**
- * Quota shares (RLQS): how one rule's budget is divided among the proxies that report a bucket,
- * and how a proxy's share becomes the assignment Envoy's rate_limit_quota filter applies. Pure:
- * numbers in, numbers out; time is a parameter. The budgets (./quota-budgets.ts) feed it what the
- * proxies report and what the store and the other replicas say of the counter and demand.
+ * Quota shares (RLQS): what of one rule's budget the proxies may share (the division itself is the
+ * sharing engine's, ../division.ts), and how a proxy's share becomes the assignment Envoy's
+ * rate_limit_quota filter applies. Pure: numbers in, numbers out; time is a parameter. The budgets
+ * (./quota-budgets.ts) feed it what the proxies report and what the store and the other replicas
+ * say of the counter and demand.
  *
  * What Envoy's filter does with an assignment, and why the numbers below look as they do:
  * - it applies a token bucket with fill rate tokens_per_fill / (whole seconds of fill_interval):
@@ -22,12 +23,6 @@ export type QuotaStrategy =
 
 export const ALLOW_ALL: QuotaStrategy = Object.freeze({ kind: 'allow_all' });
 export const DENY_ALL: QuotaStrategy = Object.freeze({ kind: 'deny_all' });
-
-/**
- * A proxy's demand counts this much more when shares are divided: a proxy below an even share gets
- * room to grow until its next report, and a demand measured a little low does not starve it.
- */
-export const DEMAND_HEADROOM = 1.25;
 
 /**
  * Usage of the counter by others than the reporting proxies (RLS calls on the same descriptor)
@@ -70,30 +65,6 @@ export function proxiesCapacity(input: BudgetInput): number {
   const others = Math.max(0, used - admitted);
   const counted = others > OTHER_USAGE_TOLERANCE * limit ? others : 0;
   return Math.max(0, limit - counted) / (windowMs / 1000);
-}
-
-/**
- * Max-min fair division of `capacity` by demand: in increasing order of demand (with
- * DEMAND_HEADROOM), each proxy gets the smaller of its demand and an even split of what is left;
- * what nobody asked for is then spread evenly, so the shares always add up to `capacity`.
- * A proxy whose demand is unknown (Infinity) takes an even share. Returns shares in input order.
- */
-export function divideCapacity(capacity: number, demands: readonly number[]): number[] {
-  const n = demands.length;
-  const shares = new Array<number>(n).fill(0);
-  if (n === 0 || !(capacity > 0)) return shares;
-  // Increasing demand; unknown (Infinity) last, in input order.
-  const order = demands.map((_, i) => i).sort((a, b) => (demands[a] === demands[b] ? a - b : demands[a] < demands[b] ? -1 : 1));
-  let left = capacity;
-  for (let k = 0; k < n; k++) {
-    const i = order[k];
-    const wanted = Math.max(0, demands[i]) * DEMAND_HEADROOM;
-    const share = Math.min(wanted, left / (n - k));
-    shares[i] = share;
-    left -= share;
-  }
-  if (left > 0) for (let i = 0; i < n; i++) shares[i] += left / n;
-  return shares;
 }
 
 /**

@@ -2,7 +2,6 @@ import {
   ALLOW_ALL,
   DENY_ALL,
   distinguishable,
-  divideCapacity,
   MAX_FILL_INTERVAL_SECONDS,
   proxiesCapacity,
   reportRate,
@@ -10,7 +9,8 @@ import {
   strategyForShare,
   ttlSeconds,
   type QuotaStrategy,
-} from '../../../src/limiter/quota-share';
+} from '../../../../src/sharing/quota/quota-share';
+import { divideCapacity } from '../../../../src/sharing/division';
 
 const bucket = (maxTokens: number, tokensPerFill: number, fillIntervalSeconds: number): QuotaStrategy => ({
   kind: 'token_bucket',

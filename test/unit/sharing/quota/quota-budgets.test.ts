@@ -1,13 +1,13 @@
-import { configFromTexts } from '../../../src/config/files';
-import { OverCapacityError } from '../../../src/limiter/errors';
-import { chargeCap, QuotaBudgets, type QuotaAction, type QuotaLimits, type QuotaSubscriber, type QuotaUsage } from '../../../src/limiter/quota-budgets';
-import type { QuotaStrategy } from '../../../src/limiter/quota-share';
-import type { ReplicaExchange } from '../../../src/limiter/replica-exchange';
-import type { CounterRequest, Store } from '../../../src/limiter/store';
-import { MemoryExchange } from '../../../src/store/memory-exchange';
-import { MemoryStore } from '../../../src/store/memory-store';
-import { FakeClock } from '../../helpers/fake-clock';
-import { SwitchableStore } from '../../helpers/switchable-store';
+import { configFromTexts } from '../../../../src/config/files';
+import { OverCapacityError } from '../../../../src/limiter/errors';
+import { chargeCap, QuotaBudgets, type QuotaAction, type QuotaLimits, type QuotaSubscriber, type QuotaUsage } from '../../../../src/sharing/quota/quota-budgets';
+import type { QuotaStrategy } from '../../../../src/sharing/quota/quota-share';
+import type { ReplicaExchange } from '../../../../src/limiter/replica-exchange';
+import type { CounterRequest, Store } from '../../../../src/limiter/store';
+import { MemoryExchange } from '../../../../src/store/memory-exchange';
+import { MemoryStore } from '../../../../src/store/memory-store';
+import { FakeClock } from '../../../helpers/fake-clock';
+import { SwitchableStore } from '../../../helpers/switchable-store';
 
 /** The quota budgets on a fake clock: reports in, answers and pushes out, charges through a memory store. */
 
