@@ -116,8 +116,13 @@ async function drive(w: ReturnType<typeof world>, rate: (region: string, atMs: n
       let own = 0;
       while (d >= 1) {
         d -= 1;
-        const now = r.store.decideNow([GLOBAL]);
-        const [decision] = now ?? (await r.store.decide([GLOBAL]));
+        let decision: { readonly allowed: boolean };
+        try {
+          decision = (r.store.decideNow([GLOBAL]) ?? (await r.store.decide([GLOBAL])))[0];
+        } catch {
+          // The region's store is down: an error answer, nothing admitted.
+          decision = { allowed: false };
+        }
         if (decision.allowed) own++;
       }
       due.set(r, d);
@@ -249,5 +254,29 @@ describe('RegionShares', () => {
     const [d] = await w.global.decide([{ ...GLOBAL, hits: 0, lease: undefined, global: undefined }]);
     const settled = w.replicas.reduce((s, r) => s + r.shares.view(10).parts[0].settled, 0);
     expect(LIMIT - d.remaining).toBe(settled);
+  });
+});
+
+describe('RegionShares with a region store that fails', () => {
+  test('every hit a replica admitted is settled to the global counter, once, through the region store going down and back', async () => {
+    const w = world(['eu', 'us']);
+    const down = { on: false };
+    for (const r of w.replicas.filter((x) => x.region === 'us')) {
+      const store = w.regional.get('us')!;
+      const orig = store.decide.bind(store);
+      store.decide = (...args) => (down.on ? Promise.reject(new StoreUnavailableError('down')) : orig(...args));
+      const settle = store.settlements.settle.bind(store.settlements);
+      (store.settlements as { settle: Settlements['settle'] }).settle = (call) => (down.on ? Promise.reject(new StoreUnavailableError('down')) : settle(call));
+      void r;
+      break;
+    }
+    const { byRegion } = await drive(w, () => 150, 40_000, (t) => {
+      down.on = t >= 15_000 && t < 25_000;
+    });
+    await drive(w, () => 0, 5_000);
+    for (const region of ['eu', 'us']) {
+      const settled = w.replicas.filter((r) => r.region === region).reduce((s, r) => s + r.shares.view(10).parts[0].settled, 0);
+      expect({ region, settled }).toEqual({ region, settled: sum(byRegion.get(region)!) });
+    }
   });
 });
