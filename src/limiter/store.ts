@@ -136,7 +136,8 @@ export const MAX_SETTLE_MEMBERS = 256;
 export function settleCallProblem(call: SettleCall): string | undefined {
   if (call.key.length === 0 || /[{}]/.test(call.key)) return `settlement ledger ${JSON.stringify(call.key)} is empty or holds a brace`;
   if (call.tag !== undefined && (call.tag.length === 0 || /[{}]/.test(call.tag))) return `settlement tag ${JSON.stringify(call.tag)} is empty or holds a brace`;
-  if (call.kind !== undefined && !SHARING_KINDS.includes(call.kind)) return `settlement kind ${JSON.stringify(call.kind)} is not one of ${SHARING_KINDS.join(', ')}`;
+  if (call.kind !== undefined && !SHARING_KINDS.includes(call.kind))
+    return `settlement kind ${JSON.stringify(call.kind)} is not one of ${SHARING_KINDS.join(', ')}`;
   if (call.member.length === 0) return 'settlement member is empty';
   if (!Number.isSafeInteger(call.seq) || call.seq < 1) return `settlement seq ${call.seq} is not a positive safe integer`;
   if (!Number.isSafeInteger(call.ttlMs) || call.ttlMs < 1) return `settlement ttl ${call.ttlMs} ms is not a positive safe integer`;

@@ -126,7 +126,14 @@ export function isLive(share: SettledShare, now: number): boolean {
 }
 
 /** The part from the division by demand, capped by what the counter says the others use (partFraction); renewed until liveUntil(). */
-function divide<S extends SettledShare>(share: S, options: PartSyncOptions<S>, answer: SettleAnswer, ownUsed: number, seenDemand: number | undefined, now: number): void {
+function divide<S extends SettledShare>(
+  share: S,
+  options: PartSyncOptions<S>,
+  answer: SettleAnswer,
+  ownUsed: number,
+  seenDemand: number | undefined,
+  now: number,
+): void {
   // Not seen by the others yet (a new member, or one whose entry may have expired): they divided
   // the whole limit among themselves. A part taken now, beside theirs, could add up to twice the
   // limit when a new counter gets busy on several members at once.

@@ -1,4 +1,12 @@
-import { IN_PROCESS_STATE, giveBack as giveBackHits, newCounterState, takeHits, type CounterState, type TakenHits, type Verdict } from '../../limiter/algorithms';
+import {
+  IN_PROCESS_STATE,
+  giveBack as giveBackHits,
+  newCounterState,
+  takeHits,
+  type CounterState,
+  type TakenHits,
+  type Verdict,
+} from '../../limiter/algorithms';
 import type { CounterRequest } from '../../limiter/store';
 import { charged, type SettledShare } from '../part-sync';
 import { returnPending } from '../settlement';

@@ -262,7 +262,11 @@ export class QuotaBudgets {
    * The matches of the buckets a report adds to its stream; OverCapacityError when one would take a
    * budget past `maxProxiesPerBudget` subscriptions (nothing is changed then).
    */
-  private checkJoins(config: RateLimitConfig, domain: string, fresh: readonly { key: string; pairs: readonly Entry[] }[]): Map<string, BucketMatch | undefined> {
+  private checkJoins(
+    config: RateLimitConfig,
+    domain: string,
+    fresh: readonly { key: string; pairs: readonly Entry[] }[],
+  ): Map<string, BucketMatch | undefined> {
     const matches = new Map<string, BucketMatch | undefined>();
     if (fresh.length === 0) return matches;
     const joining = new Map<string, number>();

@@ -1,4 +1,12 @@
-import { ledgerSuffix, MAX_SETTLE_MEMBERS, settleCallProblem, type CounterDecision, type SettleAnswer, type SettleCall, type Settlements } from '../../limiter/store';
+import {
+  ledgerSuffix,
+  MAX_SETTLE_MEMBERS,
+  settleCallProblem,
+  type CounterDecision,
+  type SettleAnswer,
+  type SettleCall,
+  type Settlements,
+} from '../../limiter/store';
 import { callBeside, counterArguments, type BesideCallOptions } from './beside-call';
 
 /**

@@ -1,4 +1,12 @@
-import { LEDGER_TTL_MS, returnPending, settleCallOf, settlementAnswered, settlementToSend, SettlementSequence, type SettlingPart } from '../../../src/sharing/settlement';
+import {
+  LEDGER_TTL_MS,
+  returnPending,
+  settleCallOf,
+  settlementAnswered,
+  settlementToSend,
+  SettlementSequence,
+  type SettlingPart,
+} from '../../../src/sharing/settlement';
 import type { SettleAnswer } from '../../../src/limiter/store';
 
 const answer = (applied: boolean, heldSeq: number, full = false): SettleAnswer => ({ applied, full, heldSeq, decisions: [] });

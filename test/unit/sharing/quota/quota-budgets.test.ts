@@ -1,6 +1,13 @@
 import { configFromTexts } from '../../../../src/config/files';
 import { OverCapacityError } from '../../../../src/limiter/errors';
-import { chargeCap, QuotaBudgets, type QuotaAction, type QuotaLimits, type QuotaSubscriber, type QuotaUsage } from '../../../../src/sharing/quota/quota-budgets';
+import {
+  chargeCap,
+  QuotaBudgets,
+  type QuotaAction,
+  type QuotaLimits,
+  type QuotaSubscriber,
+  type QuotaUsage,
+} from '../../../../src/sharing/quota/quota-budgets';
 import type { QuotaStrategy } from '../../../../src/sharing/quota/quota-share';
 import type { ReplicaExchange } from '../../../../src/limiter/replica-exchange';
 import type { CounterRequest, Store } from '../../../../src/limiter/store';

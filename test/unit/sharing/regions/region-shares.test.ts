@@ -270,9 +270,14 @@ describe('RegionShares with a region store that fails', () => {
       void r;
       break;
     }
-    const { byRegion } = await drive(w, () => 150, 40_000, (t) => {
-      down.on = t >= 15_000 && t < 25_000;
-    });
+    const { byRegion } = await drive(
+      w,
+      () => 150,
+      40_000,
+      (t) => {
+        down.on = t >= 15_000 && t < 25_000;
+      },
+    );
     await drive(w, () => 0, 5_000);
     for (const region of ['eu', 'us']) {
       const settled = w.replicas.filter((r) => r.region === region).reduce((s, r) => s + r.shares.view(10).parts[0].settled, 0);
