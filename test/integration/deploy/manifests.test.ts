@@ -30,10 +30,15 @@ function yamlFilesUnder(dir: string): string[] {
   });
 }
 
-/** Names the settings table reads: the upper-case string literals of src/settings/settings.ts. */
-const SETTING_NAMES = new Set(
-  [...fs.readFileSync(path.join(ROOT, 'src', 'settings', 'settings.ts'), 'utf8').matchAll(/'([A-Z][A-Z0-9_]+)'/g)].map((m) => m[1]),
-);
+/**
+ * Names the settings table reads: the upper-case string literals of src/settings/settings.ts, and the
+ * Redis connection variables it reads by suffix (`name('TYPE')`) under both prefixes.
+ */
+const SETTINGS_TEXT = fs.readFileSync(path.join(ROOT, 'src', 'settings', 'settings.ts'), 'utf8');
+const SETTING_NAMES = new Set([
+  ...[...SETTINGS_TEXT.matchAll(/'([A-Z][A-Z0-9_]+)'/g)].map((m) => m[1]),
+  ...[...SETTINGS_TEXT.matchAll(/name\('([A-Z][A-Z0-9_]+)'\)/g)].flatMap((m) => [`REDIS_${m[1]}`, `GLOBAL_REDIS_${m[1]}`]),
+]);
 
 const HEALTH_PATH = '/healthcheck';
 const LIVENESS_PATH = '/livez';
