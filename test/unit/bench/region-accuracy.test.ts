@@ -1,0 +1,153 @@
+import { parseConfigText } from '../../../src/config/rule-reader';
+import type { CallRecord } from '../../../bench/lease-accuracy';
+import {
+  possibleAdmissions,
+  REGION_RATE,
+  regionAccuracyTable,
+  regionBound,
+  regionConfigYaml,
+  regionOfReplica,
+  regionRunSpecs,
+  replicaSteps,
+  riseMs,
+  scoreRegionRun,
+  type RegionRunSpec,
+} from '../../../bench/region-accuracy';
+
+/** Dates `every` ms apart from `from` (inclusive) to `to` (exclusive). */
+const paced = (from: number, to: number, every: number): number[] => {
+  const out: number[] = [];
+  for (let t = from; t < to; t += every) out.push(t);
+  return out;
+};
+
+describe('region accuracy instrument (pure parts)', () => {
+  it('runs uneven demand and a shift for 10 s and 60 s windows, only 10 s when quick', () => {
+    const full = regionRunSpecs(false);
+    expect(full.map((s) => `${s.name}@${s.windowMs}`)).toEqual(['uneven@10000', 'shift@10000', 'uneven@60000', 'shift@60000']);
+    for (const s of full) {
+      expect(s.limit).toBe((REGION_RATE * s.windowMs) / 1000);
+      expect(s.warmMs).toBe(2 * s.windowMs);
+      // Over the limit's rate in every phase: 2.1 x it, whoever asks.
+      for (const step of s.steps) expect(step.perSecond.reduce((a, b) => a + b, 0)).toBeCloseTo(2.1 * REGION_RATE);
+    }
+    const uneven = full.find((s) => s.name === 'uneven' && s.windowMs === 60_000)!;
+    expect(uneven.endMs - uneven.warmMs).toBe(3 * 60_000);
+    const shift = full.find((s) => s.name === 'shift' && s.windowMs === 10_000)!;
+    expect([shift.warmMs, shift.eventMs, shift.endMs]).toEqual([20_000, 30_000, 50_000]);
+    // us takes eu's demand.
+    expect(shift.rising).toBe(1);
+    expect(shift.steps.map((s) => s.perSecond[1] / REGION_RATE)).toEqual([0.1, 1.5]);
+    expect(regionRunSpecs(true).map((s) => s.windowMs)).toEqual([10_000, 10_000]);
+  });
+
+  it('writes global rules the config reader accepts, a 10 s and a one-minute sliding window', () => {
+    const config = parseConfigText('region-accuracy.yaml', regionConfigYaml([10_000, 60_000, 10_000]), {
+      defaultAlgorithm: 'fixed_window',
+      regionSyncIntervalMs: 1000,
+    });
+    expect([...config.rules.keys()]).toEqual(['global_10s', 'global_60s']);
+    expect(config.rules.get('global_10s')!.keyOnly!.limit!).toMatchObject({
+      requestsPerUnit: 400,
+      unit: 'second',
+      unitMultiplier: 10,
+      algorithm: 'sliding_window',
+      scope: 'global',
+    });
+    expect(config.rules.get('global_60s')!.keyOnly!.limit!).toMatchObject({ requestsPerUnit: 2400, unit: 'minute', unitMultiplier: 1, scope: 'global' });
+  });
+
+  it("splits a region's rate evenly among its replicas, region by region", () => {
+    expect(replicaSteps([{ fromMs: 0, perSecond: [60, 4, 20] }])).toEqual([{ fromMs: 0, perSecond: [30, 30, 2, 2, 10, 10] }]);
+    expect([0, 1, 2, 3, 4, 5].map(regionOfReplica)).toEqual([0, 0, 1, 1, 2, 2]);
+  });
+
+  it('states the bound: L x 1.02 plus the syncs and the delay as a share of the window', () => {
+    expect(regionBound(400, 10_000, { regionSyncMs: 1000, delayMs: 100, leaseSyncMs: 250 })).toBeCloseTo(400 * 1.02 + 400 * 0.135);
+    expect(regionBound(2400, 60_000, { regionSyncMs: 1000, delayMs: 100, leaseSyncMs: 250 })).toBeCloseTo(2448 + 54);
+  });
+
+  it('lets an exact limit admit what the others leave in each span of one window', () => {
+    // Alone: the limit per window, then one as each admission slides out.
+    expect(possibleAdmissions(paced(0, 2000, 10), [], 50, 1000)).toEqual([...paced(0, 500, 10), ...paced(1000, 1500, 10)]);
+    // The others hold 40 of 50 in the first window: 10 left, then the whole limit once theirs slid out.
+    const others = paced(0, 400, 10);
+    const got = possibleAdmissions(paced(500, 1500, 10), others, 50, 1000);
+    expect(got.filter((t) => t < 1000)).toHaveLength(10);
+    expect(got.filter((t) => t >= 1000 && t < 1500)).toHaveLength(40);
+  });
+
+  it('dates the rise from when the shortfall against 95% of what it could admit was largest', () => {
+    const possible = paced(1000, 6000, 10);
+    // A third of it for 1 s after the event, then all of it: 1 s.
+    const lagging = riseMs([...paced(1000, 2000, 30), ...paced(2000, 6000, 10)], possible, 0.95, 1000, 6000, 1000);
+    expect(lagging).toBeGreaterThanOrEqual(980);
+    expect(lagging).toBeLessThanOrEqual(1010);
+    // All of it from the start: 0; 90% of it to the end: never.
+    expect(riseMs(possible, possible, 0.95, 1000, 6000, 1000)).toBe(0);
+    expect(riseMs(paced(1000, 6000, 10 / 0.9), possible, 0.95, 1000, 6000, 1000)).toBeNull();
+    // Admissions before the event count for nothing.
+    expect(riseMs([...paced(0, 1000, 1), ...paced(1500, 6000, 10)], possible, 0.95, 1000, 6000, 1000)).toBeCloseTo(500, -1);
+  });
+
+  it('scores a shift: every region in the worst span, the bound, each region admitted per phase and the rise in syncs', () => {
+    const spec: RegionRunSpec = {
+      name: 'shift',
+      description: '',
+      windowMs: 10_000,
+      limit: 400,
+      warmMs: 10_000,
+      eventMs: 20_000,
+      endMs: 40_000,
+      rising: 1,
+      steps: [
+        { fromMs: 0, perSecond: [60, 4, 20] },
+        { fromMs: 20_000, perSecond: [4, 60, 20] },
+      ],
+    };
+    const calls: CallRecord[] = [];
+    const call = (replica: number, from: number, to: number, every: number, code: number): void => {
+      for (const t of paced(from, to, every)) calls.push({ replica, sentMs: t - 1, doneMs: t + 1, code });
+    };
+    // Replicas 0 and 1 are eu's, 2 and 3 us', 4 and 5 ap's. Admitted before the shift: eu 20/s, us 4/s,
+    // ap 16/s (40/s together); after it: eu 4/s, ap 16/s, us 10/s for 3 s and 20/s from then on.
+    call(0, 0, 20_000, 50, 1);
+    call(0, 20_000, 40_000, 250, 1);
+    call(4, 0, 40_000, 62.5, 1);
+    call(2, 0, 20_000, 250, 1);
+    call(2, 20_000, 23_000, 100, 1);
+    call(2, 23_000, 40_000, 50, 1);
+    // Denied: eu's asks beyond its admissions before the shift, us' after it (40/s more).
+    call(1, 5, 20_000, 25, 2);
+    call(3, 20_010, 40_000, 25, 2);
+    calls.push({ replica: 5, sentMs: 30_000, doneMs: 32_000, code: undefined });
+    const r = scoreRegionRun(spec, calls, 1.5);
+    expect(r.bound).toBeCloseTo(400 * 1.02 + 54);
+    expect(r.worstSpan).toBeGreaterThanOrEqual(400);
+    expect(r.worstSpan).toBeLessThan(420);
+    expect(r.errors).toBe(1);
+    expect(r.admittedPerS).toEqual([
+      [20, 4, 16],
+      [4, 20, 16],
+    ]);
+    expect(r.ofLimit).toBeGreaterThan(0.95);
+    // What it could get after the shift is about 20/s (what eu's hits sliding out and ap's leave); it admitted 10/s for 3 s.
+    expect(r.riseMs).toBeGreaterThan(2500);
+    expect(r.riseMs).toBeLessThan(3500);
+    expect(r.riseSyncs).toBeCloseTo(r.riseMs! / 1000);
+    expect(r.riseSeries![0].admitted).toBe(10);
+    expect(r.riseSeries![5].admitted).toBe(20);
+    const table = regionAccuracyTable({
+      quick: true,
+      rate: 40,
+      regions: ['eu', 'us', 'ap'],
+      replicasPerRegion: 2,
+      regionSyncMs: 1000,
+      leaseSyncMs: 250,
+      delayMs: 100,
+      runs: [r],
+    });
+    expect(table).toContain('| shift | 10 s | 400 | 60 : 4 : 20 → 4 : 60 : 20 | 20.0 : 4.0 : 16.0 → 4.0 : 20.0 : 16.0 |');
+    expect(table).toContain('462 (1.155 x L) | yes |');
+  });
+});
