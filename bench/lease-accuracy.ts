@@ -185,10 +185,18 @@ export function worstSpan(times: readonly number[], windowMs: number, fromMs: nu
  * then on, every stretch of the run that starts there admits at least that share of the rate, so a
  * part that grows in steps (each sync frees a little, used at once) counts once it has caught up,
  * and a dip after it counts only if it undoes the catching up. 0 when the replica never fell
- * short; null when its shortfall was still at its largest within RECOVERY_TAIL_MS of `endMs`.
+ * short; null when its shortfall was still at its largest within `tailMs` of `endMs`. The region
+ * runs (./region-accuracy.ts) ask the same of a region, with a share and a tail of their own.
  */
-export function recoveryMs(times: readonly number[], perSecond: number, eventMs: number, endMs: number): number | null {
-  const slope = (RECOVERY_SHARE * perSecond) / 1000;
+export function recoveryMs(
+  times: readonly number[],
+  perSecond: number,
+  eventMs: number,
+  endMs: number,
+  share = RECOVERY_SHARE,
+  tailMs = RECOVERY_TAIL_MS,
+): number | null {
+  const slope = (share * perSecond) / 1000;
   let worst = 0;
   let worstAt = eventMs;
   let admitted = 0;
@@ -207,7 +215,7 @@ export function recoveryMs(times: readonly number[], perSecond: number, eventMs:
   }
   consider(endMs);
   if (worst <= 0) return 0;
-  return worstAt > endMs - RECOVERY_TAIL_MS ? null : worstAt - eventMs;
+  return worstAt > endMs - tailMs ? null : worstAt - eventMs;
 }
 
 /** One call of a run: to which replica, when it left and was answered (ms since the start), and its overall_code (undefined: failed). */

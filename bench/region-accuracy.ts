@@ -1,7 +1,7 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { admissions, countBetween, drivePaced, sideBySide, worstSpan, type CallRecord, type DemandStep } from './lease-accuracy';
+import { admissions, countBetween, drivePaced, recoveryMs, sideBySide, worstSpan, type CallRecord, type DemandStep } from './lease-accuracy';
 import { fmt, markdownTable } from './markdown';
 import { startRegionsWorld } from './regions-world';
 import { encodeRateLimitRequest, grpcFrame } from './rls-codec';
@@ -18,7 +18,7 @@ import { startRedis, startService, type RedisProcess, type Target } from './targ
  *   regions: L x (1 + REGION_EPSILON) + L x (REGION_SYNC_INTERVAL + one-way delay + LEASE_SYNC_INTERVAL) / W;
  * - what each region admitted per second, and all of them together as a share of the limit's rate;
  * - after a shift of demand, how long until the region that takes it admits RISE_SHARE of what it
- *   can get (riseMs), in region syncs.
+ *   can get (its ask capped by what the limit leaves it once the others have settled), in region syncs.
  *
  * An admission is dated at the middle of its call, as the lease runs date theirs (./lease-accuracy.ts).
  */
@@ -38,7 +38,7 @@ export const LEASE_SYNC_MS = 250;
 export const REGION_DELAY_MS = 100;
 /** The region taking the demand "admits what it can get" at this share of it. */
 export const RISE_SHARE = 0.95;
-/** Seconds after the event whose admissions (and what could have been admitted) the results list, second by second. */
+/** Seconds after the event whose admissions the results list, second by second. */
 const RISE_SERIES_S = 15;
 
 export type RegionRunName = 'uneven' | 'shift';
@@ -56,7 +56,7 @@ export interface RegionRunSpec {
   readonly endMs: number;
   /** Calls per second to each region (in REGIONS' order), split evenly between its replicas. */
   readonly steps: readonly DemandStep[];
-  /** The region (an index of REGIONS) that takes the demand at eventMs: the one riseMs() watches. */
+  /** The region (an index of REGIONS) that takes the demand at eventMs: the one whose rise is timed. */
   readonly rising?: number;
 }
 
@@ -85,12 +85,22 @@ export interface RegionRunResult {
   readonly worstSpanFromStart: number;
   /** L x (1 + REGION_EPSILON) + L x (regionSyncMs + delayMs + leaseSyncMs) / W. */
   readonly bound: number;
-  /** ms from the event until the rising region admits RISE_SHARE of what it can get (riseMs); null when it did not within the run; absent without event. */
+  /**
+   * What the rising region can get after the event, hits per second: its ask, capped by what the
+   * limit's rate leaves it once the others have settled (the limit's rate less what the others
+   * admitted from one window after the event to the end).
+   */
+  readonly canGetPerS?: number;
+  /**
+   * ms from the event until the rising region admits RISE_SHARE of canGetPerS: when its shortfall
+   * against that rate since the event was largest (recoveryMs in ./lease-accuracy.ts); null when
+   * still at its largest in the run's last region sync; absent without event.
+   */
   readonly riseMs?: number | null;
   /** riseMs in region syncs. */
   readonly riseSyncs?: number | null;
-  /** After the event, per second: what the rising region admitted, and what an exact limit would have let it admit (possibleAdmissions). */
-  readonly riseSeries?: readonly { readonly second: number; readonly admitted: number; readonly possible: number }[];
+  /** What the rising region admitted in each second after the event. */
+  readonly riseSeries?: readonly number[];
   readonly latencyP99Ms: number;
   readonly latencyMaxMs: number;
   /** Load average (1 min) of the machine when the run began, and at its end. */
@@ -177,82 +187,6 @@ export function regionConfigYaml(windows: readonly number[]): string {
   return `domain: ${DOMAIN}\ndescriptors:\n${rules.join('')}`;
 }
 
-/** Index of the first of `sorted` above `t`. */
-function upperBound(sorted: readonly number[], t: number): number {
-  let lo = 0;
-  let hi = sorted.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (sorted[mid] <= t) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
-/**
- * What an exact limit would have let one region admit of its asks (`asks`, sorted), given what was
- * admitted besides (`others`, sorted: the other regions' admissions, and its own before the asks):
- * each ask in turn is admitted when fewer than `limit` admissions, those it was let admit included,
- * lie in the span of one window ending there, (t - windowMs, t]. The dates it would have admitted, sorted.
- */
-export function possibleAdmissions(asks: readonly number[], others: readonly number[], limit: number, windowMs: number): number[] {
-  const admitted: number[] = [];
-  let oldest = 0;
-  for (const t of asks) {
-    while (oldest < admitted.length && admitted[oldest] <= t - windowMs) oldest++;
-    const inSpan = upperBound(others, t) - upperBound(others, t - windowMs) + (admitted.length - oldest);
-    if (inSpan < limit) admitted.push(t);
-  }
-  return admitted;
-}
-
-/**
- * How long after `eventMs` a region admits `share` of what it can get. Its shortfall at t is
- * `share` x what an exact limit would have let it admit since the event (`possible`, sorted) less
- * what it did admit (`admitted`, sorted); the answer is when that shortfall was largest, less the
- * event: from then on, every stretch of the run that starts there admits at least that share of
- * what it could (as recoveryMs in ./lease-accuracy.ts, against a rate that follows the others'
- * admissions instead of a fixed one). 0 when it never fell short; null when its shortfall was still
- * at its largest within `tailMs` of `endMs`.
- */
-export function riseMs(admitted: readonly number[], possible: readonly number[], share: number, eventMs: number, endMs: number, tailMs: number): number | null {
-  let worst = 0;
-  let worstAt = eventMs;
-  // From the first at or after the event.
-  let a = upperBound(admitted, eventMs - 1e-9);
-  let p = upperBound(possible, eventMs - 1e-9);
-  const a0 = a;
-  const p0 = p;
-  const consider = (t: number): void => {
-    const short = share * (p - p0) - (a - a0);
-    if (short > worst) {
-      worst = short;
-      worstAt = t;
-    }
-  };
-  for (;;) {
-    const nextP = p < possible.length ? possible[p] : Infinity;
-    const nextA = a < admitted.length ? admitted[a] : Infinity;
-    const t = Math.min(nextP, nextA);
-    if (!(t <= endMs)) break;
-    // What it could admit at t counts before what it did admit at t: the shortfall peaks in between.
-    while (p < possible.length && possible[p] === t) p++;
-    consider(t);
-    while (a < admitted.length && admitted[a] === t) a++;
-  }
-  consider(endMs);
-  if (worst <= 0) return 0;
-  return worstAt > endMs - tailMs ? null : worstAt - eventMs;
-}
-
-/** Mid dates of the answered calls of the replicas of `region`, sorted. */
-function asksOf(calls: readonly CallRecord[], region: number): number[] {
-  return calls
-    .filter((c) => c.code !== undefined && regionOfReplica(c.replica) === region)
-    .map((c) => (c.sentMs + c.doneMs) / 2)
-    .sort((x, y) => x - y);
-}
-
 /** Admission dates of the replicas of `region` (every region when undefined), sorted. */
 function admittedOf(calls: readonly CallRecord[], region?: number): number[] {
   return admissions(region === undefined ? calls : calls.filter((c) => regionOfReplica(c.replica) === region));
@@ -288,22 +222,20 @@ export function scoreRegionRun(spec: RegionRunSpec, calls: readonly CallRecord[]
           [Math.min(spec.endMs, spec.eventMs + spec.windowMs), spec.endMs],
         ];
   const settings = { regionSyncMs: REGION_SYNC_MS, leaseSyncMs: LEASE_SYNC_MS, delayMs: REGION_DELAY_MS };
-  let rise: Pick<RegionRunResult, 'riseMs' | 'riseSyncs' | 'riseSeries'> = {};
+  let rise: Pick<RegionRunResult, 'canGetPerS' | 'riseMs' | 'riseSyncs' | 'riseSeries'> = {};
   if (spec.eventMs !== undefined && spec.rising !== undefined) {
     const eventMs = spec.eventMs;
-    const own = byRegion[spec.rising];
-    const others = [...byRegion.filter((_, i) => i !== spec.rising).flat(), ...own.filter((t) => t < eventMs)].sort((a, b) => a - b);
-    const asks = asksOf(calls, spec.rising).filter((t) => t >= eventMs && t <= spec.endMs);
-    const possible = possibleAdmissions(asks, others, spec.limit, spec.windowMs);
-    const ms = riseMs(own, possible, RISE_SHARE, eventMs, spec.endMs, REGION_SYNC_MS);
+    const rising = spec.rising;
+    const own = byRegion[rising];
+    const [settledFrom, settledTo] = phases[phases.length - 1];
+    const othersPerS = REGIONS.reduce((sum, _, i) => (i === rising ? sum : sum + rateOf(i, settledFrom, settledTo)), 0);
+    const canGetPerS = Math.min(spec.steps[spec.steps.length - 1].perSecond[rising], Math.max(0, perSecond - othersPerS));
+    const ms = recoveryMs(own, canGetPerS, eventMs, spec.endMs, RISE_SHARE, REGION_SYNC_MS);
     rise = {
+      canGetPerS,
       riseMs: ms,
       riseSyncs: ms === null ? null : ms / REGION_SYNC_MS,
-      riseSeries: Array.from({ length: RISE_SERIES_S }, (_, s) => ({
-        second: s + 1,
-        admitted: countBetween(own, eventMs + 1000 * s, eventMs + 1000 * (s + 1)),
-        possible: countBetween(possible, eventMs + 1000 * s, eventMs + 1000 * (s + 1)),
-      })),
+      riseSeries: Array.from({ length: RISE_SERIES_S }, (_, s) => countBetween(own, eventMs + 1000 * s, eventMs + 1000 * (s + 1))),
     };
   }
   return {
@@ -407,7 +339,7 @@ export function regionAccuracyTable(result: RegionAccuracyResult): string {
     `${fmt(r.worstSpan)} (${fmt(r.worstSpan / r.limit, 3)} x L)`,
     `${fmt(r.bound)} (${fmt(r.bound / r.limit, 3)} x L)`,
     r.worstSpan <= r.bound ? 'yes' : '**no**',
-    r.riseMs === undefined ? '-' : r.riseMs === null ? 'not within the run' : `${fmt(r.riseSyncs!, 1)} (${fmt(r.riseMs)} ms)`,
+    r.riseMs === undefined ? '-' : `${r.riseMs === null ? 'not within the run' : `${fmt(r.riseSyncs!, 1)} (${fmt(r.riseMs)} ms)`} of ${fmt(r.canGetPerS, 1)}/s`,
     `${fmt(r.latencyP99Ms, 1)} / ${fmt(r.latencyMaxMs, 0)}`,
     fmt(r.errors),
     `${fmt(r.loadAverageStart, 2)} → ${fmt(r.loadAverage, 2)}`,
@@ -442,8 +374,8 @@ export function regionAccuracyBlock(result: RegionAccuracyResult): string {
     `\`LEASE_SYNC_INTERVAL\` ${fmt(result.leaseSyncMs)} ms; *bound*: L x ${1 + REGION_EPSILON} + L x (region sync + one-way delay + lease sync) / W, ` +
     `over spans of W after a warm-up of ${result.quick ? 'one window' : 'two windows'}; ` +
     `*admitted/s* before the event, then from one window after it; *${fmt(100 * RISE_SHARE)}% of what it can get after*: from the shift until ` +
-    `the region taking the demand admits, from then on, at least ${fmt(100 * RISE_SHARE)}% of what an exact limit would let it admit given what the others ` +
-    `admitted (its ask capped by what the limit leaves it), in region syncs` +
+    `the region taking the demand admits, from then on, at least ${fmt(100 * RISE_SHARE)}% of what it can get (its ask, capped by the limit's rate ` +
+    `less what the others admitted from one window after the shift), in region syncs` +
     `${result.quick ? ' (quick run: 10 s windows, short phases)' : ''}:\n\n` +
     regionAccuracyTable(result)
   );

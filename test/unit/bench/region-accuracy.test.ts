@@ -1,7 +1,6 @@
 import { parseConfigText } from '../../../src/config/rule-reader';
-import type { CallRecord } from '../../../bench/lease-accuracy';
+import { recoveryMs, type CallRecord } from '../../../bench/lease-accuracy';
 import {
-  possibleAdmissions,
   REGION_RATE,
   regionAccuracyTable,
   regionBound,
@@ -9,7 +8,6 @@ import {
   regionOfReplica,
   regionRunSpecs,
   replicaSteps,
-  riseMs,
   scoreRegionRun,
   type RegionRunSpec,
 } from '../../../bench/region-accuracy';
@@ -67,27 +65,14 @@ describe('region accuracy instrument (pure parts)', () => {
     expect(regionBound(2400, 60_000, { regionSyncMs: 1000, delayMs: 100, leaseSyncMs: 250 })).toBeCloseTo(2448 + 54);
   });
 
-  it('lets an exact limit admit what the others leave in each span of one window', () => {
-    // Alone: the limit per window, then one as each admission slides out.
-    expect(possibleAdmissions(paced(0, 2000, 10), [], 50, 1000)).toEqual([...paced(0, 500, 10), ...paced(1000, 1500, 10)]);
-    // The others hold 40 of 50 in the first window: 10 left, then the whole limit once theirs slid out.
-    const others = paced(0, 400, 10);
-    const got = possibleAdmissions(paced(500, 1500, 10), others, 50, 1000);
-    expect(got.filter((t) => t < 1000)).toHaveLength(10);
-    expect(got.filter((t) => t >= 1000 && t < 1500)).toHaveLength(40);
-  });
-
-  it('dates the rise from when the shortfall against 95% of what it could admit was largest', () => {
-    const possible = paced(1000, 6000, 10);
-    // A third of it for 1 s after the event, then all of it: 1 s.
-    const lagging = riseMs([...paced(1000, 2000, 30), ...paced(2000, 6000, 10)], possible, 0.95, 1000, 6000, 1000);
-    expect(lagging).toBeGreaterThanOrEqual(980);
-    expect(lagging).toBeLessThanOrEqual(1010);
-    // All of it from the start: 0; 90% of it to the end: never.
-    expect(riseMs(possible, possible, 0.95, 1000, 6000, 1000)).toBe(0);
-    expect(riseMs(paced(1000, 6000, 10 / 0.9), possible, 0.95, 1000, 6000, 1000)).toBeNull();
-    // Admissions before the event count for nothing.
-    expect(riseMs([...paced(0, 1000, 1), ...paced(1500, 6000, 10)], possible, 0.95, 1000, 6000, 1000)).toBeCloseTo(500, -1);
+  it('dates the rise from when the shortfall against 95% of what it can get was largest, the tail one region sync', () => {
+    // A third of 20/s for 1 s after the event, then 20/s: 1 s.
+    const lagging = recoveryMs([...paced(1000, 2000, 150), ...paced(2000, 6000, 50)], 20, 1000, 6000, 0.95, 1000);
+    expect(lagging).toBeGreaterThan(900);
+    expect(lagging).toBeLessThanOrEqual(1000);
+    // 90% of it to the end: never; the same lag ending within the last second: never either.
+    expect(recoveryMs(paced(1000, 6000, 50 / 0.9), 20, 1000, 6000, 0.95, 1000)).toBeNull();
+    expect(recoveryMs([...paced(1000, 5500, 150), ...paced(5500, 6000, 50)], 20, 1000, 6000, 0.95, 1000)).toBeNull();
   });
 
   it('scores a shift: every region in the worst span, the bound, each region admitted per phase and the rise in syncs', () => {
@@ -131,12 +116,13 @@ describe('region accuracy instrument (pure parts)', () => {
       [4, 20, 16],
     ]);
     expect(r.ofLimit).toBeGreaterThan(0.95);
-    // What it could get after the shift is about 20/s (what eu's hits sliding out and ap's leave); it admitted 10/s for 3 s.
-    expect(r.riseMs).toBeGreaterThan(2500);
-    expect(r.riseMs).toBeLessThan(3500);
+    // It can get 20/s after the shift (the limit's rate less eu's 4 and ap's 16); it admitted 10/s for 3 s.
+    expect(r.canGetPerS).toBe(20);
+    expect(r.riseMs).toBeGreaterThan(2900);
+    expect(r.riseMs).toBeLessThanOrEqual(3000);
     expect(r.riseSyncs).toBeCloseTo(r.riseMs! / 1000);
-    expect(r.riseSeries![0].admitted).toBe(10);
-    expect(r.riseSeries![5].admitted).toBe(20);
+    expect(r.riseSeries).toHaveLength(15);
+    expect(r.riseSeries!.slice(0, 5)).toEqual([10, 10, 10, 20, 20]);
     const table = regionAccuracyTable({
       quick: true,
       rate: 40,
@@ -148,6 +134,6 @@ describe('region accuracy instrument (pure parts)', () => {
       runs: [r],
     });
     expect(table).toContain('| shift | 10 s | 400 | 60 : 4 : 20 → 4 : 60 : 20 | 20.0 : 4.0 : 16.0 → 4.0 : 20.0 : 16.0 |');
-    expect(table).toContain('462 (1.155 x L) | yes |');
+    expect(table).toContain('462 (1.155 x L) | yes | 3.0 (3,000 ms) of 20.0/s |');
   });
 });
