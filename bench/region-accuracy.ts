@@ -17,8 +17,9 @@ import { startRedis, startService, type RedisProcess, type Target } from './targ
  * - the most hits admitted over every region in any span of one window, against the bound of
  *   regions: L x (1 + REGION_EPSILON) + L x (REGION_SYNC_INTERVAL + one-way delay + LEASE_SYNC_INTERVAL) / W;
  * - what each region admitted per second, and all of them together as a share of the limit's rate;
- * - after a shift of demand, how long until the region that takes it admits RISE_SHARE of what it
- *   can get (its ask capped by what the limit leaves it once the others have settled), in region syncs.
+ * - after a shift of demand, how long until the region that takes it first admits RISE_SHARE of what
+ *   it can get (its ask capped by what the limit leaves it once the others have settled) over one
+ *   region sync (reachMs), and from when on it admits that much on average (riseMs), in region syncs.
  *
  * An admission is dated at the middle of its call, as the lease runs date theirs (./lease-accuracy.ts).
  */
@@ -91,6 +92,10 @@ export interface RegionRunResult {
    * admitted from one window after the event to the end).
    */
   readonly canGetPerS?: number;
+  /** ms from the event until the rising region first admits RISE_SHARE of canGetPerS in one region sync (reachMs); null when it never did; absent without event. */
+  readonly reachMs?: number | null;
+  /** reachMs in region syncs. */
+  readonly reachSyncs?: number | null;
   /**
    * ms from the event until the rising region admits RISE_SHARE of canGetPerS: when its shortfall
    * against that rate since the event was largest (recoveryMs in ./lease-accuracy.ts); null when
@@ -187,6 +192,23 @@ export function regionConfigYaml(windows: readonly number[]): string {
   return `domain: ${DOMAIN}\ndescriptors:\n${rules.join('')}`;
 }
 
+/**
+ * When a region first admits `share` of `perSecond` over a span of `spanMs`: the first admission
+ * after `eventMs` (and by `endMs`) that ends a span (t - spanMs, t] holding that many admissions of
+ * `times` (sorted) made since the event; ms after the event, null when none does.
+ */
+export function reachMs(times: readonly number[], perSecond: number, eventMs: number, endMs: number, share: number, spanMs: number): number | null {
+  const needed = (share * perSecond * spanMs) / 1000;
+  if (!(needed > 0)) return 0;
+  let oldest = 0;
+  while (oldest < times.length && times[oldest] < eventMs) oldest++;
+  for (let i = oldest; i < times.length && times[i] <= endMs; i++) {
+    while (times[oldest] <= times[i] - spanMs) oldest++;
+    if (i - oldest + 1 >= needed) return times[i] - eventMs;
+  }
+  return null;
+}
+
 /** Admission dates of the replicas of `region` (every region when undefined), sorted. */
 function admittedOf(calls: readonly CallRecord[], region?: number): number[] {
   return admissions(region === undefined ? calls : calls.filter((c) => regionOfReplica(c.replica) === region));
@@ -222,7 +244,7 @@ export function scoreRegionRun(spec: RegionRunSpec, calls: readonly CallRecord[]
           [Math.min(spec.endMs, spec.eventMs + spec.windowMs), spec.endMs],
         ];
   const settings = { regionSyncMs: REGION_SYNC_MS, leaseSyncMs: LEASE_SYNC_MS, delayMs: REGION_DELAY_MS };
-  let rise: Pick<RegionRunResult, 'canGetPerS' | 'riseMs' | 'riseSyncs' | 'riseSeries'> = {};
+  let rise: Pick<RegionRunResult, 'canGetPerS' | 'reachMs' | 'reachSyncs' | 'riseMs' | 'riseSyncs' | 'riseSeries'> = {};
   if (spec.eventMs !== undefined && spec.rising !== undefined) {
     const eventMs = spec.eventMs;
     const rising = spec.rising;
@@ -231,8 +253,11 @@ export function scoreRegionRun(spec: RegionRunSpec, calls: readonly CallRecord[]
     const othersPerS = REGIONS.reduce((sum, _, i) => (i === rising ? sum : sum + rateOf(i, settledFrom, settledTo)), 0);
     const canGetPerS = Math.min(spec.steps[spec.steps.length - 1].perSecond[rising], Math.max(0, perSecond - othersPerS));
     const ms = recoveryMs(own, canGetPerS, eventMs, spec.endMs, RISE_SHARE, REGION_SYNC_MS);
+    const reach = reachMs(own, canGetPerS, eventMs, spec.endMs, RISE_SHARE, REGION_SYNC_MS);
     rise = {
       canGetPerS,
+      reachMs: reach,
+      reachSyncs: reach === null ? null : reach / REGION_SYNC_MS,
       riseMs: ms,
       riseSyncs: ms === null ? null : ms / REGION_SYNC_MS,
       riseSeries: Array.from({ length: RISE_SERIES_S }, (_, s) => countBetween(own, eventMs + 1000 * s, eventMs + 1000 * (s + 1))),
@@ -288,6 +313,10 @@ export async function driveRegionRun(spec: RegionRunSpec, configDir: string): Pr
   }
 }
 
+/** Region syncs, one decimal, or 'not within the run'. */
+const inSyncs = (n: number | null | undefined): string => (n === null || n === undefined ? 'not within the run' : fmt(n, 1));
+const syncs = (n: number | null | undefined): string => (n === null || n === undefined ? 'not within the run' : `${fmt(n, 1)} syncs`);
+
 /** Every run of regionRunSpecs(quick), one after the other; a run's progress lines go to stderr. */
 export async function runRegionAccuracy(opts: { readonly quick: boolean }): Promise<RegionAccuracyResult> {
   const specs = regionRunSpecs(opts.quick);
@@ -306,7 +335,7 @@ export async function runRegionAccuracy(opts: { readonly quick: boolean }): Prom
       const rise =
         r.riseMs === undefined
           ? ''
-          : `, ${fmt(100 * RISE_SHARE)}% of what it can get after ${r.riseSyncs === null ? 'never' : `${fmt(r.riseSyncs!, 1)} syncs`}`;
+          : `, ${fmt(100 * RISE_SHARE)}% of what it can get (${fmt(r.canGetPerS, 1)}/s) reached after ${syncs(r.reachSyncs)}, held from ${syncs(r.riseSyncs)}`;
       process.stderr.write(
         `  worst span ${fmt(r.worstSpan)} of L = ${fmt(r.limit)} (bound ${fmt(r.bound, 1)}), admitted ${fmt(100 * r.ofLimit, 1)}% of the limit${rise}, ` +
           `${r.errors} errors, load average ${fmt(r.loadAverageStart, 2)} → ${fmt(r.loadAverage, 2)}\n`,
@@ -339,7 +368,7 @@ export function regionAccuracyTable(result: RegionAccuracyResult): string {
     `${fmt(r.worstSpan)} (${fmt(r.worstSpan / r.limit, 3)} x L)`,
     `${fmt(r.bound)} (${fmt(r.bound / r.limit, 3)} x L)`,
     r.worstSpan <= r.bound ? 'yes' : '**no**',
-    r.riseMs === undefined ? '-' : `${r.riseMs === null ? 'not within the run' : `${fmt(r.riseSyncs!, 1)} (${fmt(r.riseMs)} ms)`} of ${fmt(r.canGetPerS, 1)}/s`,
+    r.riseMs === undefined ? '-' : `${inSyncs(r.reachSyncs)} / ${inSyncs(r.riseSyncs)} syncs (of ${fmt(r.canGetPerS, 1)}/s)`,
     `${fmt(r.latencyP99Ms, 1)} / ${fmt(r.latencyMaxMs, 0)}`,
     fmt(r.errors),
     `${fmt(r.loadAverageStart, 2)} → ${fmt(r.loadAverage, 2)}`,
@@ -355,7 +384,7 @@ export function regionAccuracyTable(result: RegionAccuracyResult): string {
       'most admitted in any W',
       'bound',
       'within',
-      `${fmt(100 * RISE_SHARE)}% of what it can get after, syncs`,
+      `${fmt(100 * RISE_SHARE)}% of what it can get: reached / held from`,
       'latency p99 / max ms',
       'errors',
       'load average',
@@ -373,9 +402,10 @@ export function regionAccuracyBlock(result: RegionAccuracyResult): string {
     `${fmt(result.delayMs)} ms each way; the limit's rate ${fmt(result.rate)} hits/s, \`REGION_SYNC_INTERVAL\` ${fmt(result.regionSyncMs)} ms, ` +
     `\`LEASE_SYNC_INTERVAL\` ${fmt(result.leaseSyncMs)} ms; *bound*: L x ${1 + REGION_EPSILON} + L x (region sync + one-way delay + lease sync) / W, ` +
     `over spans of W after a warm-up of ${result.quick ? 'one window' : 'two windows'}; ` +
-    `*admitted/s* before the event, then from one window after it; *${fmt(100 * RISE_SHARE)}% of what it can get after*: from the shift until ` +
-    `the region taking the demand admits, from then on, at least ${fmt(100 * RISE_SHARE)}% of what it can get (its ask, capped by the limit's rate ` +
-    `less what the others admitted from one window after the shift), in region syncs` +
+    `*admitted/s* before the event, then from one window after it; *what it can get*: the rising region's ask, capped by the limit's rate ` +
+    `less what the others admitted from one window after the shift; *reached*: region syncs from the shift until it first admits ${fmt(100 * RISE_SHARE)}% ` +
+    `of that in one region sync; *held from*: region syncs from the shift until it admits, from then on, at least ${fmt(100 * RISE_SHARE)}% of it on average ` +
+    `(when its shortfall against that rate since the shift was largest)` +
     `${result.quick ? ' (quick run: 10 s windows, short phases)' : ''}:\n\n` +
     regionAccuracyTable(result)
   );

@@ -1,6 +1,7 @@
 import { parseConfigText } from '../../../src/config/rule-reader';
 import { recoveryMs, type CallRecord } from '../../../bench/lease-accuracy';
 import {
+  reachMs,
   REGION_RATE,
   regionAccuracyTable,
   regionBound,
@@ -75,6 +76,15 @@ describe('region accuracy instrument (pure parts)', () => {
     expect(recoveryMs([...paced(1000, 5500, 150), ...paced(5500, 6000, 50)], 20, 1000, 6000, 0.95, 1000)).toBeNull();
   });
 
+  it('dates the reach at the first span of one sync after the event holding 95% of what it can get', () => {
+    // 10/s for 2 s after the event at 1 s, then 20/s: 19 in a span of 1 s first 0.85 s into the 20/s.
+    const times = [...paced(0, 1000, 50), ...paced(1000, 3000, 100), ...paced(3000, 6000, 50)];
+    expect(reachMs(times, 20, 1000, 6000, 0.95, 1000)).toBe(2850);
+    // Admissions before the event do not count toward it; never at 90%.
+    expect(reachMs(paced(0, 6000, 50), 20, 1000, 6000, 0.95, 1000)).toBe(900);
+    expect(reachMs(paced(0, 6000, 50 / 0.9), 20, 1000, 6000, 0.95, 1000)).toBeNull();
+  });
+
   it('scores a shift: every region in the worst span, the bound, each region admitted per phase and the rise in syncs', () => {
     const spec: RegionRunSpec = {
       name: 'shift',
@@ -121,6 +131,9 @@ describe('region accuracy instrument (pure parts)', () => {
     expect(r.riseMs).toBeGreaterThan(2900);
     expect(r.riseMs).toBeLessThanOrEqual(3000);
     expect(r.riseSyncs).toBeCloseTo(r.riseMs! / 1000);
+    // 19 admissions in one second first at 23.85 s (one at 22.9 s and 18 from 23 s).
+    expect(r.reachMs).toBeCloseTo(3850, 5);
+    expect(r.reachSyncs).toBeCloseTo(3.85, 5);
     expect(r.riseSeries).toHaveLength(15);
     expect(r.riseSeries!.slice(0, 5)).toEqual([10, 10, 10, 20, 20]);
     const table = regionAccuracyTable({
@@ -134,6 +147,6 @@ describe('region accuracy instrument (pure parts)', () => {
       runs: [r],
     });
     expect(table).toContain('| shift | 10 s | 400 | 60 : 4 : 20 → 4 : 60 : 20 | 20.0 : 4.0 : 16.0 → 4.0 : 20.0 : 16.0 |');
-    expect(table).toContain('462 (1.155 x L) | yes | 3.0 (3,000 ms) of 20.0/s |');
+    expect(table).toContain('462 (1.155 x L) | yes | 3.9 / 3.0 syncs (of 20.0/s) |');
   });
 });
