@@ -78,7 +78,7 @@ bench: tools build ## throughput and latency benchmarks (rewrites the README tab
 reservations: tools build ## reservation benchmark: reserve + commit pairs against checks on Redis, and each mode's overspend
 	node dist/bench/reservations.js
 
-accuracy: tools build ## algorithm accuracy benchmark, and leased limits across two replicas on Redis
+accuracy: tools build ## algorithm accuracy benchmark, leased limits across two replicas and global limits across three regions on Redis
 	node dist/bench/accuracy.js
 
 ghz: build ## load test with ghz, answers split by OK/OVER_LIMIT (install ghz: docs/deploy.md, Load testing with ghz)

@@ -14,6 +14,7 @@ import {
 } from '../src/limiter/algorithms';
 import { leaseAccuracyBlock, runLeaseAccuracy, type LeaseAccuracyResult } from './lease-accuracy';
 import { fmt, markdownTable, replaceBetweenMarkers } from './markdown';
+import { regionAccuracyBlock, runRegionAccuracy, type RegionAccuracyResult } from './region-accuracy';
 import { isoDate, repoRoot } from './paths';
 import { createRandom, type Random } from './prng';
 import { barChartSvg } from './svg';
@@ -32,8 +33,9 @@ import { barChartSvg } from './svg';
  * docs/performance.md for the full definitions.
  *
  * `make accuracy` then measures leased limits across two replicas on real processes
- * (bench/lease-accuracy.ts; `--quick` for a short run, `--no-leases` to skip them), and writes both
- * tables together.
+ * (bench/lease-accuracy.ts; `--no-leases` to skip them) and global limits across three regions
+ * (bench/region-accuracy.ts, several minutes; `--no-regions` to skip them), `--quick` for short
+ * runs of both, and writes the tables together.
  */
 
 /** One algorithm with its options, as a rule would configure it. */
@@ -562,13 +564,15 @@ interface CliOptions {
   docs: boolean;
   /** Run the leases across two replicas on Redis (bench/lease-accuracy.ts). */
   leases: boolean;
-  /** Their short form: 1 s windows and short phases. */
+  /** Run the global limits across three regions (bench/region-accuracy.ts). */
+  regions: boolean;
+  /** The short form of both: 1 s windows for leases, 10 s for regions, and short phases. */
   quick: boolean;
 }
 
 function parseArgs(argv: readonly string[]): CliOptions {
   const root = repoRoot();
-  const o: CliOptions = { scale: 'full', seed: 20240601, out: join(root, 'bench', 'results'), docs: true, leases: true, quick: false };
+  const o: CliOptions = { scale: 'full', seed: 20240601, out: join(root, 'bench', 'results'), docs: true, leases: true, regions: true, quick: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === '--tiny') o.scale = 'tiny';
@@ -577,11 +581,12 @@ function parseArgs(argv: readonly string[]): CliOptions {
     else if (a === '--no-docs') o.docs = false;
     else if (a === '--quick') o.quick = true;
     else if (a === '--no-leases') o.leases = false;
-    else throw new Error(`unknown argument ${a} (use --tiny, --quick, --no-leases, --seed N, --out DIR, --no-docs)`);
+    else if (a === '--no-regions') o.regions = false;
+    else throw new Error(`unknown argument ${a} (use --tiny, --quick, --no-leases, --no-regions, --seed N, --out DIR, --no-docs)`);
   }
   if (!Number.isInteger(o.seed)) throw new Error('--seed must be an integer');
   // Tiny, quick and partial runs are for smoke tests, not for the published numbers.
-  if (o.scale === 'tiny' || o.quick || !o.leases) o.docs = false;
+  if (o.scale === 'tiny' || o.quick || !o.leases || !o.regions) o.docs = false;
   return o;
 }
 
@@ -590,11 +595,12 @@ async function main(): Promise<void> {
   const started = Date.now();
   const result = runAccuracy({ scale: o.scale, seed: o.seed });
   const leases: LeaseAccuracyResult | undefined = o.leases ? await runLeaseAccuracy({ quick: o.quick }) : undefined;
+  const regions: RegionAccuracyResult | undefined = o.regions ? await runRegionAccuracy({ quick: o.quick }) : undefined;
   const date = isoDate();
   mkdirSync(o.out, { recursive: true });
   const base = join(o.out, `accuracy-${date}`);
-  const table = accuracyTable(result) + (leases ? `\n\n${leaseAccuracyBlock(leases)}` : '');
-  writeFileSync(`${base}.json`, JSON.stringify({ date, durationMs: Date.now() - started, ...result, leases }, null, 2) + '\n');
+  const table = accuracyTable(result) + (leases ? `\n\n${leaseAccuracyBlock(leases)}` : '') + (regions ? `\n\n${regionAccuracyBlock(regions)}` : '');
+  writeFileSync(`${base}.json`, JSON.stringify({ date, durationMs: Date.now() - started, ...result, leases, regions }, null, 2) + '\n');
   writeFileSync(`${base}.svg`, accuracySvg(result));
   writeFileSync(`${base}.md`, table + '\n');
   if (o.docs) {

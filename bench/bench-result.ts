@@ -57,6 +57,8 @@ export interface ScenarioSummary {
   readonly attackShare?: number;
   /** decisionsPerS / the `beside` scenario's, median of the run-by-run ratios (the two measured in the same rounds). */
   readonly ratioToBeside?: number;
+  /** p99Ms less the `beside` scenario's, ms: the median of the run-by-run differences. */
+  readonly p99MsOverBeside?: number;
   /** Median of the runs' 1-minute load averages. */
   readonly loadAverage?: number;
 }

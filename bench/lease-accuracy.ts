@@ -34,10 +34,10 @@ export const RECOVERY_SHARE = 0.9;
 /** A replica whose shortfall is still at its largest this close to the run's end has not recovered within it. */
 export const RECOVERY_TAIL_MS = 1000;
 
-/** Calls per second to each replica (A, B) from `fromMs` (since the run's start) until the next step. */
+/** Calls per second to each replica (A, B here; as many as a run calls) from `fromMs` (since the run's start) until the next step. */
 export interface DemandStep {
   readonly fromMs: number;
-  readonly perSecond: readonly [number, number];
+  readonly perSecond: readonly number[];
 }
 
 export type LeaseRunName = 'uneven-3-1' | 'demand-shift' | 'replica-killed';
@@ -68,7 +68,7 @@ export interface LeaseRunResult {
   readonly syncIntervalMs: number;
   readonly measuredMs: number;
   /** Demand (calls/s) of A and B before the event, and after it when there is one. */
-  readonly demand: readonly (readonly [number, number])[];
+  readonly demand: readonly (readonly number[])[];
   /** Admitted per second by A and B over the measured phase before the event, and after it (from the event + one window). */
   readonly admittedPerS: readonly (readonly [number, number])[];
   readonly calls: number;
@@ -150,7 +150,7 @@ export function leaseRunSpecs(quick: boolean): LeaseRunSpec[] {
 }
 
 /** Calls due to `replica` by `t` (ms since the start): the integral of its demand steps, rounded down. */
-export function callsDue(steps: readonly DemandStep[], replica: 0 | 1, t: number): number {
+export function callsDue(steps: readonly DemandStep[], replica: number, t: number): number {
   let due = 0;
   for (let i = 0; i < steps.length && t > steps[i].fromMs; i++) {
     const to = Math.min(t, i + 1 < steps.length ? steps[i + 1].fromMs : Infinity);
@@ -185,10 +185,18 @@ export function worstSpan(times: readonly number[], windowMs: number, fromMs: nu
  * then on, every stretch of the run that starts there admits at least that share of the rate, so a
  * part that grows in steps (each sync frees a little, used at once) counts once it has caught up,
  * and a dip after it counts only if it undoes the catching up. 0 when the replica never fell
- * short; null when its shortfall was still at its largest within RECOVERY_TAIL_MS of `endMs`.
+ * short; null when its shortfall was still at its largest within `tailMs` of `endMs`. The region
+ * runs (./region-accuracy.ts) ask the same of a region, with a share and a tail of their own.
  */
-export function recoveryMs(times: readonly number[], perSecond: number, eventMs: number, endMs: number): number | null {
-  const slope = (RECOVERY_SHARE * perSecond) / 1000;
+export function recoveryMs(
+  times: readonly number[],
+  perSecond: number,
+  eventMs: number,
+  endMs: number,
+  share = RECOVERY_SHARE,
+  tailMs = RECOVERY_TAIL_MS,
+): number | null {
+  const slope = (share * perSecond) / 1000;
   let worst = 0;
   let worstAt = eventMs;
   let admitted = 0;
@@ -207,12 +215,12 @@ export function recoveryMs(times: readonly number[], perSecond: number, eventMs:
   }
   consider(endMs);
   if (worst <= 0) return 0;
-  return worstAt > endMs - RECOVERY_TAIL_MS ? null : worstAt - eventMs;
+  return worstAt > endMs - tailMs ? null : worstAt - eventMs;
 }
 
 /** One call of a run: to which replica, when it left and was answered (ms since the start), and its overall_code (undefined: failed). */
 export interface CallRecord {
-  readonly replica: 0 | 1;
+  readonly replica: number;
   readonly sentMs: number;
   readonly doneMs: number;
   readonly code: number | undefined;
@@ -238,20 +246,33 @@ const CALL_TIMEOUT_MS = 2000;
 /** How long the answers still due at a run's end are waited for. */
 const DRAIN_MS = 3000;
 
-/** Calls both replicas as `spec` says (killing one at its event when it says so) and returns every call. */
-async function drive(spec: LeaseRunSpec, replicas: readonly [Target, Target], frame: Buffer): Promise<{ calls: CallRecord[]; killedAtMs?: number }> {
-  const sessions: ClientHttp2Session[] = await Promise.all(replicas.map((r) => connectSession(r.port)));
+/** A paced run's calls: to whom, at which rates, until when. */
+export interface PacedCalls {
+  /** Each replica's rate (DemandStep.perSecond, one entry per target). */
+  readonly steps: readonly DemandStep[];
+  readonly endMs: number;
+  /** The replicas called: the port their calls go to, the pid a kill signals. */
+  readonly targets: readonly Pick<Target, 'port' | 'pid'>[];
+  /** The call every replica is sent (protobuf with its gRPC frame). */
+  readonly frame: Buffer;
+  /** The replica killed with SIGKILL at `atMs`: no call is sent to it from then on. */
+  readonly kill?: { readonly replica: number; readonly atMs: number };
+}
+
+/** Calls every replica at its paced rate (killing one when told) and returns every call once answered (or given up). */
+export async function drivePaced(run: PacedCalls): Promise<{ calls: CallRecord[]; killedAtMs?: number }> {
+  const sessions: ClientHttp2Session[] = await Promise.all(run.targets.map((r) => connectSession(r.port)));
   const calls: CallRecord[] = [];
-  const sent = [0, 0];
+  const sent = run.targets.map(() => 0);
   let inFlight = 0;
   let killedAtMs: number | undefined;
   const start = performance.now();
-  const send = (replica: 0 | 1): void => {
+  const send = (replica: number): void => {
     const sentMs = performance.now() - start;
     inFlight++;
     let answer: ReturnType<typeof callOn>;
     try {
-      answer = callOn(sessions[replica], frame, CALL_TIMEOUT_MS);
+      answer = callOn(sessions[replica], run.frame, CALL_TIMEOUT_MS);
     } catch {
       answer = Promise.resolve({ status: undefined, data: Buffer.alloc(0) });
     }
@@ -264,20 +285,20 @@ async function drive(spec: LeaseRunSpec, replicas: readonly [Target, Target], fr
   await new Promise<void>((resolve) => {
     const tick = (): void => {
       const t = performance.now() - start;
-      if (spec.killed !== undefined && killedAtMs === undefined && spec.eventMs !== undefined && t >= spec.eventMs) {
-        process.kill(replicas[spec.killed].pid, 'SIGKILL');
+      if (run.kill !== undefined && killedAtMs === undefined && t >= run.kill.atMs) {
+        process.kill(run.targets[run.kill.replica].pid, 'SIGKILL');
         killedAtMs = t;
       }
-      const until = Math.min(t, spec.endMs);
-      for (const replica of [0, 1] as const) {
-        if (replica === spec.killed && killedAtMs !== undefined) continue;
-        const due = callsDue(spec.steps, replica, until);
+      const until = Math.min(t, run.endMs);
+      for (let replica = 0; replica < run.targets.length; replica++) {
+        if (replica === run.kill?.replica && killedAtMs !== undefined) continue;
+        const due = callsDue(run.steps, replica, until);
         while (sent[replica] < due) {
           sent[replica]++;
           send(replica);
         }
       }
-      if (t < spec.endMs) setTimeout(tick, 1);
+      if (t < run.endMs) setTimeout(tick, 1);
       else resolve();
     };
     tick();
@@ -288,15 +309,15 @@ async function drive(spec: LeaseRunSpec, replicas: readonly [Target, Target], fr
   return { calls, killedAtMs };
 }
 
-/** Admission dates (middle of each admitted call) of one replica, or of both; sorted. */
-function admissions(calls: readonly CallRecord[], replica?: 0 | 1): number[] {
+/** Admission dates (middle of each admitted call) of one replica, or of all; sorted. */
+export function admissions(calls: readonly CallRecord[], replica?: number): number[] {
   return calls
     .filter((c) => c.code === 1 && (replica === undefined || c.replica === replica))
     .map((c) => (c.sentMs + c.doneMs) / 2)
     .sort((a, b) => a - b);
 }
 
-function countBetween(times: readonly number[], fromMs: number, toMs: number): number {
+export function countBetween(times: readonly number[], fromMs: number, toMs: number): number {
   let n = 0;
   for (const t of times) if (t >= fromMs && t < toMs) n++;
   return n;
@@ -360,7 +381,8 @@ export async function driveLeaseRun(spec: LeaseRunSpec, configDir: string): Prom
         return t;
       });
     const replicas = [await start(), await start()] as const;
-    return await drive(spec, replicas, frameOf(keyOf(spec.windowMs), spec.name));
+    const kill = spec.killed === undefined || spec.eventMs === undefined ? undefined : { replica: spec.killed, atMs: spec.eventMs };
+    return await drivePaced({ steps: spec.steps, endMs: spec.endMs, targets: replicas, frame: frameOf(keyOf(spec.windowMs), spec.name), kill });
   } finally {
     await Promise.all(started.map((t) => t.stop().catch(() => undefined)));
     await redis.stop().catch(() => undefined);
@@ -393,7 +415,8 @@ export async function runLeaseAccuracy(opts: { readonly quick: boolean }): Promi
   return { quick: opts.quick, rate: LEASE_RATE, syncIntervalMs, ttlMs, runs };
 }
 
-const pair = (p: readonly [number, number], digits = 0): string => `${fmt(p[0], digits)} : ${fmt(p[1], digits)}`;
+/** Figures side by side, `a : b : ...`. */
+export const sideBySide = (p: readonly number[], digits = 0): string => p.map((x) => fmt(x, digits)).join(' : ');
 
 /** The leases' table: one row per run. */
 export function leaseAccuracyTable(result: LeaseAccuracyResult): string {
@@ -401,8 +424,8 @@ export function leaseAccuracyTable(result: LeaseAccuracyResult): string {
     r.name,
     `${r.windowMs / 1000} s`,
     fmt(r.limit),
-    r.demand.map((d) => pair(d)).join(' → '),
-    r.admittedPerS.map((d) => pair(d)).join(' → '),
+    r.demand.map((d) => sideBySide(d)).join(' → '),
+    r.admittedPerS.map((d) => sideBySide(d)).join(' → '),
     `${fmt(100 * r.ofLimit, 1)}%`,
     `${fmt(r.worstSpan)} (${fmt(r.worstSpan / r.limit, 3)} x L)`,
     `${fmt(r.bound)} (${fmt(r.bound / r.limit, 3)} x L)`,

@@ -96,15 +96,39 @@ export function attackShareLine(result: BenchResult): string {
   return `Attack share measured in the h2load mix (attacker calls / all calls): ${shares}.`;
 }
 
-/** Each row measured beside another (runtime overrides loaded, beside none): the run-by-run ratio and the load average, or ''. */
+/** Each row with runtime overrides loaded, measured beside the row without: the run-by-run ratio and the load average, or ''. */
 export function besideLine(result: BenchResult): string {
-  const measured = result.scenarios.filter((s) => s.beside !== undefined && s.summary?.ratioToBeside !== undefined);
+  const measured = result.scenarios.filter((s) => s.overrides !== undefined && s.beside !== undefined && s.summary?.ratioToBeside !== undefined);
   if (measured.length === 0) return '';
   const rows = measured.map((s) => {
     const load = s.summary!.loadAverage === undefined ? '' : `, load average ${fmt(s.summary!.loadAverage, 2)}`;
     return `${s.name} ${fmt(s.summary!.ratioToBeside!, 3)} of ${s.beside}${load}`;
   });
   return `Runtime overrides loaded, measured in the same rounds as the row without them (median of the run-by-run ratios of decisions/s): ${rows.join('; ')}.`;
+}
+
+/**
+ * Each `scope: global` row beside the same call on a regional leased rule, measured in the same
+ * rounds: p99 of both, the median of the run-by-run p99 differences, decisions/s as a ratio (flat
+ * out) and the load average; or ''.
+ */
+export function globalLine(result: BenchResult): string {
+  const measured = result.scenarios.filter((s) => s.workload === 'one-global' && s.beside !== undefined && s.summary?.p99MsOverBeside !== undefined);
+  if (measured.length === 0) return '';
+  const rows = measured.map((s) => {
+    const m = s.summary!;
+    const other = result.scenarios.find((x) => x.name === s.beside)?.summary;
+    const at = s.kind === 'rate' ? `at ${fmt(s.rps!)} calls/s over ${s.connections} connections` : 'flat out';
+    const p99 = other === undefined ? `p99 ${fmt(m.p99Ms, 2)} ms` : `p99 ${fmt(m.p99Ms, 2)} ms against ${fmt(other.p99Ms, 2)} ms`;
+    const over = `${m.p99MsOverBeside! >= 0 ? '+' : ''}${fmt(m.p99MsOverBeside!, 2)} ms`;
+    const ratio = s.kind === 'max' && m.ratioToBeside !== undefined ? `, ${fmt(m.ratioToBeside, 3)} of its decisions/s` : '';
+    const load = m.loadAverage === undefined ? '' : `, load average ${fmt(m.loadAverage, 2)}`;
+    return `${at}, ${p99} (run by run ${over})${ratio}${load}`;
+  });
+  return (
+    "A `scope: global` rule (its region's part kept in step with a global store in the background) beside the same call on a regional " +
+    `leased rule, the two services measured in the same rounds (one process each): ${rows.join('; ')}.`
+  );
 }
 
 /** The override import measured per store (`slidegate overrides import`), or ''. */
@@ -121,7 +145,8 @@ export function importLine(result: BenchResult): string {
 
 /** The fixed-rate table: the service beside the no-op server at the same rate and connections. */
 export function rateTable(result: BenchResult): string {
-  const rated = result.scenarios.filter((s) => s.kind === 'rate');
+  // The leased and global rows at a fixed rate are set beside each other instead (globalLine).
+  const rated = result.scenarios.filter((s) => s.kind === 'rate' && s.workload === 'one');
   const keys = [...new Set(rated.map((s) => `${s.rps}/${s.connections}`))];
   const rows = keys.map((k) => {
     const [rps, conns] = k.split('/').map(Number);
@@ -181,7 +206,7 @@ export function comparisonTable(result?: BenchResult): string {
     return m ? fmt(m.decisionsPerS) : '-';
   };
   const p99At = (conns: number): string => {
-    const m = find((s) => primary(s) && s.kind === 'rate' && s.rps === 8000 && s.connections === conns);
+    const m = find((s) => primary(s) && s.kind === 'rate' && s.workload === 'one' && s.rps === 8000 && s.connections === conns);
     return m ? `${fmt(m.p99Ms, 1)} ms` : '-';
   };
   const noop = find(
@@ -224,6 +249,7 @@ export function benchSvg(result: BenchResult): string {
 export function resultMarkdown(result: BenchResult): string {
   const share = attackShareLine(result);
   const beside = besideLine(result);
+  const global = globalLine(result);
   const imported = importLine(result);
   const cold = coldStartTable(result);
   return [
@@ -235,6 +261,7 @@ export function resultMarkdown(result: BenchResult): string {
     '',
     ...(share ? [share, ''] : []),
     ...(beside ? [beside, ''] : []),
+    ...(global ? [global, ''] : []),
     rateTable(result),
     '',
     ...(cold ? [cold, ''] : []),
@@ -285,12 +312,14 @@ export function docsBlock(result: BenchResult | undefined, base: string): string
   if (result) {
     const share = attackShareLine(result);
     const beside = besideLine(result);
+    const global = globalLine(result);
     const imported = importLine(result);
     const cold = coldStartTable(result);
     parts.push(
       benchTable(result),
       ...(share ? [share] : []),
       ...(beside ? [beside] : []),
+      ...(global ? [global] : []),
       "Fixed rate (h2load `--rps`, which sends each connection's share in bursts), the no-op http2 server with as many processes at the same rate beside:",
       rateTable(result),
       ...(cold ? [cold] : []),

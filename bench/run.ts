@@ -18,6 +18,8 @@ import {
   attackMixBodies,
   CONFIG_YAML,
   DOMAIN,
+  GLOBAL_WARMUP_S,
+  isGlobal,
   isLeased,
   LEASE_WARMUP_S,
   defaultWorkers,
@@ -35,7 +37,8 @@ export type { BenchResult, RunMeasure, ScenarioResult, ScenarioSummary } from '.
 /**
  * `make bench`: throughput and latency of the service as shipped, end to end over gRPC on 127.0.0.1.
  * Starts its own redis-server, the service (memory and redis stores; the http2 transport, and
- * grpc-js for comparison) and the no-op servers (each transport's ceiling, with as many processes as
+ * grpc-js for comparison; for the `scope: global` rows, a service in a region with a second
+ * redis-server as its global store) and the no-op servers (each transport's ceiling, with as many processes as
  * the service it bounds), drives every scenario of
  * bench/scenarios.ts with h2load, bench/http2-load.ts or bench/grpc-js-load.ts, and records
  * decisions/s, latency percentiles, errors, Redis commands per decision, CPU and RSS. Writes
@@ -99,6 +102,9 @@ interface AnswerSizes {
   readonly attacker?: SizeRange;
   readonly normal?: SizeRange;
 }
+
+/** REGION of the service of the `scope: global` rows. */
+const BENCH_REGION = 'bench';
 
 /** `--only` matches the cold-start section by this name. */
 const COLD_START_NAME = 'cold-start';
@@ -244,6 +250,7 @@ function summarise(
     rssMiB: med((r) => r.rssMiB),
     attackShare: finite(med((r) => r.load.attackShare)),
     ratioToBeside: beside === undefined || beside.length === 0 ? undefined : finite(ratioTo(runs, beside, true, (r) => r.load.rps)),
+    p99MsOverBeside: beside === undefined || beside.length === 0 ? undefined : finite(differenceTo(runs, beside, (r) => r.load.latencyMs.p99)),
     loadAverage: finite(med((r) => r.loadAverage)),
   };
 }
@@ -252,6 +259,12 @@ function summarise(
 function ratioTo(a: readonly RunMeasure[], b: readonly RunMeasure[], paired: boolean, of: (r: RunMeasure) => number): number {
   if (paired && a.length === b.length) return median(a.map((r, i) => of(r) / of(b[i])));
   return median(a.map(of)) / median(b.map(of));
+}
+
+/** of(a) - of(b): the median of the run-by-run differences when the two ran in the same rounds, else the difference of the medians. */
+function differenceTo(a: readonly RunMeasure[], b: readonly RunMeasure[], of: (r: RunMeasure) => number): number {
+  if (a.length === b.length) return median(a.map((r, i) => of(r) - of(b[i])));
+  return median(a.map(of)) - median(b.map(of));
 }
 
 /** CPU of the target and its redis-server per successful call, microseconds. */
@@ -336,8 +349,17 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
   const targets = new Map<string, Promise<Target>>();
   let redis: Promise<RedisProcess> | undefined;
   const getRedis = (): Promise<RedisProcess> => (redis ??= startRedis());
+  // The global store of the `scope: global` rows: a redis-server of its own, as a region's would be
+  // apart from the store every region reaches (here on the same machine, without distance).
+  let globalRedis: Promise<RedisProcess> | undefined;
+  const getGlobalRedis = (): Promise<RedisProcess> => (globalRedis ??= startRedis());
+  /** The environment that puts a service in a region: the only region of its global store. */
+  const regionEnv = async (): Promise<Record<string, string>> => ({
+    REGION: BENCH_REGION,
+    GLOBAL_REDIS_URL: `redis://127.0.0.1:${(await getGlobalRedis()).port}`,
+  });
   const getTarget = (s: ScenarioSpec): Promise<Target> => {
-    const key = `${s.target}:${s.transport}:${s.backend ?? ''}:${s.workers}:${s.overrides ?? 0}`;
+    const key = `${s.target}:${s.transport}:${s.backend ?? ''}:${s.workers}:${s.overrides ?? 0}:${isGlobal(s.workload) ? 'region' : ''}`;
     // A service started with another process count than its store's default says so (WORKERS).
     const workers = s.backend !== undefined && s.workers !== defaultWorkers(s.backend) ? s.workers : undefined;
     let t = targets.get(key);
@@ -346,7 +368,11 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
         s.target === 'noop'
           ? startNoop(s.transport, probeFrame, s.workers)
           : (s.backend === 'redis' ? getRedis() : Promise.resolve(undefined)).then(async (r) => {
-              const env = s.overrides === undefined ? serviceEnv : { ...serviceEnv, ...(await loadOverrides(s, r)) };
+              const env = {
+                ...serviceEnv,
+                ...(s.overrides === undefined ? {} : await loadOverrides(s, r)),
+                ...(isGlobal(s.workload) ? await regionEnv() : {}),
+              };
               return startService({ backend: s.backend!, transport: s.transport, configDir, redisPort: r?.port, probeFrame, env, workers });
             });
       t.catch(() => undefined); // reported by the scenario that awaits it
@@ -396,7 +422,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
     if (s.generator === 'h2load' && !sizes.first) sizes = { first: await sample(target.port, f.firstFrame) };
     if (s.generator === 'h2load-mix' && !sizes.attacker) sizes = await sampleMix(target.port, f);
     answerSizes.set(key, sizes);
-    const warmupS = isLeased(s.workload) ? Math.max(opts.warmupS, LEASE_WARMUP_S) : opts.warmupS;
+    const warmupS = Math.max(opts.warmupS, isGlobal(s.workload) ? GLOBAL_WARMUP_S : isLeased(s.workload) ? LEASE_WARMUP_S : 0);
     if (warmupS > 0) await generate(s, target, f, sizes, warmupS, opts, tmp);
     return { spec: s, files: f, target, redis: r, sizes, runs: [] };
   };
@@ -478,7 +504,8 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
       results.push({ ...s, descriptors: p.files.descriptors, workers: p.target.workers, runs: p.runs, summary });
       const share = summary.attackShare === undefined ? '' : `, attack share ${fmt(100 * summary.attackShare, 1)}%`;
       const cmds = summary.redisCommandsPerDecision === undefined ? '' : `, Redis ${fmt(summary.redisCommandsPerDecision, 4)} cmds/decision`;
-      const besideText = summary.ratioToBeside === undefined ? '' : `, ${fmt(summary.ratioToBeside, 3)} of ${s.beside}`;
+      const p99Over = summary.p99MsOverBeside === undefined ? '' : `, p99 ${summary.p99MsOverBeside >= 0 ? '+' : ''}${fmt(summary.p99MsOverBeside, 2)} ms`;
+      const besideText = summary.ratioToBeside === undefined ? '' : `, ${fmt(summary.ratioToBeside, 3)} of ${s.beside}${p99Over}`;
       const loadText = summary.loadAverage === undefined ? '' : `, load average ${fmt(summary.loadAverage, 2)}`;
       process.stderr.write(
         `${s.name}: ${fmt(summary.decisionsPerS)} decisions/s, p99 ${fmt(summary.p99Ms, 2)} ms, ${summary.errors} errors${share}${cmds}${besideText}${loadText}\n`,
@@ -593,6 +620,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchResult> {
   } finally {
     for (const t of targets.values()) await t.then((x) => x.stop()).catch(() => undefined);
     if (redis) await redis.then((x) => x.stop()).catch(() => undefined);
+    if (globalRedis) await globalRedis.then((x) => x.stop()).catch(() => undefined);
     rmSync(tmp, { recursive: true, force: true });
   }
   const options: BenchSettings = {

@@ -14,7 +14,8 @@ import { encodeRateLimitRequest, type BenchDescriptor } from './rls-codec';
  */
 export type Transport = 'grpc-js' | 'http2' | 'node-http2';
 export type Backend = 'memory' | 'redis';
-export type Workload = 'one' | 'five' | 'five-fw' | 'five-sl' | 'five-tb' | 'five-lb' | 'keys10k' | 'attack' | 'bucket' | 'one-lease' | 'five-lease';
+export type Workload =
+  'one' | 'five' | 'five-fw' | 'five-sl' | 'five-tb' | 'five-lb' | 'keys10k' | 'attack' | 'bucket' | 'one-lease' | 'five-lease' | 'one-global';
 
 /** Every workload, in the order their request files are written. */
 export const WORKLOADS: readonly Workload[] = [
@@ -29,6 +30,7 @@ export const WORKLOADS: readonly Workload[] = [
   'bucket',
   'one-lease',
   'five-lease',
+  'one-global',
 ];
 
 /**
@@ -48,6 +50,14 @@ const FIVE_BY_ALGORITHM = {
  */
 const LEASE_PREFIX = 'ls_';
 
+/**
+ * The global workload (`scope: global`): one descriptor on a rule of one minute (a global window
+ * holds at least ten region syncs), whose key starts with this prefix. Its service runs with
+ * REGION set and a global store of its own (bench/run.ts); every other service reads the rule as a
+ * leased one.
+ */
+const GLOBAL_PREFIX = 'gl_';
+
 /** The five descriptors' keys, values and units (their windows differ, as a real route's rules do). */
 const FIVE: readonly (readonly [key: string, value: string, unit: string])[] = [
   ['client', 'c1', 'second'],
@@ -64,7 +74,12 @@ export function isFive(w: Workload): boolean {
 
 /** A workload on `lease: true` rules: decided in each process once its lease has synced (see LEASE_WARMUP_S). */
 export function isLeased(w: Workload): boolean {
-  return w === 'one-lease' || w === 'five-lease';
+  return w === 'one-lease' || w === 'five-lease' || isGlobal(w);
+}
+
+/** A workload on a `scope: global` rule: its service runs in a region (REGION, GLOBAL_REDIS_URL), leased within it. */
+export function isGlobal(w: Workload): boolean {
+  return w === 'one-global';
 }
 
 /**
@@ -73,6 +88,13 @@ export function isLeased(w: Workload): boolean {
  * its calls go to Redis. Four sync intervals, whatever `--warmup` says.
  */
 export const LEASE_WARMUP_S = 1;
+
+/**
+ * The shortest first warm-up of a global scenario, seconds: the region's part of the limit is
+ * divided at the region's syncs (REGION_SYNC_INTERVAL, 1 s), the first of them when the counter is
+ * first called; three of them, whatever `--warmup` says. Later rounds warm up as leased rows do.
+ */
+export const GLOBAL_WARMUP_S = 3;
 
 /** Runtime overrides the overrides rows load before the service starts (bench/overrides.ts): one on the call's descriptor. */
 export const OVERRIDES_LOADED = 100_000;
@@ -143,7 +165,9 @@ ${Object.values(FIVE_BY_ALGORITHM)
   )
   .join(
     '',
-  )}${FIVE.map(([key, , unit]) => `  - key: ${LEASE_PREFIX}${key}\n    rate_limit: {unit: ${unit}, requests_per_unit: 1000000000, lease: true}\n`).join('')}`;
+  )}${FIVE.map(([key, , unit]) => `  - key: ${LEASE_PREFIX}${key}\n    rate_limit: {unit: ${unit}, requests_per_unit: 1000000000, lease: true}\n`).join('')}  - key: ${GLOBAL_PREFIX}client
+    rate_limit: {unit: minute, requests_per_unit: 1000000000, scope: global}
+`;
 
 const d = (key: string, value: string): BenchDescriptor => ({ entries: [[key, value]] });
 
@@ -174,7 +198,10 @@ export function workloadBodies(w: Workload): { bodies: Buffer[]; descriptors: nu
   switch (w) {
     case 'one':
     case 'one-lease':
-      return { bodies: [encodeRateLimitRequest(DOMAIN, [d(w === 'one' ? 'client' : `${LEASE_PREFIX}client`, 'c1')])], descriptors: 1 };
+    case 'one-global': {
+      const prefix = w === 'one' ? '' : w === 'one-lease' ? LEASE_PREFIX : GLOBAL_PREFIX;
+      return { bodies: [encodeRateLimitRequest(DOMAIN, [d(`${prefix}client`, 'c1')])], descriptors: 1 };
+    }
     case 'five':
     case 'five-lease':
     case 'five-fw':
@@ -217,6 +244,7 @@ const WORKLOAD_LABEL: Record<Workload, string> = {
   bucket: '1-token-bucket',
   'one-lease': '1-descriptor-lease',
   'five-lease': '5-descriptors-lease',
+  'one-global': '1-descriptor-global',
 };
 const WORKLOAD_TEXT: Record<Workload, string> = {
   one: 'one descriptor, one key',
@@ -230,6 +258,9 @@ const WORKLOAD_TEXT: Record<Workload, string> = {
   bucket: 'one descriptor, one key, on a token-bucket rule',
   'one-lease': 'one descriptor, one key, on a `lease: true` rule (decided in each process against its part of the limit)',
   'five-lease': 'five descriptors per call on `lease: true` rules (decided in each process against its part of each limit)',
+  'one-global':
+    'one descriptor, one key, on a `scope: global` rule of one minute (REGION set, a second redis-server the global store; ' +
+    "decided in each process against its part of the region's part)",
 };
 
 const MIX_TEXT =
@@ -248,7 +279,7 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
   // A ceiling runs as many processes as the service it bounds: `-w2` in its name when more than one.
   const noop = (transport: Transport, requested: Workload, generator: GeneratorName, workers: number): string => {
     // A no-op server does not read the rule: one descriptor is one descriptor, whatever its algorithm.
-    const workload = requested === 'bucket' || requested === 'one-lease' ? 'one' : isFive(requested) ? 'five' : requested;
+    const workload = requested === 'bucket' || requested === 'one-lease' || requested === 'one-global' ? 'one' : isFive(requested) ? 'five' : requested;
     const name = `noop-${transport}${workers > 1 ? `-w${workers}` : ''}${workload === 'one' ? '' : '-' + WORKLOAD_LABEL[workload]}/${generator}`;
     if (specs.some((s) => s.name === name)) return name;
     const procs = workers > 1 ? `, ${workers} processes` : '';
@@ -267,13 +298,14 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
   };
   /**
    * A service scenario, preceded by its ceiling unless `ceiling` is false (cross-checks of another
-   * generator); with `overrides`, that many runtime overrides loaded, measured beside the same row without.
+   * generator); with `overrides`, that many runtime overrides loaded, measured beside the same row
+   * without; with `beside`, measured beside the same row on that workload.
    */
   const svc = (
     backend: Backend,
     workload: Workload,
     generator: GeneratorName,
-    o: { ceiling?: boolean; transport?: Transport; overrides?: number } = {},
+    o: { ceiling?: boolean; transport?: Transport; overrides?: number; beside?: Workload } = {},
   ): void => {
     const transport = o.transport ?? 'http2';
     // A leased row runs one process, as the memory rows do: what it measures is a decision at the
@@ -283,8 +315,10 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
     const suffix = transport === 'http2' ? '' : `-${transport}`;
     const plain = `${backend}-${WORKLOAD_LABEL[workload]}${suffix}/${generator}`;
     const loaded = o.overrides === undefined ? '' : `-${fmtRate(o.overrides)}-overrides`;
+    const beside = o.overrides !== undefined ? plain : o.beside === undefined ? undefined : `${backend}-${WORKLOAD_LABEL[o.beside]}${suffix}/${generator}`;
     specs.push({
-      ...(o.overrides === undefined ? {} : { overrides: o.overrides, beside: plain }),
+      ...(o.overrides === undefined ? {} : { overrides: o.overrides }),
+      ...(beside === undefined ? {} : { beside }),
       name: `${backend}-${WORKLOAD_LABEL[workload]}${suffix}${loaded}/${generator}`,
       description:
         `${backend} store${transport === 'http2' ? '' : `, GRPC_TRANSPORT=${transport}`}, ${text(workload, generator)}` +
@@ -321,6 +355,27 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
       ceiling: target === 'service' && specs.some((x) => x.name === noopName) ? noopName : undefined,
     });
   };
+  /**
+   * A leased workload at a fixed rate, one process (as its `max` row), without a ceiling; with
+   * `beside`, measured in the same rounds as that workload's row at the same rate and connections.
+   */
+  const leasedRate = (workload: Workload, connections: number, rps: number, beside?: Workload): void => {
+    const name = (w: Workload): string => `redis-${WORKLOAD_LABEL[w]}@${fmtRate(rps)}-${connections}c/${p}`;
+    specs.push({
+      name: name(workload),
+      description: `redis store, ${WORKLOAD_TEXT[workload]}, ${rps} calls/s over ${connections} connections`,
+      kind: 'rate',
+      target: 'service',
+      transport: 'http2',
+      backend: 'redis',
+      workload,
+      generator: p,
+      connections,
+      workers: 1,
+      rps,
+      ...(beside === undefined ? {} : { beside: name(beside) }),
+    });
+  };
   // The attack mix needs h2load; without it, the node generator that varies bodies runs it alone.
   const attackGenerator: GeneratorName = p === 'h2load' ? 'h2load-mix' : v;
 
@@ -331,6 +386,7 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
     svc('memory', 'one', p);
     svc('redis', 'one', p);
     svc('redis', 'one-lease', p);
+    svc('redis', 'one-global', p, { beside: 'one-lease' });
     svc('memory', 'attack', v);
     if (attackGenerator !== v) svc('memory', 'attack', attackGenerator);
     if (v !== 'grpc-js-load') svc('redis', 'attack', 'grpc-js-load', { ceiling: false });
@@ -353,6 +409,11 @@ export function scenarioPlan(opts: ScenarioPlanOptions): ScenarioSpec[] {
   }
   // Leases change nothing on the memory store: only Redis has rows of them.
   svc('redis', 'one-lease', p);
+  // A global limit decides as a leased one does, its region's part kept in step in the background:
+  // measured in the rounds of the leased row, flat out and at a fixed rate (where p99 is latency, not queueing).
+  svc('redis', 'one-global', p, { beside: 'one-lease' });
+  leasedRate('one-lease', 4, opts.rate);
+  leasedRate('one-global', 4, opts.rate, 'one-lease');
   svc('redis', 'five-lease', p);
   svc('redis', 'one', p, { transport: 'grpc-js' });
   svc('memory', 'keys10k', v);

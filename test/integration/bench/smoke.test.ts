@@ -135,6 +135,29 @@ describe('benchmark harness in tiny mode', () => {
     expect(leased.redisCommandsPerDecision! * leased.decisionsPerS).toBeLessThan(2000);
   });
 
+  it('decides a `scope: global` rule in process too, measured in the rounds of the leased row on a service in a region', () => {
+    const global = scenario(`redis-1-descriptor-global/${primary}`);
+    expect(global.beside).toBe(`redis-1-descriptor-lease/${primary}`);
+    expect(global.workers).toBe(1);
+    const m = global.summary!;
+    expect(m.errors).toBe(0);
+    expect(m.decisionsPerS).toBeGreaterThan(10);
+    // Run by run beside the leased row: as many runs, a ratio and a p99 difference.
+    expect(global.runs).toHaveLength(scenario(`redis-1-descriptor-lease/${primary}`).runs.length);
+    expect(m.ratioToBeside).toBeGreaterThan(0);
+    expect(Number.isFinite(m.p99MsOverBeside)).toBe(true);
+    // The region's Redis sees the leases' background settlements only, as for the leased row.
+    expect(m.redisCommandsPerDecision! * m.decisionsPerS).toBeLessThan(2000);
+    const md = readFileSync(
+      join(
+        out,
+        readdirSync(out).find((f) => f.endsWith('.md'))!,
+      ),
+      'utf8',
+    );
+    expect(md).toContain('A `scope: global` rule');
+  });
+
   it('sees most attack calls answered OVER_LIMIT with both node generators, without errors', () => {
     for (const name of ['memory-attack-90pct/http2-load', 'redis-attack-90pct/grpc-js-load']) {
       const s = scenario(name);
