@@ -59,7 +59,7 @@ export function quotaFleet(options: QuotaFleetOptions): QuotaFleet {
     streams.forEach((call, i) => {
       setTimeout(() => setInterval(() => { call.write(bytes); stats.sent++; }, intervalMs), (i * intervalMs) / streams.length);
     });
-    process.on('SIGTERM', () => { process.stdout.write(JSON.stringify(stats)); process.exit(0); });
+    process.on('SIGTERM', () => process.stdout.write(JSON.stringify(stats), () => process.exit(0)));
   `;
   const args = JSON.stringify([
     options.target,
