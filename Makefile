@@ -61,9 +61,10 @@ format-check: install ## list the files prettier would change
 # format check and the build are three single-threaded processes: they run side by side (-j3, each
 # one's output kept together), and jest starts only if all three passed.
 # --forceExit: a child process a failed test left running must not hold the run open.
-# SERIAL_TESTS run first, alone: they kill and promote Redis processes and time the
-# client's recovery, which other test files' load on two cores stretches past any honest deadline.
-SERIAL_TESTS := test/integration/store/redis-faults.test.ts
+# SERIAL_TESTS run first, alone: they kill and promote Redis processes and time the client's
+# recovery, or compare latencies and rates with and without a load they add, which other test
+# files' load on two cores stretches past any honest deadline.
+SERIAL_TESTS := test/integration/store/redis-faults.test.ts test/integration/service/rlqs-sharing.test.ts test/integration/service/leases-bounds.test.ts
 test: install tools ## install, lint, check formatting, build and run every test with coverage
 	@$(MAKE) --no-print-directory -j3 --output-sync=target lint format-check build
 	npx jest --ci --forceExit --runInBand $(SERIAL_TESTS)
