@@ -89,8 +89,10 @@ test('96 streams on 6 connections reporting 20 shared buckets 10 times a second 
     // a sync), so that the fleet's load is the steady one of its 1,920 subscriptions, not 1,920 joining
     // again at every turn. A call sent in the first 150 ms after a switch counts for neither half (the
     // reports the fleet sends at once when it resumes, what the service still had of them).
+    // Sixty turns: each half's p99 rests on about 1,500 calls, so that one slow call of the machine's
+    // own (a collection, a scheduler delay) does not decide it.
     const { loaded, alone, switches } = await inTurns(fleet, {
-      turns: 30,
+      turns: 60,
       turnMs: 400,
       settleMs: 150,
       calls: (ms) => caller.run(ms),
@@ -111,7 +113,7 @@ test('96 streams on 6 connections reporting 20 shared buckets 10 times a second 
     }
     const cores = { withFleet: (cpu.withFleet / wall.withFleet).toFixed(2), without: (cpu.without / wall.without).toFixed(2) };
     console.log('96 streams x 20 shared buckets beside RLS', { withFleet, without, fleet: stats, cores, growthMb: growthMb.toFixed(1) });
-    expect(Math.min(withFleet.calls, without.calls)).toBeGreaterThan(15 * 45);
+    expect(Math.min(withFleet.calls, without.calls)).toBeGreaterThan(30 * 45);
     expect(withFleet.errors).toBe(0);
     expect(without.errors).toBe(0);
     // Each turn of the fleet sends 96 x 10 reports: most of them were answered (the rest wait in flow control).
