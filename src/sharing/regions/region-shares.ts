@@ -381,8 +381,9 @@ export class RegionShares {
       const seen = wasCutOff ? undefined : part.seenRegionDemand;
       this.exchanged(part, entries, now, at);
       part.seenRegionDemand = part.regionDemand;
+      const others = this.othersOf(part, at);
       // Not divided yet (the others have not seen this region): no more than an even part among the regions using the counter.
-      if (seen === undefined) part.fraction = Math.min(part.fraction, 1 / (1 + this.othersOf(part, at).length));
+      if (seen === undefined) part.fraction = Math.min(part.fraction, 1 / (1 + others.length));
       if (wasCutOff) part.fraction = Math.min(part.fraction, this.fallback());
       if (globalUsed === undefined || regional === undefined) return;
       const fraction = regionFraction({
@@ -390,7 +391,7 @@ export class RegionShares {
         windowMs: c.windowMs,
         demand: part.regionDemand,
         seenDemand: seen,
-        others: this.othersOf(part, at),
+        others,
         globalUsed,
         regionUsed: usedOf(regional[0], capacity),
       });
