@@ -71,7 +71,8 @@ export function quotaFleet(options: QuotaFleetOptions): QuotaFleet {
   const child = spawn(process.execPath, ['-e', script, args], { stdio: ['ignore', 'pipe', 'inherit'] });
   let out = '';
   child.stdout.on('data', (c: Buffer) => (out += c.toString()));
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  // 'close', not 'exit': the process can be gone before its last output has been read here.
+  const closed = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
   let stopped: Promise<QuotaFleetStats> | undefined;
   return {
     pause: () => child.kill('SIGSTOP'),
@@ -86,8 +87,9 @@ export function quotaFleet(options: QuotaFleetOptions): QuotaFleet {
       (stopped ??= (async () => {
         child.kill('SIGCONT');
         child.kill('SIGTERM');
-        await exited;
-        return out === '' ? { sent: 0, received: 0, ended: {} } : (JSON.parse(out) as QuotaFleetStats);
+        const code = await closed;
+        if (out === '') throw new Error(`the quota fleet exited with ${code} and reported nothing`);
+        return JSON.parse(out) as QuotaFleetStats;
       })()),
   };
 }
