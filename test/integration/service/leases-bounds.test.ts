@@ -244,7 +244,8 @@ test(`the demand exchange broken while two replicas hold parts of {4 s, ${LIMIT}
 test(`a demand exchange answering ${SLOW_MS} ms late (past the sync interval): parts still follow it, live from the time each exchange was sent; broken, they stop in time, and no span of a second passes the bound (${boundOf(1_000)})`, async () => {
   const counterKey = 'lease|sw1000|slow=x';
   await openLeases([s1, s2], [['slow', 'x']], LIMIT, 6_000);
-  const breakMs = 3_000;
+  // 2.5 s before the break after the warm-up: the rate the parts admit meanwhile rests on about 250 calls.
+  const breakMs = 4_000;
   const duration = breakMs + TTL_MS + 2_500;
   const log = await drive(
     [s1, s2].map((r) => ({ client: r.client, request: ask('slow', 'x'), rate: () => 1.5 * LIMIT })),
@@ -271,7 +272,9 @@ test(`a demand exchange answering ${SLOW_MS} ms late (past the sync interval): p
   expect(worst).toBeLessThanOrEqual(boundOf(1_000));
   expect(before).toBeLessThan(SLOW_MS / 2);
   expect(afterLapse).toBeGreaterThanOrEqual(SLOW_MS);
-  expect(rateBefore).toBeGreaterThanOrEqual(0.85 * LIMIT);
+  // Parts that follow demand read 400 ms late leave some of the limit unused while they catch up
+  // (the bound holds whatever they do): at least 80% of it admitted.
+  expect(rateBefore).toBeGreaterThanOrEqual(0.8 * LIMIT);
   expect(log.calls.flat().filter((x) => x.error !== undefined)).toEqual([]);
 });
 
