@@ -74,6 +74,8 @@ export interface LeaseRunResult {
   readonly calls: number;
   /** Calls without an answer (grpc error, timeout), those in flight to a killed replica excluded. */
   readonly errors: number;
+  /** Of the errors, calls given up after CALL_TIMEOUT_MS without an answer. */
+  readonly timeouts: number;
   /** Calls in flight to the killed replica when it died. */
   readonly lostToKill: number;
   /** Admitted over both replicas in the measured phase / (the limit's rate x its length). */
@@ -224,7 +226,12 @@ export interface CallRecord {
   readonly sentMs: number;
   readonly doneMs: number;
   readonly code: number | undefined;
+  /** The answer's grpc-status; undefined when none came (a failed stream, or none within CALL_TIMEOUT_MS). */
+  readonly status?: number;
 }
+
+/** A call given up after CALL_TIMEOUT_MS without an answer (not one answered with an error). */
+export const timedOut = (c: CallRecord): boolean => c.status === undefined && c.doneMs - c.sentMs >= CALL_TIMEOUT_MS;
 
 const DOMAIN = 'lease-accuracy';
 /** The key of the leased rule of a window. */
@@ -279,7 +286,7 @@ export async function drivePaced(run: PacedCalls): Promise<{ calls: CallRecord[]
     void answer.then((a) => {
       inFlight--;
       const code = a.status === 0 && a.data.length > 5 ? overallCode(a.data.subarray(5)) : undefined;
-      calls.push({ replica, sentMs, doneMs: performance.now() - start, code });
+      calls.push({ replica, sentMs, doneMs: performance.now() - start, code, status: a.status });
     });
   };
   await new Promise<void>((resolve) => {
@@ -357,6 +364,7 @@ export function scoreLeaseRun(spec: LeaseRunSpec, calls: readonly CallRecord[], 
     admittedPerS: phases.map(([a, b]) => [rateOf(0, a, b), rateOf(1, a, b)] as const),
     calls: calls.length,
     errors: calls.filter((c) => c.code === undefined && !lost(c)).length,
+    timeouts: calls.filter((c) => timedOut(c) && !lost(c)).length,
     lostToKill: calls.filter(lost).length,
     ofLimit: countBetween(all, spec.warmMs, spec.endMs) / ((perSecond * measuredMs) / 1000),
     worstSpan: worst.count,
@@ -369,14 +377,21 @@ export function scoreLeaseRun(spec: LeaseRunSpec, calls: readonly CallRecord[], 
   };
 }
 
-/** One run: its own redis-server and two fresh services (config from `configDir`, see leaseConfigYaml), driven, then stopped; its calls, and the kill's time. */
-export async function driveLeaseRun(spec: LeaseRunSpec, configDir: string): Promise<{ calls: CallRecord[]; killedAtMs?: number }> {
+/**
+ * One run: its own redis-server and two fresh services (config from `configDir`, see leaseConfigYaml,
+ * and `env` beside the defaults), driven, then stopped; its calls, and the kill's time.
+ */
+export async function driveLeaseRun(
+  spec: LeaseRunSpec,
+  configDir: string,
+  env: Readonly<Record<string, string>> = {},
+): Promise<{ calls: CallRecord[]; killedAtMs?: number }> {
   const redis = await startRedis();
   const started: Target[] = [];
   try {
     const probeFrame = frameOf('probe', 'p');
     const start = (): Promise<Target> =>
-      startService({ backend: 'redis', transport: 'http2', configDir, redisPort: redis.port, probeFrame, workers: 1 }).then((t) => {
+      startService({ backend: 'redis', transport: 'http2', configDir, redisPort: redis.port, probeFrame, env, workers: 1 }).then((t) => {
         started.push(t);
         return t;
       });

@@ -1,7 +1,7 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { admissions, countBetween, drivePaced, recoveryMs, sideBySide, worstSpan, type CallRecord, type DemandStep } from './lease-accuracy';
+import { admissions, countBetween, drivePaced, recoveryMs, sideBySide, timedOut, worstSpan, type CallRecord, type DemandStep } from './lease-accuracy';
 import { fmt, markdownTable } from './markdown';
 import { startRegionsWorld } from './regions-world';
 import { encodeRateLimitRequest, grpcFrame } from './rls-codec';
@@ -77,6 +77,8 @@ export interface RegionRunResult {
   readonly calls: number;
   /** Calls without an answer (grpc error, timeout). */
   readonly errors: number;
+  /** Of the errors, calls given up after CALL_TIMEOUT_MS without an answer. */
+  readonly timeouts: number;
   /** Admitted over every region in the measured phase / (the limit's rate x its length). */
   readonly ofLimit: number;
   /** The most admitted over every region in any span of one window within the measured phase. */
@@ -274,6 +276,7 @@ export function scoreRegionRun(spec: RegionRunSpec, calls: readonly CallRecord[]
     admittedPerS: phases.map(([a, b]) => REGIONS.map((_, i) => rateOf(i, a, b))),
     calls: calls.length,
     errors: calls.filter((c) => c.code === undefined).length,
+    timeouts: calls.filter(timedOut).length,
     ofLimit: countBetween(all, spec.warmMs, spec.endMs) / ((perSecond * measuredMs) / 1000),
     worstSpan: worst.count,
     worstSpanAtMs: worst.atMs,
@@ -295,11 +298,14 @@ const REPLICA_ENV: Readonly<Record<string, string>> = Object.freeze({
 
 const frameOf = (key: string, value: string): Buffer => grpcFrame(encodeRateLimitRequest(DOMAIN, [{ entries: [[key, value]] }]));
 
-/** One run: a world of its own (three regions of two fresh services, config from `configDir`: regionConfigYaml), driven, then stopped; its calls. */
-export async function driveRegionRun(spec: RegionRunSpec, configDir: string): Promise<{ calls: CallRecord[] }> {
+/**
+ * One run: a world of its own (three regions of two fresh services, config from `configDir`:
+ * regionConfigYaml, and `env` beside REPLICA_ENV), driven, then stopped; its calls.
+ */
+export async function driveRegionRun(spec: RegionRunSpec, configDir: string, env: Readonly<Record<string, string>> = {}): Promise<{ calls: CallRecord[] }> {
   const probeFrame = frameOf('probe', 'p');
   const world = await startRegionsWorld<RedisProcess, Target>(
-    { regions: REGIONS, replicasPerRegion: REPLICAS_PER_REGION, delayMs: REGION_DELAY_MS, env: REPLICA_ENV },
+    { regions: REGIONS, replicasPerRegion: REPLICAS_PER_REGION, delayMs: REGION_DELAY_MS, env: { ...REPLICA_ENV, ...env } },
     {
       startRedis: () => startRedis(),
       startReplica: (_region, _index, env, redis) =>

@@ -8,6 +8,11 @@ import { driveRegionRun, REGION_RATE, regionConfigYaml, regionRunSpecs, scoreReg
 // region its own redis-server, the global one behind 100 ms proxies. It checks the harness, not the
 // figures: the machine's load moves those, so the bound is left to `make accuracy`; what is asserted
 // holds on a busy machine too.
+
+// Other test files run beside this one: a store call's deadline of 1 s, not the 10 ms default (a
+// call past it is answered UNAVAILABLE, which here would only say the machine was busy).
+const BUSY_MACHINE = { STORE_TIMEOUT_MS: '1000' };
+
 describe('the region accuracy benchmark, briefly', () => {
   let dir: string;
 
@@ -28,12 +33,15 @@ describe('the region accuracy benchmark, briefly', () => {
     const quick = regionRunSpecs(true).find((s) => s.name === 'shift')!;
     // Shorter than the quick run: 6 s of warm-up, 6 s before the shift, 12 s after it.
     const spec: RegionRunSpec = { ...quick, warmMs: 6_000, eventMs: 12_000, endMs: 24_000, steps: [quick.steps[0], { ...quick.steps[1], fromMs: 12_000 }] };
-    const { calls } = await driveRegionRun(spec, join(dir, 'config'));
+    const { calls } = await driveRegionRun(spec, join(dir, 'config'), BUSY_MACHINE);
     // Paced: 2.1 x the limit's rate over the run, to every replica.
     expect(calls.length).toBeGreaterThan(0.9 * 2.1 * REGION_RATE * (spec.endMs / 1000));
     expect(new Set(calls.map((c) => c.replica))).toEqual(new Set([0, 1, 2, 3, 4, 5]));
     const r = scoreRegionRun(spec, calls);
-    expect(r.errors).toBe(0);
+    // Every call answered without an error; on a loaded machine a rare one may wait past the
+    // harness's 2 s (the figures are `make accuracy`'s, run alone), never more than 1 in 200.
+    expect({ answeredWithAnError: r.errors - r.timeouts, statuses: [...new Set(calls.map((c) => c.status))] }).toMatchObject({ answeredWithAnError: 0 });
+    expect(r.timeouts).toBeLessThanOrEqual(Math.ceil(r.calls / 200));
     // Over the limit all along: some calls denied, every region admitting before the shift (eu, quiet
     // after it, may admit next to nothing until its own hits of before slide out).
     expect(calls.some((c) => c.code === 2)).toBe(true);

@@ -111,10 +111,12 @@ describe('lease accuracy instrument (pure parts)', () => {
     calls.push({ replica: 0, sentMs: 3500, doneMs: 3501, code: 2 });
     calls.push({ replica: 1, sentMs: 2999, doneMs: 3002, code: undefined }); // in flight at the kill
     calls.push({ replica: 0, sentMs: 4000, doneMs: 6000, code: undefined }); // a timeout
+    calls.push({ replica: 0, sentMs: 4100, doneMs: 4102, code: undefined, status: 14 }); // answered UNAVAILABLE
     const r = scoreLeaseRun(spec, calls, 250, 3000);
     expect(r.worstSpan).toBe(400);
     expect(r.bound).toBe(400 * 1.05 + 100);
-    expect(r.errors).toBe(1);
+    expect(r.errors).toBe(2);
+    expect(r.timeouts).toBe(1);
     expect(r.lostToKill).toBe(1);
     expect(r.ofLimit).toBeCloseTo((2 * 400 + 2 * 200 + 400) / (400 * 5));
     expect(r.admittedPerS).toEqual([
