@@ -197,13 +197,18 @@ export function countBetween(calls: readonly CallRecord[], fromMs: number, toMs:
 
 /** The most of `calls` surely decided within one span [t, t + spanMs) lying within [fromMs, toMs], any alignment. */
 export function worstSpan(calls: readonly CallRecord[], spanMs: number, fromMs: number, toMs: number): number {
+  return worstSpanAt(calls, spanMs, fromMs, toMs).count;
+}
+
+/** worstSpan, and where the first span that admits that many starts (ms from the log's start). */
+export function worstSpanAt(calls: readonly CallRecord[], spanMs: number, fromMs: number, toMs: number): { count: number; atMs: number } {
   // The best spans start at a sending or end just after an answer.
   const starts = [...calls.map((c) => c.sentMs), ...calls.map((c) => c.doneMs + 1e-6 - spanMs)].filter((t) => t >= fromMs && t + spanMs <= toMs);
-  let worst = 0;
+  let worst = { count: 0, atMs: NaN };
   for (const t of starts) {
     let n = 0;
     for (const c of calls) if (c.sentMs >= t && c.doneMs < t + spanMs) n++;
-    worst = Math.max(worst, n);
+    if (n > worst.count || (n === worst.count && t < worst.atMs)) worst = { count: n, atMs: t };
   }
   return worst;
 }

@@ -13,6 +13,7 @@ import {
   untilElapsed,
   worstEstimate,
   worstSpan,
+  worstSpanAt,
   type Replica,
 } from '../../helpers/lease-replicas';
 import { sleep, startRedis, type RedisServer } from '../../helpers/redis';
@@ -244,8 +245,15 @@ test(`the demand exchange broken while two replicas hold parts of {4 s, ${LIMIT}
 test(`a demand exchange answering ${SLOW_MS} ms late (past the sync interval): parts still follow it, live from the time each exchange was sent; broken, they stop in time, and no span of a second passes the bound (${boundOf(1_000)})`, async () => {
   const counterKey = 'lease|sw1000|slow=x';
   await openLeases([s1, s2], [['slow', 'x']], LIMIT, 6_000);
-  // 2.5 s before the break after the warm-up: the rate the parts admit meanwhile rests on about 250 calls.
-  const breakMs = 4_000;
+  // A sync of these replicas takes SLOW_MS and a tick (about 650-750 ms). The load begins on both at
+  // once from idle, a shift of demand: one replica may see its own demand of before beside the
+  // other's new one, hold a small part for a sync, then use its room at once, and a sliding window's
+  // estimate (which spreads the previous window's hits evenly) lets the next spans pass the bound
+  // (up to 1.34 x L measured; README, leases: the bound is stated for steady demand). Steady from two
+  // syncs and a window on.
+  const warmUpMs = 3_000;
+  // 2 s before the break after the warm-up: the rate the parts admit meanwhile rests on about 200 calls.
+  const breakMs = 5_000;
   const duration = breakMs + TTL_MS + 2_500;
   const log = await drive(
     [s1, s2].map((r) => ({ client: r.client, request: ask('slow', 'x'), rate: () => 1.5 * LIMIT })),
@@ -256,7 +264,7 @@ test(`a demand exchange answering ${SLOW_MS} ms late (past the sync interval): p
     },
   );
   const calls = admittedCalls(log);
-  const worst = worstSpan(calls, 1_000, WARM_UP_MS, duration);
+  const { count: worst, atMs: worstAtMs } = worstSpanAt(calls, 1_000, warmUpMs, duration);
   const latency = (from: number, to: number): number =>
     median(
       log.calls
@@ -265,16 +273,23 @@ test(`a demand exchange answering ${SLOW_MS} ms late (past the sync interval): p
         .map((x) => x.doneMs - x.sentMs),
     );
   // Before the break the parts answer without Redis; after it has lapsed, Redis answers (late).
-  const before = latency(WARM_UP_MS, breakMs);
+  const before = latency(warmUpMs, breakMs);
   const afterLapse = latency(breakMs + TTL_MS, duration);
-  const rateBefore = (countBetween(calls, WARM_UP_MS, breakMs) * 1_000) / (breakMs - WARM_UP_MS);
-  console.log('slow exchange', { worst, before, afterLapse, rateBefore, admitted: calls.length });
+  const rateBefore = (countBetween(calls, warmUpMs, breakMs) * 1_000) / (breakMs - warmUpMs);
+  console.log('slow exchange', {
+    worst,
+    worstAtMs: Math.round(worstAtMs),
+    breakMs,
+    lapsedMs: breakMs + TTL_MS,
+    before,
+    afterLapse,
+    rateBefore,
+    admitted: calls.length,
+  });
   expect(worst).toBeLessThanOrEqual(boundOf(1_000));
   expect(before).toBeLessThan(SLOW_MS / 2);
   expect(afterLapse).toBeGreaterThanOrEqual(SLOW_MS);
-  // Parts that follow demand read 400 ms late leave some of the limit unused while they catch up
-  // (the bound holds whatever they do): at least 80% of it admitted.
-  expect(rateBefore).toBeGreaterThanOrEqual(0.8 * LIMIT);
+  expect(rateBefore).toBeGreaterThanOrEqual(0.85 * LIMIT);
   expect(log.calls.flat().filter((x) => x.error !== undefined)).toEqual([]);
 });
 
