@@ -151,7 +151,7 @@ test('two replicas, each offered 1.5 times the limit, admit at most the limit + 
 
 test('when demand moves from one replica to the other, the other admits the whole limit within 3 sync intervals and a window', async () => {
   await openLeases([a, b], 'shift', 'x');
-  const switchMs = 2_000;
+  const switchMs = 2_500;
   const fromMs = switchMs + 3 * SYNC_MS + 1_000;
   const duration = fromMs + 1_250;
   const log = await drive(
@@ -164,11 +164,12 @@ test('when demand moves from one replica to the other, the other admits the whol
   const all = admittedCalls(log);
   const worst = worstSpan(all, 1_000, WARM_UP_MS, duration);
   const estimate = worstEstimate(log, all, 1_000, 0, duration);
-  // From the second second: its first calls wait one sync for the busy replica to make room.
-  const quiet = log.calls[1].filter((x) => x.sentMs >= 1_000 && x.sentMs < switchMs);
+  // From 1.5 s on: its first calls wait a sync or two for the busy replica to make room (longer when
+  // other test files load the machine and the syncs run late).
+  const quiet = log.calls[1].filter((x) => x.sentMs >= 1_500 && x.sentMs < switchMs);
   const quietBefore = quiet.filter((x) => x.allowed).length / quiet.length;
   const after = perSecond(countBetween(admittedCalls(log, [1]), fromMs, duration), fromMs, duration);
-  console.log('demand shift a -> b at 2 s, limit 100/s', { worst, estimate, quietBefore, after });
+  console.log('demand shift a -> b at 2.5 s, limit 100/s', { worst, estimate, quietBefore, after });
   expect(worst).toBeLessThanOrEqual(BOUND);
   expect(estimate).toBeLessThanOrEqual(BOUND);
   // The quiet replica got what it asked (20/s) before the switch: it keeps headroom above its demand.
