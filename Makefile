@@ -64,7 +64,8 @@ format-check: install ## list the files prettier would change
 # SERIAL_TESTS run first, alone: they kill and promote Redis processes and time the client's
 # recovery, or compare latencies and rates with and without a load they add, which other test
 # files' load on two cores stretches past any honest deadline.
-SERIAL_TESTS := test/integration/store/redis-faults.test.ts test/integration/service/rlqs-sharing.test.ts test/integration/service/leases-bounds.test.ts
+SERIAL_TESTS := test/integration/store/redis-faults.test.ts test/integration/service/rlqs-sharing.test.ts test/integration/service/leases-bounds.test.ts \
+  test/integration/service/rlqs-hostile.test.ts
 test: install tools ## install, lint, check formatting, build and run every test with coverage
 	@$(MAKE) --no-print-directory -j3 --output-sync=target lint format-check build
 	npx jest --ci --forceExit --runInBand $(SERIAL_TESTS)
