@@ -6,14 +6,15 @@ import { startTestService, type TestService } from '../../helpers/service';
  * The live page on the debug port, in a real headless browser (Debian's chromium): it renders the
  * table of every domain and rule from /top/rules, and updates itself after new traffic without a
  * reload. Descriptor values are the callers' bytes: the page shows them as text, never as markup.
- * (docs/top-page.png is made by ./page-traffic.test.ts.)
+ * (docs/top-page.png is made by ./page-traffic.test.ts.) Hourly windows: the counts asserted never
+ * straddle a window's end, where a sliding window's estimate would let more calls through.
  */
 
 const EDGE = `
 domain: edge
 descriptors:
   - key: api_key
-    rate_limit: {unit: minute, requests_per_unit: 5}
+    rate_limit: {unit: hour, requests_per_unit: 5}
   - key: tenant
     value: acme
     descriptors:
@@ -61,7 +62,7 @@ it('renders every rule with its limit, denied share and chart, and the descripto
     ['api_key=alice', '0', '4', '0', 'exact'],
     ['api_key=<img src=x onerror="document.body.dataset.owned=1">', '0', '1', '0', 'exact'],
   ]);
-  expect(await p.evaluate(`document.querySelector('.rule[data-rule="api_key"] .limit').textContent`)).toBe('5 per minute, sliding_window');
+  expect(await p.evaluate(`document.querySelector('.rule[data-rule="api_key"] .limit').textContent`)).toBe('5 per hour, sliding_window');
   expect(await p.evaluate(`document.querySelector('.rule[data-rule="api_key"] .share').textContent`)).toBe('84.6% denied (55 of 65), 1 near limit');
   expect(await p.evaluate(`document.querySelector('.rule[data-rule="tenant_acme.path"] .limit').textContent`)).toBe(
     '20 per 30 seconds, sliding_window (acme_reports)',
