@@ -330,6 +330,29 @@ export function countBetween(times: readonly number[], fromMs: number, toMs: num
   return n;
 }
 
+/**
+ * The phases of steady demand of a run, [from, to) in ms: the measured part before the event, and
+ * after it once a window has passed (the whole measured part when there is no event).
+ */
+export function phasesOf(spec: { readonly warmMs: number; readonly endMs: number; readonly windowMs: number; readonly eventMs?: number }): [number, number][] {
+  return spec.eventMs === undefined
+    ? [[spec.warmMs, spec.endMs]]
+    : [
+        [spec.warmMs, spec.eventMs],
+        [Math.min(spec.endMs, spec.eventMs + spec.windowMs), spec.endMs],
+      ];
+}
+
+/** The p99 and the most of the answered calls' latencies, ms (NaN when none was answered). */
+export function latencyOf(calls: readonly CallRecord[]): { latencyP99Ms: number; latencyMaxMs: number } {
+  const latencies = calls
+    .filter((c) => c.code !== undefined)
+    .map((c) => c.doneMs - c.sentMs)
+    .sort((a, b) => a - b);
+  const n = latencies.length;
+  return { latencyP99Ms: n ? latencies[Math.min(n - 1, Math.ceil(0.99 * n) - 1)] : NaN, latencyMaxMs: n ? latencies[n - 1] : NaN };
+}
+
 /** Scores one run's calls (pure: exported for the tests). */
 export function scoreLeaseRun(spec: LeaseRunSpec, calls: readonly CallRecord[], syncIntervalMs: number, killedAtMs?: number): LeaseRunResult {
   const perSecond = (spec.limit * 1000) / spec.windowMs;
@@ -337,21 +360,10 @@ export function scoreLeaseRun(spec: LeaseRunSpec, calls: readonly CallRecord[], 
   const worst = worstSpan(all, spec.windowMs, spec.warmMs, spec.endMs);
   const measuredMs = spec.endMs - spec.warmMs;
   const lost = (c: CallRecord): boolean => killedAtMs !== undefined && c.replica === spec.killed && c.code === undefined && c.doneMs >= killedAtMs;
-  const latencies = calls
-    .filter((c) => c.code !== undefined)
-    .map((c) => c.doneMs - c.sentMs)
-    .sort((a, b) => a - b);
   const byReplica = [admissions(calls, 0), admissions(calls, 1)] as const;
   const rateOf = (r: 0 | 1, fromMs: number, toMs: number): number =>
     toMs > fromMs ? (countBetween(byReplica[r], fromMs, toMs) * 1000) / (toMs - fromMs) : NaN;
-  // Phases of steady demand: the measured part before the event, and after it once a window has passed.
-  const phases: [number, number][] =
-    spec.eventMs === undefined
-      ? [[spec.warmMs, spec.endMs]]
-      : [
-          [spec.warmMs, spec.eventMs],
-          [Math.min(spec.endMs, spec.eventMs + spec.windowMs), spec.endMs],
-        ];
+  const phases = phasesOf(spec);
   const rising = spec.rising;
   return {
     name: spec.name,
@@ -371,8 +383,7 @@ export function scoreLeaseRun(spec: LeaseRunSpec, calls: readonly CallRecord[], 
     worstSpanAtMs: worst.atMs,
     bound: spec.limit * (1 + LEASE_EPSILON) + (spec.limit * syncIntervalMs) / spec.windowMs,
     recoveryMs: spec.eventMs === undefined || rising === undefined ? undefined : recoveryMs(byReplica[rising], perSecond, spec.eventMs, spec.endMs),
-    latencyP99Ms: latencies.length ? latencies[Math.min(latencies.length - 1, Math.ceil(0.99 * latencies.length) - 1)] : NaN,
-    latencyMaxMs: latencies.length ? latencies[latencies.length - 1] : NaN,
+    ...latencyOf(calls),
     loadAverage: loadavg()[0],
   };
 }

@@ -1,7 +1,19 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { admissions, countBetween, drivePaced, recoveryMs, sideBySide, timedOut, worstSpan, type CallRecord, type DemandStep } from './lease-accuracy';
+import {
+  admissions,
+  countBetween,
+  drivePaced,
+  latencyOf,
+  phasesOf,
+  recoveryMs,
+  sideBySide,
+  timedOut,
+  worstSpan,
+  type CallRecord,
+  type DemandStep,
+} from './lease-accuracy';
 import { fmt, markdownTable } from './markdown';
 import { startRegionsWorld } from './regions-world';
 import { encodeRateLimitRequest, grpcFrame } from './rls-codec';
@@ -231,20 +243,10 @@ export function scoreRegionRun(spec: RegionRunSpec, calls: readonly CallRecord[]
   const all = admittedOf(calls);
   const worst = worstSpan(all, spec.windowMs, spec.warmMs, spec.endMs);
   const measuredMs = spec.endMs - spec.warmMs;
-  const latencies = calls
-    .filter((c) => c.code !== undefined)
-    .map((c) => c.doneMs - c.sentMs)
-    .sort((a, b) => a - b);
   const byRegion = REGIONS.map((_, i) => admittedOf(calls, i));
   const rateOf = (region: number, fromMs: number, toMs: number): number =>
     toMs > fromMs ? (countBetween(byRegion[region], fromMs, toMs) * 1000) / (toMs - fromMs) : NaN;
-  const phases: [number, number][] =
-    spec.eventMs === undefined
-      ? [[spec.warmMs, spec.endMs]]
-      : [
-          [spec.warmMs, spec.eventMs],
-          [Math.min(spec.endMs, spec.eventMs + spec.windowMs), spec.endMs],
-        ];
+  const phases = phasesOf(spec);
   const settings = { regionSyncMs: REGION_SYNC_MS, leaseSyncMs: LEASE_SYNC_MS, delayMs: REGION_DELAY_MS };
   let rise: Pick<RegionRunResult, 'canGetPerS' | 'reachMs' | 'reachSyncs' | 'riseMs' | 'riseSyncs' | 'riseSeries'> = {};
   if (spec.eventMs !== undefined && spec.rising !== undefined) {
@@ -283,8 +285,7 @@ export function scoreRegionRun(spec: RegionRunSpec, calls: readonly CallRecord[]
     worstSpanFromStart: worstSpan(all, spec.windowMs, 0, spec.endMs).count,
     bound: regionBound(spec.limit, spec.windowMs, settings),
     ...rise,
-    latencyP99Ms: latencies.length ? latencies[Math.min(latencies.length - 1, Math.ceil(0.99 * latencies.length) - 1)] : NaN,
-    latencyMaxMs: latencies.length ? latencies[latencies.length - 1] : NaN,
+    ...latencyOf(calls),
     loadAverageStart,
     loadAverage: loadavg()[0],
   };
