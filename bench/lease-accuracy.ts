@@ -1,13 +1,11 @@
 import type { ClientHttp2Session } from 'node:http2';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { loadavg, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { loadavg } from 'node:os';
 import { loadSettings } from '../src/settings/settings';
 import { callOn, connectSession } from './http2-load';
 import { fmt, markdownTable } from './markdown';
 import { sleep } from './processes';
 import { encodeRateLimitRequest, grpcFrame, overallCode } from './rls-codec';
-import { startRedis, startService, type Target } from './targets';
+import { startRedis, startService, withConfigDir, type Target } from './targets';
 
 /**
  * Accuracy of leases (`lease: true`) across replicas, measured on real processes: two services
@@ -419,12 +417,8 @@ export async function driveLeaseRun(
 export async function runLeaseAccuracy(opts: { readonly quick: boolean }): Promise<LeaseAccuracyResult> {
   const { syncIntervalMs, ttlMs } = loadSettings({}).leases;
   const specs = leaseRunSpecs(opts.quick);
-  const tmp = mkdtempSync(join(tmpdir(), 'slidegate-lease-accuracy-'));
-  const configDir = join(tmp, 'config');
-  mkdirSync(configDir);
-  writeFileSync(join(configDir, 'lease-accuracy.yaml'), leaseConfigYaml(specs.map((s) => s.windowMs)));
   const runs: LeaseRunResult[] = [];
-  try {
+  await withConfigDir('lease-accuracy', leaseConfigYaml(specs.map((s) => s.windowMs)), async (configDir) => {
     for (const spec of specs) {
       process.stderr.write(`lease ${spec.name}, W = ${spec.windowMs / 1000} s: ${(spec.endMs / 1000).toFixed(0)} s of calls...\n`);
       const { calls, killedAtMs } = await driveLeaseRun(spec, configDir);
@@ -435,9 +429,7 @@ export async function runLeaseAccuracy(opts: { readonly quick: boolean }): Promi
         `  worst span ${fmt(r.worstSpan)} of L = ${fmt(r.limit)} (bound ${fmt(r.bound, 1)}), admitted ${fmt(100 * r.ofLimit, 1)}% of the limit${recovery}, ${r.errors} errors\n`,
       );
     }
-  } finally {
-    rmSync(tmp, { recursive: true, force: true });
-  }
+  });
   return { quick: opts.quick, rate: LEASE_RATE, syncIntervalMs, ttlMs, runs };
 }
 

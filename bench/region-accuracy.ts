@@ -1,6 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { loadavg, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { loadavg } from 'node:os';
 import {
   admissions,
   countBetween,
@@ -17,7 +15,7 @@ import {
 import { fmt, markdownTable } from './markdown';
 import { startRegionsWorld } from './regions-world';
 import { encodeRateLimitRequest, grpcFrame } from './rls-codec';
-import { startRedis, startService, type RedisProcess, type Target } from './targets';
+import { startRedis, startService, withConfigDir, type RedisProcess, type Target } from './targets';
 
 /**
  * Accuracy of global limits (`scope: global`) across regions, measured on real processes: three
@@ -327,12 +325,8 @@ const syncs = (n: number | null | undefined): string => (n === null || n === und
 /** Every run of regionRunSpecs(quick), one after the other; a run's progress lines go to stderr. */
 export async function runRegionAccuracy(opts: { readonly quick: boolean }): Promise<RegionAccuracyResult> {
   const specs = regionRunSpecs(opts.quick);
-  const tmp = mkdtempSync(join(tmpdir(), 'slidegate-region-accuracy-'));
-  const configDir = join(tmp, 'config');
-  mkdirSync(configDir);
-  writeFileSync(join(configDir, 'region-accuracy.yaml'), regionConfigYaml(specs.map((s) => s.windowMs)));
   const runs: RegionRunResult[] = [];
-  try {
+  await withConfigDir('region-accuracy', regionConfigYaml(specs.map((s) => s.windowMs)), async (configDir) => {
     for (const spec of specs) {
       process.stderr.write(`regions ${spec.name}, W = ${spec.windowMs / 1000} s: ${(spec.endMs / 1000).toFixed(0)} s of calls...\n`);
       const loadAverageStart = loadavg()[0];
@@ -348,9 +342,7 @@ export async function runRegionAccuracy(opts: { readonly quick: boolean }): Prom
           `${r.errors} errors, load average ${fmt(r.loadAverageStart, 2)} → ${fmt(r.loadAverage, 2)}\n`,
       );
     }
-  } finally {
-    rmSync(tmp, { recursive: true, force: true });
-  }
+  });
   return {
     quick: opts.quick,
     rate: REGION_RATE,

@@ -1,4 +1,5 @@
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { callOn, connectSession } from './http2-load';
 import { repoRoot } from './paths';
@@ -219,4 +220,17 @@ export async function startService(opts: ServiceOptions): Promise<Target> {
     throw new Error(`service (${opts.backend}, ${opts.transport}) did not become ready: ${e instanceof Error ? e.message : e}\n${child.stderrTail()}`);
   }
   return { port: grpcPort, httpPort, pid: child.pid!, workers, stop: () => stopProcess(child, 6000) };
+}
+
+/** A config directory of its own holding `<name>.yaml` (`yaml`), for `use`; removed once it is done. */
+export async function withConfigDir<T>(name: string, yaml: string, use: (configDir: string) => Promise<T>): Promise<T> {
+  const tmp = mkdtempSync(join(tmpdir(), `slidegate-${name}-`));
+  try {
+    const configDir = join(tmp, 'config');
+    mkdirSync(configDir);
+    writeFileSync(join(configDir, `${name}.yaml`), yaml);
+    return await use(configDir);
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
 }
